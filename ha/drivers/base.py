@@ -1,0 +1,344 @@
+"""The driver protocol: the small coordination model every backend offers.
+
+Every backend (memory, sqlite, ZooKeeper, etcd, Kubernetes) gives the layers above it the same
+ZooKeeper-shaped model, and nothing more:
+
+- one **session** at a time, with a timeout. While the session lives, its ephemeral nodes live.
+  The backend ends a session that has not been heard from for ``session_timeout`` seconds and
+  deletes its ephemeral nodes; the driver then reports ``EXPIRED`` and opens a new session on its
+  own (``CONNECTED`` with a new id). Lease-based backends implement sessions with leases.
+- a tree of **nodes** named by absolute paths (``/a/b``), each holding bytes and a **version**
+  that starts at 0 and grows by one on every write. A node is persistent or ephemeral (bound to
+  the session that created it; ``Stat.ephemeral_owner`` names that session).
+- **compare-and-set**: ``set`` and ``delete`` take an expected version (``-1``: any).
+- **transactions**: a list of ``Check`` / ``Create`` / ``SetData`` / ``Delete`` applied
+  atomically, all or nothing; a failure raises ``TransactionFailed`` naming the first failing op.
+- **events**: connection events (``ConnectionEvent``) and node events (``NodeEvent``) for
+  subscribed paths, delivered by calling the subscriber's callback on the event loop's thread.
+
+Timing assumption (written once, here): the backend expires a session no earlier than
+``session_timeout`` after the last contact the client had with it, and ``last_contact`` is
+measured on this process's monotonic clock (``anyio.current_time()``) when a reply arrived,
+which is never earlier than the backend's own view of that contact. Hence an active that stops
+acting at ``last_contact + d`` with ``d < session_timeout`` stops before the backend can hand its
+lock to anyone else, whatever the clock skew between machines (only rates matter, not offsets).
+
+Errors: every method raises only errors of ``ha.errors``. ``ConnectionLost`` (transient) means
+the outcome is unknown; ``SessionExpired`` means ephemeral state is gone; ``AccessDenied`` and
+``CorruptData`` are not transient.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from ..errors import ConfigurationError
+
+__all__ = (
+    "Capabilities",
+    "Check",
+    "ConnectionEvent",
+    "ConnectionState",
+    "Create",
+    "Delete",
+    "Driver",
+    "DriverEvent",
+    "NodeEvent",
+    "NodeEventKind",
+    "Op",
+    "SetData",
+    "Stat",
+    "Subscription",
+    "validate_path",
+)
+
+log = logging.getLogger("ha.drivers")
+
+
+def validate_path(path: str) -> str:
+    """Return ``path`` if it is a well-formed absolute node path, else raise ConfigurationError."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ConfigurationError(f"node path must be absolute (start with '/'): {path!r}")
+    if path != "/" and (path.endswith("/") or "//" in path):
+        raise ConfigurationError(f"node path has an empty segment: {path!r}")
+    if "\x00" in path:
+        raise ConfigurationError(f"node path contains a NUL byte: {path!r}")
+    return path
+
+
+def parent_of(path: str) -> str:
+    head = path.rsplit("/", 1)[0]
+    return head or "/"
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """What the backend knows of a node besides its data."""
+
+    version: int
+    ephemeral_owner: int | None = None
+    mtime: float = 0.0  # wall-clock seconds of the last write, for display only
+    num_children: int = 0
+
+
+# --- transaction operations ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """The node at ``path`` exists with ``version`` (``-1``: exists at any version)."""
+
+    path: str
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SetData:
+    path: str
+    data: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    path: str
+    version: int = -1
+
+
+Op = Check | Create | SetData | Delete
+
+# --- events ---------------------------------------------------------------------------------
+
+
+class ConnectionState(enum.Enum):
+    CONNECTED = "connected"  # a new session is open (first, or after EXPIRED)
+    DISCONNECTED = "disconnected"  # contact lost; the session may still live
+    RECONNECTED = "reconnected"  # contact back within the same session
+    EXPIRED = "expired"  # the session is gone with its ephemeral nodes
+    CLOSED = "closed"  # the driver was closed
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionEvent:
+    state: ConnectionState
+    session_id: int | None
+
+
+class NodeEventKind(enum.Enum):
+    CREATED = "created"
+    CHANGED = "changed"
+    DELETED = "deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    path: str
+    kind: NodeEventKind
+
+
+DriverEvent = ConnectionEvent | NodeEvent
+Callback = Callable[[Any], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend offers, declared by each driver (the driver matrix is built from these)."""
+
+    name: str
+    cross_process: bool  # sessions in other processes see the same nodes
+    cross_host: bool  # ... and on other hosts
+    durable: bool  # persistent nodes survive a restart of every client
+    push_watches: bool  # node events are pushed by the backend (False: polled)
+    sessions: str  # "session" (ZooKeeper-style) or "lease" (renewed by the client)
+
+
+class Subscription:
+    """A registered callback; ``close()`` (or leaving ``with``) removes it. Idempotent."""
+
+    __slots__ = ("_driver", "_key", "_callback", "_closed")
+
+    def __init__(self, driver: Driver, key: str | None, callback: Callback) -> None:
+        self._driver = driver
+        self._key = key
+        self._callback = callback
+        self._closed = False
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._driver._unsubscribe(self._key, self._callback)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Driver(ABC):
+    """A connection to one coordination backend, holding at most one session at a time.
+
+    Use as ``async with driver:`` (or ``await driver.start()`` / ``await driver.aclose()``).
+    All methods must be called from the event loop's thread.
+    """
+
+    capabilities: Capabilities
+
+    def __init__(self) -> None:
+        self._subscribers: dict[str | None, list[Callback]] = {}
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    @classmethod
+    @abstractmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        """Build an unstarted driver from its URL; raise ConfigurationError if malformed."""
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Connect and open a session. Raises ``Unavailable`` after the connect timeout."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Close the session (its ephemeral nodes go at once) and release resources."""
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # --- session ----------------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def session_id(self) -> int | None:
+        """The current session's id, or None when there is none (closed, or between sessions)."""
+
+    @property
+    @abstractmethod
+    def session_timeout(self) -> float:
+        """Seconds without contact after which the backend expires the session."""
+
+    @property
+    @abstractmethod
+    def last_contact(self) -> float:
+        """``anyio.current_time()`` when the backend last answered this session."""
+
+    @property
+    @abstractmethod
+    def connected(self) -> bool:
+        """Whether the driver currently has contact with the backend."""
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def create(
+        self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
+    ) -> str:
+        """Create a node. Raises NodeExists, NoNode (parent missing and not ``makepath``)."""
+
+    @abstractmethod
+    async def get(self, path: str) -> tuple[bytes, Stat]:
+        """Read a node. Raises NoNode."""
+
+    @abstractmethod
+    async def exists(self, path: str) -> Stat | None:
+        """The node's Stat, or None."""
+
+    @abstractmethod
+    async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
+        """Write a node if its version matches. Raises NoNode, BadVersion."""
+
+    @abstractmethod
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        """Delete a node if its version matches. Raises NoNode, BadVersion, NotEmpty."""
+
+    @abstractmethod
+    async def children(self, path: str) -> list[str]:
+        """Names (not paths) of the node's children, sorted. Raises NoNode."""
+
+    @abstractmethod
+    async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
+        """Apply ``ops`` atomically. Returns per op: created path, new Stat, or None.
+
+        Raises TransactionFailed (nothing applied) naming the first failing op.
+        """
+
+    async def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its missing parents as empty persistent nodes."""
+        validate_path(path)
+        if path == "/":
+            return
+        from ..errors import NodeExists
+
+        try:
+            await self.create(path, b"", makepath=True)
+        except NodeExists:
+            pass
+
+    # --- events -----------------------------------------------------------------------------
+
+    def subscribe(self, path: str | None, callback: Callback) -> Subscription:
+        """Call ``callback(event)`` for node events at ``path``, or connection events if None.
+
+        Callbacks run on the event loop's thread, must not block and should not raise (an
+        exception is logged and dropped). Events of one path arrive in the backend's order.
+        """
+        if path is not None:
+            validate_path(path)
+        first = path not in self._subscribers
+        self._subscribers.setdefault(path, []).append(callback)
+        if first and path is not None:
+            self._watch_started(path)
+        return Subscription(self, path, callback)
+
+    def _unsubscribe(self, key: str | None, callback: Callback) -> None:
+        callbacks = self._subscribers.get(key)
+        if not callbacks:
+            return
+        try:
+            callbacks.remove(callback)
+        except ValueError:
+            return
+        if not callbacks:
+            del self._subscribers[key]
+            if key is not None:
+                self._watch_stopped(key)
+
+    def _watch_started(self, path: str) -> None:
+        """Hook: the first subscriber of ``path`` arrived (set up a backend watch)."""
+
+    def _watch_stopped(self, path: str) -> None:
+        """Hook: the last subscriber of ``path`` left."""
+
+    def watched_paths(self) -> list[str]:
+        return [p for p in self._subscribers if p is not None]
+
+    def _emit(self, event: DriverEvent) -> None:
+        """Deliver an event to its subscribers. Drivers call this on the loop's thread."""
+        key = event.path if isinstance(event, NodeEvent) else None
+        for callback in tuple(self._subscribers.get(key, ())):
+            try:
+                callback(event)
+            except Exception:  # a subscriber's bug must not stop delivery to the others
+                log.exception("event subscriber raised", extra={"event": repr(event)})
