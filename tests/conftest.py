@@ -1,0 +1,25 @@
+"""Shared fixtures: every async test runs under asyncio and trio; backends come from plugins.
+
+Each backend plugin in ``tests/backends/<name>.py`` defines a fixture ``<name>_backend``
+returning a ``tests.backends.Backend``; ``backend`` runs a test once per available backend.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = [
+    "tests.backends.memory",
+]
+
+BACKENDS = ["memory"]
+
+
+@pytest.fixture(scope="session", params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    return request.getfixturevalue(f"{request.param}_backend")
