@@ -1,0 +1,764 @@
+"""The ZooKeeper backend on kazoo: ``zk://h1:2181,h2:2181/chroot?session_timeout=5``.
+
+Threads: kazoo runs a connection thread and callback threads of its own. This module keeps them
+apart from the event loop in both directions:
+
+- kazoo's ``*_async`` calls only queue a request and wake kazoo's connection thread, so they are
+  issued straight from the loop's thread; only ``start``/``stop`` (which create and join
+  threads) go through ``anyio.to_thread``.
+- everything kazoo reports back (a reply, a watch firing, a state change) is put on a
+  thread-safe queue, and a socketpair byte wakes the driver's pump task, which runs it on the
+  loop's thread. kazoo's threads therefore never wait for the loop: a busy loop cannot delay
+  kazoo's heartbeats (kazoo's state listeners must not block).
+
+States: kazoo's CONNECTED with a new session id -> CONNECTED, SUSPENDED -> DISCONNECTED,
+CONNECTED with the same id -> RECONNECTED, LOST -> EXPIRED; kazoo then opens a new session on
+its own (CONNECTED with the new id).
+
+Timing: ``session_timeout`` is the timeout the server granted (it may clamp the request to its
+``maxSessionTimeout``); ``last_contact`` is the time a request was *sent* whose reply then
+arrived, which is never later than the server's view of that contact. A probe every third of
+the session timeout keeps it fresh while nothing else is asked.
+
+Watches: one-shot ``exists`` watches, re-armed after every firing and after every reconnect.
+Each arming reads the node's stat; the difference from the last stat seen becomes the events
+(created, changed, deleted, or deleted then created for a node replaced in between), so
+nothing that changed while the watch was down goes unreported, only coalesced (as ZooKeeper's
+own watches are).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Self
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import anyio
+import anyio.abc
+from kazoo import exceptions as kx
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KazooState
+from kazoo.retry import KazooRetry
+from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
+
+from ..errors import (
+    AccessDenied,
+    BadVersion,
+    ConfigurationError,
+    ConnectionLost,
+    DriverError,
+    NodeExists,
+    NoNode,
+    NotEmpty,
+    SessionExpired,
+    TransactionFailed,
+    Unavailable,
+)
+from .base import (
+    Capabilities,
+    Check,
+    ConnectionEvent,
+    ConnectionState,
+    Create,
+    Delete,
+    Driver,
+    NodeEvent,
+    NodeEventKind,
+    Op,
+    SetData,
+    Stat,
+    validate_path,
+)
+
+__all__ = ("ZooKeeperDriver", "map_errors")
+
+log = logging.getLogger("ha.drivers.zookeeper")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+def translate(exc: BaseException, path: str = "", version: int = -1) -> DriverError:
+    """The ``ha.errors`` counterpart of a kazoo error about ``path``."""
+    if isinstance(exc, kx.NoNodeError):
+        return NoNode(path)
+    if isinstance(exc, kx.NodeExistsError):
+        return NodeExists(path)
+    if isinstance(exc, kx.BadVersionError):
+        return BadVersion(path, version)
+    if isinstance(exc, kx.NotEmptyError):
+        return NotEmpty(path)
+    if isinstance(exc, kx.NoChildrenForEphemeralsError):
+        return NoNode(f"{path} (ephemeral nodes cannot have children)")
+    if isinstance(exc, kx.NoAuthError):
+        return AccessDenied(
+            f"ZooKeeper denied access to {path or 'a node'}: its ACL does not allow this client"
+            " (give the credentials that created it with auth=USER:PASSWORD)"
+        )
+    if isinstance(exc, kx.AuthFailedError):
+        return AccessDenied("ZooKeeper rejected the client's credentials (auth failed)")
+    if isinstance(exc, kx.InvalidACLError):
+        return AccessDenied(f"ZooKeeper refused the ACL for {path} (creator ACLs need auth=...)")
+    # ConnectionClosedError is a kind of SessionExpiredError in kazoo: test it first
+    if isinstance(exc, kx.ConnectionClosedError):
+        return ConnectionLost("the ZooKeeper driver is closed")
+    if isinstance(exc, kx.SessionExpiredError):
+        return SessionExpired("the ZooKeeper session expired")
+    if isinstance(exc, kx.ConnectionLoss | kx.ConnectionDropped | kx.OperationTimeoutError):
+        return ConnectionLost(f"lost contact with ZooKeeper ({type(exc).__name__})")
+    return DriverError(f"ZooKeeper error at {path}: {type(exc).__name__} {exc}".rstrip())
+
+
+@contextmanager
+def map_errors(path: str = "", version: int = -1) -> Iterator[None]:
+    """Translate kazoo's errors into ``ha.errors`` at the driver's boundary."""
+    try:
+        yield
+    except kx.KazooException as exc:
+        raise translate(exc, path, version) from exc
+
+
+# Errors that mean no reply came from the server (every other error is a server's answer).
+_NO_REPLY = (kx.ConnectionLoss, kx.ConnectionDropped, kx.SessionExpiredError, kx.OperationTimeoutError)
+
+
+# --- options ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    session_timeout: float = 10.0
+    connect_timeout: float = 10.0
+    op_timeout: float | None = None  # default: the session timeout
+    acl: str = "open"  # or "creator": only the authenticated creator may touch the node
+    auth: str | None = None  # "user:password" (digest)
+    create_chroot: bool = True
+    randomize_hosts: bool = True
+    use_ssl: bool = False
+    certfile: str | None = None
+    keyfile: str | None = None
+    keyfile_password: str | None = None
+    ca: str | None = None
+    verify_certs: bool = True
+    check_hostname: bool = False
+
+
+_FLOATS = {"session_timeout", "connect_timeout", "op_timeout"}
+_BOOLS = {"create_chroot", "randomize_hosts", "use_ssl", "verify_certs", "check_hostname"}
+_KNOWN = set(_Options.__slots__)
+
+
+def _convert(name: str, value: Any) -> Any:
+    if name not in _KNOWN:
+        raise ConfigurationError(
+            f"unknown ZooKeeper option {name!r}; known: {', '.join(sorted(_KNOWN))}"
+        )
+    if value is None:
+        return None
+    if name in _FLOATS:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}") from None
+        if not number > 0 or number == float("inf"):
+            raise ConfigurationError(f"{name} must be positive and finite, got {value!r}")
+        return number
+    if name in _BOOLS:
+        if isinstance(value, bool):
+            return value
+        text = str(value).lower()
+        if text in _TRUE | _FALSE:
+            return text in _TRUE
+        raise ConfigurationError(f"{name} must be true or false, got {value!r}")
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def _parse_hosts(netloc: str) -> str:
+    """Validate ``h1:2181,h2:2181`` (port defaults to 2181; IPv6 in brackets)."""
+    if not netloc:
+        raise ConfigurationError("no ZooKeeper servers given (expected zk://HOST:PORT,...)")
+    hosts = []
+    for item in netloc.split(","):
+        host, port = item.strip(), "2181"
+        if host.startswith("["):
+            end = host.find("]")
+            if end < 0 or (len(host) > end + 1 and host[end + 1] != ":"):
+                raise ConfigurationError(f"malformed IPv6 server address {item!r}")
+            if len(host) > end + 1:
+                port = host[end + 2 :]
+            host = host[: end + 1]
+        elif ":" in host:
+            host, port = host.rsplit(":", 1)
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigurationError(f"malformed ZooKeeper server address {item!r} (HOST:PORT)")
+        hosts.append(f"{host}:{int(port)}")
+    return ",".join(hosts)
+
+
+# --- the driver -------------------------------------------------------------------------------
+
+
+class _Watch:
+    """The re-armed watch of one subscribed path."""
+
+    __slots__ = ("path", "active", "arming", "again", "armed", "last")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.active = True  # False once the last subscriber left
+        self.arming = False  # an exists request is in flight
+        self.again = False  # re-arm once the in-flight one returns
+        self.armed = False  # a watch is set on the server
+        self.last: Any = None  # the ZnodeStat seen at the last arming; None: absent or unknown
+        # (a first arming only records the baseline: events are changes after subscribing)
+
+
+_UNKNOWN = object()
+
+
+class _SessionLog(logging.LoggerAdapter[logging.Logger]):
+    """kazoo's logger, watched for the session timeout the server granted.
+
+    kazoo does not keep the negotiated timeout anywhere; it only logs it when a session opens.
+    If the message ever changes, the requested timeout is kept (and safety then depends on the
+    server's maxSessionTimeout not being lower than the request).
+    """
+
+    def __init__(self, on_timeout: Callable[[float], None]) -> None:
+        super().__init__(logging.getLogger("kazoo.client"), {})
+        self._on_timeout = on_timeout
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if isinstance(msg, str) and msg.startswith("Session created") and len(args) >= 3:
+            granted = args[2]
+            if isinstance(granted, int | float) and granted > 0:
+                self._on_timeout(granted / 1000.0)
+        super().log(level, msg, *args, **kwargs)
+
+
+class ZooKeeperDriver(Driver):
+    """A ZooKeeper session through kazoo. Build with ``from_url`` or keyword options."""
+
+    capabilities = Capabilities(
+        name="zookeeper",
+        cross_process=True,
+        cross_host=True,
+        durable=True,
+        push_watches=True,
+        sessions="session",
+    )
+
+    def __init__(self, hosts: str = "127.0.0.1:2181", *, chroot: str = "", **options: Any) -> None:
+        super().__init__()
+        self.hosts = _parse_hosts(hosts)
+        chroot = chroot.rstrip("/")
+        if chroot:
+            validate_path(chroot)
+        self.chroot = chroot
+        opts = _Options(**{name: _convert(name, value) for name, value in options.items()})
+        if opts.acl not in ("open", "creator"):
+            raise ConfigurationError(f"acl must be 'open' or 'creator', got {opts.acl!r}")
+        if opts.auth is not None and ":" not in opts.auth:
+            raise ConfigurationError("auth must be USER:PASSWORD (ZooKeeper digest)")
+        if opts.acl == "creator" and opts.auth is None:
+            raise ConfigurationError("acl=creator needs credentials: give auth=USER:PASSWORD")
+        self.options = opts
+        self._acl = CREATOR_ALL_ACL if opts.acl == "creator" else OPEN_ACL_UNSAFE
+        self._requested_timeout = opts.session_timeout
+        self._timeout = opts.session_timeout
+        self._granted_timeout: float | None = None  # written by kazoo's thread
+        self._client: Any = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
+        self._session: int | None = None
+        self._connected = False
+        self._closing = False
+        self._last_contact = 0.0
+        self._first_session = anyio.Event()
+        self._probe_now = anyio.Event()
+        self._watches: dict[str, _Watch] = {}
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        """``zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/CHROOT][?OPTION=VALUE&...]``.
+
+        Options (also as keywords, which win over the URL): session_timeout, connect_timeout,
+        op_timeout (seconds); acl=open|creator; auth=USER:PASSWORD; create_chroot;
+        randomize_hosts; TLS: use_ssl, certfile, keyfile, keyfile_password, ca, verify_certs,
+        check_hostname.
+        """
+        if not isinstance(url, str):
+            raise ConfigurationError(f"not a ZooKeeper URL: {url!r}")
+        parts = urlsplit(url)
+        if parts.scheme != "zk":
+            raise ConfigurationError(f"expected zk://HOST:PORT[/CHROOT], got {url!r}")
+        netloc = parts.netloc
+        query: dict[str, Any] = {}
+        if "@" in netloc:
+            userinfo, netloc = netloc.rsplit("@", 1)
+            query["auth"] = unquote(userinfo)
+        try:
+            pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+        except ValueError:
+            raise ConfigurationError(f"malformed query string in {url!r}") from None
+        query.update(pairs)
+        if parts.fragment:
+            raise ConfigurationError(f"unexpected fragment in ZooKeeper URL {url!r}")
+        query.update(options)
+        return cls(netloc, chroot=unquote(parts.path), **query)
+
+    # --- plumbing between kazoo's threads and the loop -------------------------------------
+
+    def _post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop's thread soon. Safe from any thread; never blocks."""
+        self._inbox.put(fn)
+        wake = self._wake_w
+        if wake is not None:
+            try:
+                wake.send(b"\0")
+            except OSError:  # buffer full: a wake-up is pending anyway; closed: shutting down
+                pass
+
+    async def _pump(self) -> None:
+        assert self._wake_r is not None
+        while True:
+            await anyio.wait_readable(self._wake_r)
+            try:
+                self._wake_r.recv(4096)
+            except BlockingIOError:
+                pass
+            while True:  # drain after reading the bytes, so a later post always wakes us
+                try:
+                    fn = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                try:
+                    fn()
+                except Exception:
+                    log.exception("ZooKeeper driver callback failed")
+
+    async def _call(self, path: str, version: int, request: Callable[[], Any]) -> Any:
+        """Issue one kazoo async request and wait for its reply on the loop."""
+        if self._tg is None or self._client is None:
+            raise ConnectionLost("the ZooKeeper driver is not started (or closed)")
+        done = anyio.Event()
+        sent = anyio.current_time()
+        with map_errors(path, version):
+            result = request()
+            result.rawlink(lambda _: self._post(done.set))
+            timeout = self.options.op_timeout or self._timeout
+            with anyio.move_on_after(timeout):
+                await done.wait()
+            if not done.is_set():
+                raise ConnectionLost(f"no reply from ZooKeeper within {timeout:g} s")
+            try:
+                value = result.get_nowait()
+            except kx.KazooException as exc:
+                if not isinstance(exc, _NO_REPLY):
+                    self._touch(sent)
+                raise
+        self._touch(sent)
+        return value
+
+    def _touch(self, sent: float) -> None:
+        if sent > self._last_contact:
+            self._last_contact = sent
+
+    def _abs(self, path: str) -> str:
+        validate_path(path)
+        if not self.chroot:
+            return path
+        return self.chroot if path == "/" else self.chroot + path
+
+    def _rel(self, path: str) -> str:
+        if not self.chroot:
+            return path
+        return path[len(self.chroot) :] or "/"
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._tg is not None or self._closing:
+            raise RuntimeError("driver already started")
+        opts = self.options
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.1, max_delay=1.0)
+        self._client = KazooClient(
+            hosts=self.hosts,
+            timeout=self._requested_timeout,
+            auth_data=[("digest", opts.auth)] if opts.auth else None,
+            randomize_hosts=opts.randomize_hosts,
+            connection_retry=retry,
+            logger=_SessionLog(self._granted),
+            use_ssl=opts.use_ssl,
+            certfile=opts.certfile,
+            keyfile=opts.keyfile,
+            keyfile_password=opts.keyfile_password,
+            ca=opts.ca,
+            verify_certs=opts.verify_certs,
+            check_hostname=opts.check_hostname,
+        )
+        self._client.add_listener(self._kazoo_state)
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        try:
+            self._tg.start_soon(self._pump)
+            await anyio.to_thread.run_sync(self._client.start_async)
+            with anyio.move_on_after(opts.connect_timeout):
+                await self._first_session.wait()
+            if not self._first_session.is_set():
+                raise Unavailable(
+                    f"could not reach ZooKeeper at {self.hosts} within"
+                    f" {opts.connect_timeout:g} s (connect_timeout)"
+                )
+            await self._check_chroot()
+            self._tg.start_soon(self._probe)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._shutdown(emit=False)
+            raise
+
+    async def _check_chroot(self) -> None:
+        if not self.chroot:
+            return
+        stat = await self._call(self.chroot, -1, lambda: self._client.exists_async(self.chroot))
+        if stat is not None:
+            return
+        if not self.options.create_chroot:
+            raise ConfigurationError(
+                f"the chroot {self.chroot} does not exist on ZooKeeper at {self.hosts};"
+                " create it, or allow the driver to (create_chroot=true)"
+            )
+        try:
+            await self._call(
+                self.chroot,
+                -1,
+                lambda: self._client.create_async(self.chroot, b"", acl=self._acl, makepath=True),
+            )
+        except NodeExists:
+            pass
+
+    async def aclose(self) -> None:
+        if self._tg is None:
+            return
+        await self._shutdown(emit=True)
+
+    async def _shutdown(self, *, emit: bool) -> None:
+        self._closing = True
+        had_session = self._session is not None
+        self._session = None
+        self._connected = False
+        client, self._client = self._client, None
+        if client is not None:
+            client.remove_listener(self._kazoo_state)
+
+            def stop() -> None:
+                try:
+                    client.stop()  # closes the session: its ephemeral nodes go at once
+                finally:
+                    client.close()
+
+            try:
+                await anyio.to_thread.run_sync(stop)
+            except Exception:
+                log.warning("closing the kazoo client failed", exc_info=True)
+        tg, self._tg = self._tg, None
+        if tg is not None:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+        for sock in (self._wake_r, self._wake_w):
+            if sock is not None:
+                sock.close()
+        self._wake_r = self._wake_w = None
+        for watch in self._watches.values():
+            watch.armed = watch.arming = False
+        if emit and had_session:
+            self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
+
+    # --- session ----------------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> int | None:
+        return self._session
+
+    @property
+    def session_timeout(self) -> float:
+        return self._timeout
+
+    @property
+    def last_contact(self) -> float:
+        return self._last_contact
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    def _granted(self, timeout: float) -> None:  # kazoo's thread
+        self._granted_timeout = timeout
+
+    def _kazoo_state(self, state: str) -> None:  # kazoo's connection thread: must not block
+        client = self._client
+        client_id = client.client_id if client is not None else None
+        session = client_id[0] if client_id else None
+        self._post(functools.partial(self._state_changed, state, session, self._granted_timeout))
+
+    def _state_changed(self, state: str, session: int | None, granted: float | None) -> None:
+        if self._closing:
+            return
+        old = self._session
+        if state == KazooState.CONNECTED and session is not None:
+            if granted is not None:
+                if granted < self._requested_timeout:
+                    log.warning(
+                        "ZooKeeper granted a session timeout of %g s instead of %g s",
+                        granted,
+                        self._requested_timeout,
+                    )
+                self._timeout = granted
+            self._connected = True
+            self._last_contact = anyio.current_time()
+            if session == old:
+                self._emit(ConnectionEvent(ConnectionState.RECONNECTED, session))
+            else:
+                if old is not None:  # a new session without LOST first: the old one is gone
+                    self._emit(ConnectionEvent(ConnectionState.EXPIRED, old))
+                self._session = session
+                self._emit(ConnectionEvent(ConnectionState.CONNECTED, session))
+            self._first_session.set()
+            self._probe_now.set()
+            for watch in self._watches.values():
+                if not watch.armed:
+                    self._arm(watch)
+        elif state == KazooState.SUSPENDED:
+            if self._connected:
+                self._connected = False
+                self._emit(ConnectionEvent(ConnectionState.DISCONNECTED, old))
+        elif state == KazooState.LOST:
+            self._connected = False
+            self._session = None
+            if old is not None:
+                self._emit(ConnectionEvent(ConnectionState.EXPIRED, old))
+
+    async def _probe(self) -> None:
+        """Ask the server something cheap now and then, to keep ``last_contact`` fresh."""
+        while True:
+            with anyio.move_on_after(self._timeout / 3):
+                await self._probe_now.wait()
+            self._probe_now = anyio.Event()
+            if self._connected:
+                try:
+                    await self._call("/", -1, lambda: self._client.exists_async("/"))
+                except DriverError:
+                    pass
+
+    # --- watches ----------------------------------------------------------------------------
+
+    def _watch_started(self, path: str) -> None:
+        watch = _Watch(path)
+        watch.last = _UNKNOWN
+        self._watches[path] = watch
+        if self._connected:
+            self._arm(watch)
+
+    def _watch_stopped(self, path: str) -> None:
+        watch = self._watches.pop(path, None)
+        if watch is not None:
+            watch.active = False  # ZooKeeper cannot remove a watch: its firing is ignored
+
+    def _arm(self, watch: _Watch) -> None:
+        if watch.arming:
+            watch.again = True
+            return
+        client = self._client
+        if client is None or not watch.active:
+            return
+        watch.arming = True
+        watch.again = False
+
+        def fired(_event: Any) -> None:  # kazoo's callback thread
+            self._post(functools.partial(self._fired, watch))
+
+        def replied(result: Any) -> None:  # kazoo's completion thread
+            self._post(functools.partial(self._armed, watch, result))
+
+        try:
+            client.exists_async(self._abs(watch.path), watch=fired).rawlink(replied)
+        except Exception:
+            watch.arming = False
+            log.warning("could not watch %s", watch.path, exc_info=True)
+
+    def _fired(self, watch: _Watch) -> None:
+        watch.armed = False
+        if watch.active and not self._closing:
+            self._arm(watch)
+
+    def _armed(self, watch: _Watch, result: Any) -> None:
+        watch.arming = False
+        if not watch.active or self._closing:
+            return
+        try:
+            stat = result.get_nowait()
+        except kx.KazooException:
+            watch.armed = False  # re-armed on the next (re)connection
+        else:
+            watch.armed = True
+            self._diff(watch, stat)
+        if watch.again and self._connected:
+            self._arm(watch)
+
+    def _diff(self, watch: _Watch, stat: Any) -> None:
+        before, watch.last = watch.last, stat
+        if before is _UNKNOWN:
+            return
+        events: list[NodeEventKind] = []
+        if before is None and stat is not None:
+            events = [NodeEventKind.CREATED]
+        elif before is not None and stat is None:
+            events = [NodeEventKind.DELETED]
+        elif before is not None and stat is not None:
+            if stat.czxid != before.czxid:  # replaced while the watch was down
+                events = [NodeEventKind.DELETED, NodeEventKind.CREATED]
+            elif stat.mzxid != before.mzxid:
+                events = [NodeEventKind.CHANGED]
+        for kind in events:
+            self._emit(NodeEvent(watch.path, kind))
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    async def create(
+        self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
+    ) -> str:
+        full, value = self._abs(path), bytes(data)
+        created = await self._call(
+            path,
+            -1,
+            lambda: self._client.create_async(
+                full, value, acl=self._acl, ephemeral=ephemeral, makepath=makepath
+            ),
+        )
+        return self._rel(str(created))
+
+    async def get(self, path: str) -> tuple[bytes, Stat]:
+        full = self._abs(path)
+        data, stat = await self._call(path, -1, lambda: self._client.get_async(full))
+        return bytes(data or b""), _stat(stat)
+
+    async def exists(self, path: str) -> Stat | None:
+        full = self._abs(path)
+        stat = await self._call(path, -1, lambda: self._client.exists_async(full))
+        return None if stat is None else _stat(stat)
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
+        full, value = self._abs(path), bytes(data)
+        stat = await self._call(
+            path, version, lambda: self._client.set_async(full, value, version)
+        )
+        return _stat(stat)
+
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        full = self._abs(path)
+        if not recursive:
+            await self._call(path, version, lambda: self._client.delete_async(full, version))
+            return
+        # the whole subtree in one multi, children first: all or nothing; retried if the tree
+        # changed between listing and deleting
+        for _attempt in range(10):
+            paths = await self._subtree(path)
+            ops: list[Op] = [Delete(p) for p in reversed(paths[1:])]
+            ops.append(Delete(path, version))
+            try:
+                await self.transaction(ops)
+                return
+            except TransactionFailed as exc:
+                if exc.index == len(ops) - 1 and not isinstance(exc.cause, NotEmpty):
+                    raise exc.cause from None
+        raise NotEmpty(path)
+
+    async def _subtree(self, path: str) -> list[str]:
+        """``path`` and its descendants, parents before children."""
+        paths, index = [path], 0
+        while index < len(paths):
+            parent = paths[index]
+            index += 1
+            try:
+                names = await self.children(parent)
+            except NoNode:
+                if parent == path:
+                    raise
+                continue
+            paths.extend(f"{parent.rstrip('/')}/{name}" for name in names)
+        return paths
+
+    async def children(self, path: str) -> list[str]:
+        full = self._abs(path)
+        names = await self._call(path, -1, lambda: self._client.get_children_async(full))
+        return sorted(names)
+
+    async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
+        ops = list(ops)
+        if not ops:
+            return []
+
+        def build() -> Any:
+            tx = self._client.transaction()
+            for op in ops:
+                full = self._abs(op.path)
+                if isinstance(op, Check):
+                    tx.check(full, op.version)
+                elif isinstance(op, Create):
+                    tx.create(full, bytes(op.data), acl=self._acl, ephemeral=op.ephemeral)
+                elif isinstance(op, SetData):
+                    tx.set_data(full, bytes(op.data), op.version)
+                elif isinstance(op, Delete):
+                    tx.delete(full, op.version)
+                else:
+                    raise ConfigurationError(f"not a transaction operation: {op!r}")
+            return tx.commit_async()
+
+        results = await self._call(ops[0].path, -1, build)
+        failed = [
+            (index, result)
+            for index, result in enumerate(results)
+            if isinstance(result, Exception)
+            and not isinstance(result, kx.RolledBackError | kx.RuntimeInconsistency)
+        ]
+        if failed or any(isinstance(result, Exception) for result in results):
+            index, error = failed[0] if failed else (0, results[0])
+            op = ops[index]
+            cause = translate(error, op.path, getattr(op, "version", -1))
+            if isinstance(cause, BadVersion | NoNode | NodeExists | NotEmpty):
+                raise TransactionFailed(index, cause)
+            raise cause
+        out: list[str | Stat | None] = []
+        for op, result in zip(ops, results, strict=True):
+            if isinstance(op, Create):
+                out.append(self._rel(str(result)))
+            elif isinstance(op, SetData):
+                out.append(_stat(result))
+            else:
+                out.append(None)
+        return out
+
+
+def _stat(stat: Any) -> Stat:
+    return Stat(
+        version=stat.version,
+        ephemeral_owner=stat.ephemeralOwner or None,
+        mtime=stat.mtime / 1000.0,
+        num_children=stat.numChildren,
+    )
