@@ -1,9 +1,29 @@
-"""ha: high availability for Python services, on anyio."""
+"""ha: high availability for Python services, on anyio.
+
+async with ha.connect("memory://cluster-a") as driver:
+    elector = ha.Elector(driver, "/dispatcher", identity=b"host-a:7077")
+    await elector.run(Dispatcher())
+"""
 
 from __future__ import annotations
 
 from . import errors
+from .contender import Contender
 from .drivers import connect
+from .elector import Backoff, Elector, Timing
+from .journal import JournalWriter, Transition
 from .lease import Lease
+from .machine import State
 
-__all__ = ("Lease", "connect", "errors")
+__all__ = (
+    "Backoff",
+    "Contender",
+    "Elector",
+    "JournalWriter",
+    "Lease",
+    "State",
+    "Timing",
+    "Transition",
+    "connect",
+    "errors",
+)

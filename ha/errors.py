@@ -14,6 +14,7 @@ __all__ = (
     "ContenderError",
     "CorruptData",
     "DriverError",
+    "ElectionFailed",
     "Fenced",
     "HAError",
     "NodeExists",
@@ -114,6 +115,10 @@ class CorruptData(HAError):
 
 class Fenced(HAError):
     """A write was refused because the writer's epoch is no longer the newest."""
+
+
+class ElectionFailed(HAError):
+    """The elector hit a fatal error (retries exhausted, access denied, corrupt election data)."""
 
 
 class ContenderError(HAError):
