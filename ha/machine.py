@@ -590,9 +590,9 @@ class Machine:
         out += [NotifyFatal(error), Finish(error)]
         return out
 
-    def _lost(self, cause: str) -> list[Effect]:
-        """R6: authority lost while leading."""
-        return self._fail(cause, release=True, lost=True)
+    def _lost(self, cause: str, *, release: bool = True) -> list[Effect]:
+        """R6: authority lost while leading (release unless the lock is known not to be ours)."""
+        return self._fail(cause, release=release, lost=True)
 
     def _progress(self) -> None:
         self.failures = 0
@@ -694,9 +694,9 @@ class Machine:
             if event.ours:
                 self._progress()
                 return self._go(Phase.ACTIVE, "lock still ours")
-            return self._lost("lock taken over")
+            return self._lost("lock taken over", release=False)
         if self.phase is Phase.ACTIVE:  # LockChanged re-check
-            return [] if event.ours else self._lost("lock taken over")
+            return [] if event.ours else self._lost("lock taken over", release=False)
         if self.phase not in (Phase.CHECKING, Phase.STANDBY):
             return []
         self._progress()
@@ -707,7 +707,7 @@ class Machine:
 
     def _on_LockMissing(self, event: LockMissing) -> list[Effect]:
         if self.phase in (Phase.VERIFYING, Phase.ACTIVE):
-            return self._lost("lock gone")
+            return self._lost("lock gone", release=False)
         if self.phase in (Phase.CHECKING, Phase.STANDBY):
             return self._go(Phase.CREATING, "lock missing", [CreateLock(event.session)])
         return []
@@ -716,7 +716,7 @@ class Machine:
         if self.phase is Phase.STANDBY:
             return self._go(Phase.CREATING, "lock deleted", [CreateLock(event.session)])  # R3
         if self.phase in LEADING:
-            return self._lost("lock deleted")  # R6
+            return self._lost("lock deleted", release=False)  # R6
         if self.phase in (Phase.READING, Phase.FENCING, Phase.COMMITTING):
             return self._fail("lock deleted while taking over", release=False)
         return []
