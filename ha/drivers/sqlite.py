@@ -1,0 +1,1051 @@
+"""The embedded backend: one SQLite file shared by the processes of one host.
+
+``ha.connect("sqlite:///var/lib/app/ha.db")``: the URL's path is the file's absolute path, as in
+``file://`` URLs (``sqlite://`` alone means ``default_url()``). Options go in the query string
+(``?session_timeout=2&poll_interval=0.05``) or as keywords. Standard library ``sqlite3`` in WAL
+mode; every call to it runs in a worker thread, one thread at a time per connection.
+
+How the driver model maps onto the file:
+
+- A session is a lease: a row ``(id, expires_at)`` that its owner renews every
+  ``renew_interval``. Every write transaction first expires the rows whose ``expires_at`` has
+  passed, deleting their ephemeral nodes (and anything below them) in the same transaction.
+- Fast death detection: each session holds ``flock(LOCK_EX)`` on a lock file
+  ``<db>-sessions/<instance>.<id>.lock``. The kernel drops it when the process dies, so the
+  pollers of the other processes find it free and expire that session at once, without waiting
+  for its lease. A hung process (SIGSTOP) keeps its lock and is expired when its lease runs out.
+  The lock file is opened close-on-exec; a child that was forked but did not exec keeps the
+  lock (then only the lease detects the parent's death).
+- Node events are polled from a change log (one row per created, changed or deleted node)
+  every ``poll_interval`` seconds, and right after this driver's own writes. Every change after
+  ``subscribe`` is delivered, in order; a few from just before it may be delivered too.
+
+Clock: ``expires_at`` is on CLOCK_MONOTONIC (``time.monotonic()``), which on Linux is one clock
+for every process of the host: never stepped by NTP, never reset while the host runs. A renewal
+reads it inside its write transaction, and every expiry is decided inside a later write
+transaction (SQLite's write lock serializes them), so a renewal read at ``t`` can be expired
+only at a ``now > t + session_timeout``. ``last_contact`` is that ``t`` mapped onto
+``anyio.current_time()`` (rounded down), which keeps the timing assumption of
+``ha.drivers.base``. After a reboot the clock restarts, but nobody holds the old sessions'
+locks, so they are expired at once. Processes in different time namespaces must not share a
+file, and the driver needs a real clock (not trio's MockClock).
+
+Limits: one host, local file systems only (no NFS: its locks are not reliable). A process
+stopped *inside* a write transaction (a window of tens of microseconds; renewals do not wait
+for fsync) holds SQLite's write lock: every writer waits until it resumes or dies. Everyone
+reports DISCONNECTED meanwhile and actives stop on their local deadline: safety holds, but no
+one leads until then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import math
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Self, TypeVar
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from ..errors import (
+    AccessDenied,
+    BadVersion,
+    ConfigurationError,
+    ConnectionLost,
+    CorruptData,
+    DriverError,
+    HAError,
+    NodeExists,
+    NoNode,
+    NotEmpty,
+    SessionExpired,
+    TransactionFailed,
+    Unavailable,
+)
+from .base import (
+    Capabilities,
+    Check,
+    ConnectionEvent,
+    ConnectionState,
+    Create,
+    Delete,
+    Driver,
+    NodeEvent,
+    NodeEventKind,
+    Op,
+    SetData,
+    Stat,
+    parent_of,
+    validate_path,
+)
+
+__all__ = ("SqliteDriver", "default_path", "default_url")
+
+log = logging.getLogger("ha.drivers.sqlite")
+
+T = TypeVar("T")
+
+APPLICATION_ID = 0x68614442  # "haDB" in the SQLite header tells an ha file from any other
+SCHEMA_VERSION = 1
+KEEP_CHANGES = 10_000  # change-log rows kept for pollers that fall behind
+TRIM_EVERY = 1_000
+MAX_CHANGES_PER_POLL = 1_000
+
+SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value NOT NULL)",
+    # expires_at is time.monotonic() (CLOCK_MONOTONIC): see the module docstring
+    "CREATE TABLE sessions (id INTEGER PRIMARY KEY AUTOINCREMENT, expires_at REAL NOT NULL,"
+    " timeout REAL NOT NULL, pid INTEGER NOT NULL, created REAL NOT NULL)",
+    "CREATE INDEX sessions_expiry ON sessions (expires_at)",
+    # czxid: the change-log id of the node's creation (tells CREATED from CHANGED on resync)
+    "CREATE TABLE nodes (path TEXT PRIMARY KEY, parent TEXT NOT NULL, data BLOB NOT NULL,"
+    " version INTEGER NOT NULL, ephemeral_owner INTEGER, czxid INTEGER NOT NULL,"
+    " mtime REAL NOT NULL)",
+    "CREATE INDEX nodes_parent ON nodes (parent)",
+    "CREATE INDEX nodes_owner ON nodes (ephemeral_owner) WHERE ephemeral_owner IS NOT NULL",
+    "CREATE TABLE changes (id INTEGER PRIMARY KEY AUTOINCREMENT, path TEXT NOT NULL,"
+    " kind TEXT NOT NULL)",
+    "INSERT INTO meta VALUES ('trimmed_through', 0)",
+    "INSERT INTO nodes VALUES ('/', '', x'', 0, NULL, 0, 0)",
+)
+
+# URL query options and how to read them
+_OPTIONS: dict[str, Callable[[str], Any]] = {
+    "session_timeout": float,
+    "poll_interval": float,
+    "renew_interval": float,
+    "busy_timeout": float,
+    "synchronous": str,
+}
+
+CREATED = NodeEventKind.CREATED.value
+CHANGED = NodeEventKind.CHANGED.value
+DELETED = NodeEventKind.DELETED.value
+
+
+def default_path() -> Path:
+    """``$XDG_STATE_HOME/ha/ha.db`` (or ``~/.local/state/ha/ha.db``); creates the directory."""
+    base = os.environ.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(base):  # the XDG spec says to ignore relative values
+        base = os.path.join(os.path.expanduser("~"), ".local", "state")
+    directory = Path(base) / "ha"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AccessDenied(
+            f"cannot create the state directory {directory}: {exc.strerror}"
+        ) from exc
+    return directory / "ha.db"
+
+
+def default_url() -> str:
+    """The URL of the default file (see ``default_path``)."""
+    return "sqlite://" + quote(str(default_path()))
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+def _map_error(exc: sqlite3.Error, path: str) -> HAError:
+    """One line naming the file, in the class of ``ha.errors`` that says what to do about it."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return ConnectionLost(f"{path}: database is busy (another process holds its write lock)")
+    if name.startswith(("SQLITE_READONLY", "SQLITE_PERM", "SQLITE_AUTH")):
+        return AccessDenied(f"{path}: cannot write: {exc}")
+    if name.startswith("SQLITE_CANTOPEN"):
+        return AccessDenied(f"{path}: cannot open: {exc}")
+    if name.startswith("SQLITE_NOTADB"):
+        return ConfigurationError(f"{path} is not an ha database (not an SQLite file)")
+    if name.startswith("SQLITE_CORRUPT"):
+        return CorruptData(path, str(exc))
+    if name.startswith("SQLITE_FULL"):
+        return ConnectionLost(f"{path}: disk full")
+    return ConnectionLost(f"{path}: {exc}")
+
+
+def _os_error(exc: OSError, path: str, doing: str) -> HAError:
+    if exc.errno == errno.EROFS:
+        return AccessDenied(f"{path}: cannot {doing}: read-only file system")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return AccessDenied(f"{path}: cannot {doing}: permission denied")
+    if exc.errno == errno.ENOENT:
+        return ConfigurationError(f"{path}: cannot {doing}: its directory does not exist")
+    if exc.errno == errno.EISDIR:
+        return ConfigurationError(f"{path} is a directory, not a database file")
+    return ConnectionLost(f"{path}: cannot {doing}: {exc.strerror}")
+
+
+# --- the file: connections and schema ----------------------------------------------------------
+
+
+def _connect(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+    )
+    try:
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _prepare(conn: sqlite3.Connection, path: str) -> str:
+    """Check that the file is an ha database (making an empty file one); return its instance."""
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    if app_id != APPLICATION_ID:
+        if app_id != 0 or conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            raise ConfigurationError(f"{path} is not an ha database (it holds other data)")
+        conn.execute("PRAGMA journal_mode = WAL")
+        with _writing(conn):
+            # another process may have initialized it meanwhile
+            if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+                for statement in SCHEMA:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO meta VALUES ('instance', ?)", (secrets.token_hex(8),))
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version != SCHEMA_VERSION:
+        raise ConfigurationError(
+            f"{path} has ha schema version {version}; this ha reads version {SCHEMA_VERSION}"
+        )
+    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        conn.execute("PRAGMA journal_mode = WAL")
+    row = conn.execute("SELECT value FROM meta WHERE key = 'instance'").fetchone()
+    if row is None:
+        raise CorruptData(path, "the meta table has no instance id")
+    return str(row[0])
+
+
+@contextlib.contextmanager
+def _writing(conn: sqlite3.Connection) -> Iterator[float]:
+    """A write transaction; yields CLOCK_MONOTONIC read once the write lock is held."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield time.monotonic()
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+
+
+@contextlib.contextmanager
+def _reading(conn: sqlite3.Connection) -> Iterator[None]:
+    """A read transaction: one consistent snapshot for several statements."""
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("COMMIT")
+
+
+# --- the tree: synchronous, inside a transaction ------------------------------------------------
+
+
+def _log(conn: sqlite3.Connection, path: str, kind: str) -> int:
+    """Append to the change log; return the change's id. Trims the log now and then."""
+    cid = conn.execute("INSERT INTO changes (path, kind) VALUES (?, ?)", (path, kind)).lastrowid
+    assert cid is not None
+    if cid % TRIM_EVERY == 0 and cid > KEEP_CHANGES:
+        conn.execute("DELETE FROM changes WHERE id <= ?", (cid - KEEP_CHANGES,))
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE key = 'trimmed_through'", (cid - KEEP_CHANGES,)
+        )
+    return cid
+
+
+def _stat(conn: sqlite3.Connection, path: str) -> tuple[bytes, Stat] | None:
+    row = conn.execute(
+        "SELECT data, version, ephemeral_owner, mtime,"
+        " (SELECT count(*) FROM nodes c WHERE c.parent = n.path) FROM nodes n WHERE path = ?",
+        (path,),
+    ).fetchone()
+    if row is None:
+        return None
+    data, version, owner, mtime, children = row
+    return bytes(data), Stat(version, owner, mtime, children)
+
+
+def _get(conn: sqlite3.Connection, path: str) -> tuple[bytes, Stat]:
+    found = _stat(conn, path)
+    if found is None:
+        raise NoNode(path)
+    return found
+
+
+def _exists(conn: sqlite3.Connection, path: str) -> Stat | None:
+    found = _stat(conn, path)
+    return None if found is None else found[1]
+
+
+def _children(conn: sqlite3.Connection, path: str) -> list[str]:
+    with _reading(conn):
+        if conn.execute("SELECT 1 FROM nodes WHERE path = ?", (path,)).fetchone() is None:
+            raise NoNode(path)
+        rows = conn.execute("SELECT path FROM nodes WHERE parent = ?", (path,)).fetchall()
+    return sorted(p.rsplit("/", 1)[1] for (p,) in rows)
+
+
+def _version(conn: sqlite3.Connection, path: str) -> int | None:
+    row = conn.execute("SELECT version FROM nodes WHERE path = ?", (path,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _create(
+    conn: sqlite3.Connection, path: str, data: bytes, owner: int | None, makepath: bool
+) -> str:
+    if _version(conn, path) is not None:
+        raise NodeExists(path)
+    if (
+        owner is not None
+        and conn.execute("SELECT 1 FROM sessions WHERE id = ?", (owner,)).fetchone() is None
+    ):
+        raise SessionExpired(f"session {owner} has expired")
+    parent = parent_of(path)
+    if _version(conn, parent) is None:
+        if not makepath:
+            raise NoNode(parent)
+        _create(conn, parent, b"", None, True)
+    cid = _log(conn, path, CREATED)
+    conn.execute(
+        "INSERT INTO nodes VALUES (?, ?, ?, 0, ?, ?, ?)",
+        (path, parent, data, owner, cid, time.time()),
+    )
+    return path
+
+
+def _check(conn: sqlite3.Connection, path: str, version: int) -> None:
+    actual = _version(conn, path)
+    if actual is None:
+        raise NoNode(path)
+    if version != -1 and version != actual:
+        raise BadVersion(path, version, actual)
+
+
+def _set(conn: sqlite3.Connection, path: str, data: bytes, version: int) -> Stat:
+    _check(conn, path, version)
+    conn.execute(
+        "UPDATE nodes SET data = ?, version = version + 1, mtime = ? WHERE path = ?",
+        (data, time.time(), path),
+    )
+    _log(conn, path, CHANGED)
+    found = _stat(conn, path)
+    assert found is not None
+    return found[1]
+
+
+def _remove(conn: sqlite3.Connection, path: str) -> None:
+    """Delete ``path`` and everything below it, children before parents."""
+    # the descendants of /a are exactly the paths in ['/a/', '/a0'): '0' follows '/'
+    below = conn.execute(
+        "SELECT path FROM nodes WHERE path >= ? AND path < ? ORDER BY path DESC",
+        (path + "/", path + "0"),
+    ).fetchall()
+    for (p,) in below + [(path,)]:
+        conn.execute("DELETE FROM nodes WHERE path = ?", (p,))
+        _log(conn, p, DELETED)
+
+
+def _delete(conn: sqlite3.Connection, path: str, version: int, recursive: bool) -> None:
+    if path == "/":
+        raise ConfigurationError("the root node cannot be deleted")
+    _check(conn, path, version)
+    if (
+        not recursive
+        and conn.execute("SELECT 1 FROM nodes WHERE parent = ? LIMIT 1", (path,)).fetchone()
+    ):
+        raise NotEmpty(path)
+    _remove(conn, path)
+
+
+def _apply(conn: sqlite3.Connection, op: Op, owner: int | None) -> str | Stat | None:
+    if isinstance(op, Check):
+        _check(conn, op.path, op.version)
+        return None
+    if isinstance(op, Create):
+        return _create(conn, op.path, op.data, owner if op.ephemeral else None, False)
+    if isinstance(op, SetData):
+        return _set(conn, op.path, op.data, op.version)
+    _delete(conn, op.path, op.version, False)
+    return None
+
+
+def _end_session(conn: sqlite3.Connection, sid: int) -> None:
+    """Delete a session and its ephemeral nodes (with anything created below them)."""
+    owned = conn.execute(
+        "SELECT path FROM nodes WHERE ephemeral_owner = ? ORDER BY path", (sid,)
+    ).fetchall()
+    for (path,) in owned:
+        if _version(conn, path) is not None:  # not already gone below another of them
+            _remove(conn, path)
+    conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+
+
+def _expire_lapsed(conn: sqlite3.Connection, now: float) -> list[int]:
+    lapsed = [
+        sid for (sid,) in conn.execute("SELECT id FROM sessions WHERE expires_at < ?", (now,))
+    ]
+    for sid in lapsed:
+        _end_session(conn, sid)
+    return lapsed
+
+
+# --- the driver ---------------------------------------------------------------------------------
+
+
+class SqliteDriver(Driver):
+    """Sessions, nodes and events in one SQLite file, for the processes of one host."""
+
+    capabilities = Capabilities(
+        name="sqlite",
+        cross_process=True,
+        cross_host=False,
+        durable=True,
+        push_watches=False,
+        sessions="lease",
+    )
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        session_timeout: float = 2.0,
+        poll_interval: float = 0.05,
+        renew_interval: float | None = None,
+        busy_timeout: float | None = None,
+        synchronous: str = "full",
+    ) -> None:
+        super().__init__()
+        self._path = os.fspath(path)
+        if not os.path.isabs(self._path):
+            raise ConfigurationError(f"the sqlite file path must be absolute: {self._path!r}")
+        if renew_interval is None:
+            renew_interval = session_timeout / 3
+        if busy_timeout is None:
+            busy_timeout = session_timeout / 4
+        for name, value in (
+            ("session_timeout", session_timeout),
+            ("poll_interval", poll_interval),
+            ("renew_interval", renew_interval),
+            ("busy_timeout", busy_timeout),
+        ):
+            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise ConfigurationError(f"{name} must be a positive number of seconds: {value!r}")
+        # as client-go does: refuse timings that cannot keep the lease alive
+        if renew_interval + busy_timeout >= session_timeout:
+            raise ConfigurationError(
+                f"renew_interval ({renew_interval}) + busy_timeout ({busy_timeout}) must be"
+                f" shorter than session_timeout ({session_timeout})"
+            )
+        if poll_interval >= session_timeout:
+            raise ConfigurationError(
+                f"poll_interval ({poll_interval}) must be shorter than session_timeout"
+                f" ({session_timeout})"
+            )
+        if synchronous.lower() not in ("full", "normal"):
+            raise ConfigurationError(f"synchronous must be 'full' or 'normal': {synchronous!r}")
+        self._session_timeout = float(session_timeout)
+        self._poll_interval = float(poll_interval)
+        self._renew_interval = float(renew_interval)
+        self._busy_timeout = float(busy_timeout)
+        self._synchronous = synchronous.upper()
+        self._lock_dir = self._path + "-sessions"
+
+        self._state = "new"  # new -> started -> closed
+        # the connections are used only in worker threads, one at a time (their limiters)
+        self._ops: sqlite3.Connection | None = None  # user operations
+        self._bg: sqlite3.Connection | None = None  # renewals, reaping, polling
+        self._ops_limiter: anyio.CapacityLimiter | None = None
+        self._bg_limiter: anyio.CapacityLimiter | None = None
+        self._instance = ""
+        self._file_id: tuple[int, int] = (0, 0)
+        self._lock: tuple[int, str] | None = None  # our session's lock fd and file (bg thread)
+        self._peer_locks: dict[int, int | None] = {}  # other sessions' lock files (bg thread only)
+        self._session_id: int | None = None
+        self._last_contact = -math.inf
+        self._connected = False
+        self._cursor = 0  # the last change-log id delivered (bg thread)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._poke: anyio.Event | None = None  # wakes the poller (after our own writes)
+        self._wake: anyio.Event | None = None  # wakes the renewer (session or file gone)
+        self._reopen = False  # the file was replaced: open it again
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        parts = urlsplit(url)
+        if parts.scheme != "sqlite":
+            raise ConfigurationError(f"not a sqlite:// URL: {url!r}")
+        if parts.netloc not in ("", "localhost"):
+            raise ConfigurationError(
+                f"{url!r}: a sqlite URL names a file of this host by its absolute path:"
+                " sqlite:///path/to/ha.db (three slashes)"
+            )
+        if parts.fragment:
+            raise ConfigurationError(f"{url!r}: a sqlite URL has no #fragment")
+        path = unquote(parts.path) or str(default_path())
+        values: dict[str, Any] = {}
+        for key, text in parse_qsl(parts.query, keep_blank_values=True):
+            if key not in _OPTIONS:
+                raise ConfigurationError(
+                    f"{url!r}: unknown option {key!r}; known: {', '.join(_OPTIONS)}"
+                )
+            try:
+                values[key] = _OPTIONS[key](text)
+            except ValueError:
+                raise ConfigurationError(f"{url!r}: bad value for {key}: {text!r}") from None
+        for key in options:
+            if key not in _OPTIONS:
+                raise ConfigurationError(
+                    f"unknown sqlite option {key!r}; known: {', '.join(_OPTIONS)}"
+                )
+        values.update(options)
+        return cls(path, **values)
+
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"<SqliteDriver {self._path} session={self._session_id} {self._state}>"
+
+    # --- threads ------------------------------------------------------------------------------
+
+    async def _in_thread(
+        self, limiter: anyio.CapacityLimiter | None, fn: Callable[..., T], *args: Any
+    ) -> T:
+        if self._state != "started" or limiter is None:
+            raise SessionExpired(f"{self._path}: the driver is {self._state}, not started")
+        try:
+            return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
+        except sqlite3.Error as exc:
+            raise _map_error(exc, self._path) from exc
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._in_thread(self._ops_limiter, self._with_ops, fn, args)
+
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return await self._in_thread(self._ops_limiter, self._write_sync, fn, args)
+        finally:
+            if self._poke is not None:
+                self._poke.set()  # deliver our own changes' events without waiting a poll
+
+    def _with_ops(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        if self._ops is None:
+            raise SessionExpired(f"{self._path}: the driver is closed")
+        return fn(self._ops, *args)
+
+    def _write_sync(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        conn = self._ops
+        if conn is None:
+            raise SessionExpired(f"{self._path}: the driver is closed")
+        with _writing(conn) as now:
+            _expire_lapsed(conn, now)
+            return fn(conn, *args)
+
+    def _loop_time(self, monotonic: float) -> float:
+        """Map a CLOCK_MONOTONIC reading onto anyio.current_time(), never later than it was."""
+        # reading the loop clock first makes the offset, hence the result, err low
+        offset = anyio.current_time() - time.monotonic()
+        return monotonic + offset
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._state != "new":
+            raise ConfigurationError(f"{self!r} was already started")
+        self._ops_limiter = anyio.CapacityLimiter(1)
+        self._bg_limiter = anyio.CapacityLimiter(1)
+        try:
+            monotonic = await anyio.to_thread.run_sync(self._open, limiter=self._bg_limiter)
+        except sqlite3.Error as exc:
+            raise self._start_error(_map_error(exc, self._path)) from exc
+        except OSError as exc:
+            raise self._start_error(_os_error(exc, self._path, "open")) from exc
+        except HAError as exc:
+            raise self._start_error(exc) from exc
+        self._state = "started"
+        self._last_contact = self._loop_time(monotonic)
+        self._connected = True
+        self._poke = anyio.Event()
+        self._wake = anyio.Event()
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._renew_loop)
+        self._tg.start_soon(self._poll_loop)
+        self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._session_id))
+
+    def _start_error(self, exc: HAError) -> HAError:
+        self._state = "closed"
+        # a busy or unreachable file at start is Unavailable; other errors say what is wrong
+        return Unavailable(str(exc)) if isinstance(exc, ConnectionLost) else exc
+
+    def _open(self) -> float:
+        """Open the file and a session (worker thread). Returns the session's CLOCK_MONOTONIC."""
+        self._check_file()
+        try:
+            self._ops = _connect(self._path, self._busy_timeout, self._synchronous)
+            # renewals need no fsync: after a power loss no session survives anyway
+            self._bg = _connect(self._path, self._busy_timeout, "NORMAL")
+            self._instance = _prepare(self._ops, self._path)
+            stat = os.stat(self._path)
+            self._file_id = (stat.st_dev, stat.st_ino)
+            try:
+                os.makedirs(self._lock_dir, exist_ok=True)
+            except OSError as exc:
+                raise _os_error(exc, self._lock_dir, "create the session lock directory") from exc
+            monotonic = self._open_session()
+            row = self._bg.execute("SELECT coalesce(max(id), 0) FROM changes").fetchone()
+            self._cursor = int(row[0])
+            return monotonic
+        except BaseException:
+            self._close_files()
+            raise
+
+    def _check_file(self) -> None:
+        """Open the file ourselves first: errno says more than SQLite's messages do."""
+        try:
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise _os_error(exc, self._path, "open for writing") from exc
+        os.close(fd)
+        directory = os.path.dirname(self._path)
+        if not os.access(directory, os.W_OK):  # SQLite creates its -wal and -shm files there
+            raise AccessDenied(f"{self._path}: cannot write in its directory {directory}")
+
+    async def aclose(self) -> None:
+        if self._state != "started":
+            self._state = "closed"
+            return
+        self._state = "closing"
+        tg, self._tg = self._tg, None
+        try:
+            if tg is not None:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+        finally:
+            with anyio.CancelScope(shield=True):
+                sid = self._session_id
+                self._session_id = None
+                self._connected = False
+                try:
+                    # the ops limiter waits for any operation still running on that connection
+                    await anyio.to_thread.run_sync(self._shutdown, sid, limiter=self._ops_limiter)
+                finally:
+                    self._state = "closed"
+                    self._emit(ConnectionEvent(ConnectionState.CLOSED, sid))
+
+    def _shutdown(self, sid: int | None) -> None:
+        if sid is not None and self._bg is not None:
+            try:
+                with _writing(self._bg):
+                    _end_session(self._bg, sid)
+            except sqlite3.Error as exc:  # our lock goes below: others will reap the session
+                log.warning("%s: could not end session %s on close: %s", self._path, sid, exc)
+        self._close_files()
+
+    def _close_files(self) -> None:
+        self._release_own_lock()
+        for fd in self._peer_locks.values():
+            if fd is not None:
+                os.close(fd)
+        self._peer_locks.clear()
+        for conn in (self._ops, self._bg):
+            if conn is not None:
+                conn.close()
+        self._ops = self._bg = None
+
+    # --- session ------------------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> int | None:
+        return self._session_id
+
+    @property
+    def session_timeout(self) -> float:
+        return self._session_timeout
+
+    @property
+    def last_contact(self) -> float:
+        return self._last_contact
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    def _lock_path(self, sid: int) -> str:
+        return os.path.join(self._lock_dir, f"{self._instance}.{sid}.lock")
+
+    def _open_session(self) -> float:
+        """Insert our session row and lock its file before committing (bg thread)."""
+        conn = self._bg
+        assert conn is not None
+        lock: tuple[int, str] | None = None
+        try:
+            with _writing(conn) as now:
+                _expire_lapsed(conn, now)
+                sid = conn.execute(
+                    "INSERT INTO sessions (expires_at, timeout, pid, created) VALUES (?, ?, ?, ?)",
+                    (now + self._session_timeout, self._session_timeout, os.getpid(), time.time()),
+                ).lastrowid
+                assert sid is not None
+                self._sweep_lock_files(conn)
+                # others see the row only after COMMIT, by then its lock is held
+                path = self._lock_path(sid)
+                lock = (self._take_lock(path), path)
+        except BaseException:
+            if lock is not None:
+                _unlock(lock)
+            raise
+        self._lock = lock
+        self._session_id = sid
+        return now
+
+    def _take_lock(self, path: str) -> int:
+        for _ in range(100):
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise _os_error(exc, path, "create the session lock file") from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                # a sweeper may have unlinked the file between open and flock: then retry
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    return fd
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.EWOULDBLOCK):
+                    os.close(fd)
+                    raise _os_error(exc, path, "lock the session lock file") from exc
+            os.close(fd)
+        raise ConnectionLost(f"{path}: cannot lock the session lock file (held by another)")
+
+    def _release_own_lock(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            _unlock(lock)
+
+    def _sweep_lock_files(self, conn: sqlite3.Connection) -> None:
+        """Remove lock files nobody holds and no session owns (left by a crash mid-open)."""
+        live = {
+            f"{self._instance}.{sid}.lock" for (sid,) in conn.execute("SELECT id FROM sessions")
+        }
+        try:
+            names = os.listdir(self._lock_dir)
+        except OSError:
+            return
+        for name in names:
+            if not name.endswith(".lock") or name in live:
+                continue
+            path = os.path.join(self._lock_dir, name)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.unlink(path)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    def _peer_dead(self, sid: int) -> bool:
+        """Whether the kernel lock of another session is free, or its file gone (bg thread)."""
+        if sid not in self._peer_locks:
+            try:
+                self._peer_locks[sid] = os.open(self._lock_path(sid), os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self._peer_locks[sid] = None
+        fd = self._peer_locks[sid]
+        if fd is None:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # held until the session is reaped
+        except BlockingIOError:
+            return False
+        return True
+
+    def _check_same_file(self) -> None:
+        try:
+            stat = os.stat(self._path)
+        except FileNotFoundError:
+            stat = None
+        if stat is None or (stat.st_dev, stat.st_ino) != self._file_id:
+            raise _FileReplaced(f"{self._path} was deleted or replaced; opening it again")
+
+    def _renew(self, sid: int) -> tuple[bool, float]:
+        """Extend our lease (bg thread). False: the session is gone (its lock released)."""
+        conn = self._bg
+        assert conn is not None
+        self._check_same_file()
+        with _writing(conn) as now:
+            _expire_lapsed(conn, now)
+            updated = conn.execute(
+                "UPDATE sessions SET expires_at = ? WHERE id = ?",
+                (now + self._session_timeout, sid),
+            ).rowcount
+        if updated != 1:
+            self._release_own_lock()
+        return updated == 1, now
+
+    def _reopen_file(self) -> float:
+        """Drop the connections to a replaced file and open the new one (bg thread)."""
+        self._close_files()
+        return self._open()
+
+    async def _renew_loop(self) -> None:
+        retry = min(self._renew_interval, 0.1)
+        due = self._last_contact + self._renew_interval
+        while True:
+            assert self._wake is not None
+            with anyio.CancelScope(deadline=due):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+            due = anyio.current_time() + retry  # unless we hear from the file below
+            sid = self._session_id
+            if self._reopen or sid is None:
+                if await self._new_session():
+                    due = self._last_contact + self._renew_interval
+                continue
+            try:
+                alive, monotonic = await self._in_thread(self._bg_limiter, self._renew, sid)
+            except _FileReplaced as exc:
+                log.error("%s", exc)
+                self._reopen = True
+                self._lose_session(sid)
+                due = anyio.current_time()
+                continue
+            except DriverError as exc:
+                if self._connected:
+                    log.warning("%s: session %s lost contact: %s", self._path, sid, exc)
+                    self._connected = False
+                    self._emit(ConnectionEvent(ConnectionState.DISCONNECTED, sid))
+                continue
+            if alive:
+                self._last_contact = self._loop_time(monotonic)
+                due = self._last_contact + self._renew_interval
+                if not self._connected:
+                    self._connected = True
+                    self._emit(ConnectionEvent(ConnectionState.RECONNECTED, sid))
+            else:
+                log.warning("%s: session %s expired", self._path, sid)
+                self._lose_session(sid)
+                due = anyio.current_time()
+
+    def _lose_session(self, sid: int) -> None:
+        self._session_id = None
+        self._connected = False
+        self._emit(ConnectionEvent(ConnectionState.EXPIRED, sid))
+
+    async def _new_session(self) -> bool:
+        assert self._ops_limiter is not None
+        try:
+            if self._reopen:
+                # borrow the ops connection's token too: no operation may use it meanwhile
+                async with self._ops_limiter:
+                    monotonic = await self._in_thread(self._bg_limiter, self._reopen_file)
+                self._reopen = False
+            else:
+                monotonic = await self._in_thread(self._bg_limiter, self._open_session)
+        except HAError as exc:
+            log.warning("%s: cannot open a new session: %s", self._path, exc)
+            return False
+        self._last_contact = self._loop_time(monotonic)
+        self._connected = True
+        self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._session_id))
+        return True
+
+    # --- polling: reaping dead sessions and node events ------------------------------------------
+
+    async def _poll_loop(self) -> None:
+        while True:
+            assert self._poke is not None and self._wake is not None
+            with anyio.move_on_after(self._poll_interval):
+                await self._poke.wait()
+            self._poke = anyio.Event()
+            try:
+                events, own_gone = await self._in_thread(
+                    self._bg_limiter, self._poll, self._session_id, self.watched_paths()
+                )
+            except _FileReplaced:
+                self._wake.set()
+                continue
+            except HAError as exc:  # the renewer reports contact; just try again
+                log.debug("%s: poll failed: %s", self._path, exc)
+                continue
+            if own_gone:
+                self._wake.set()  # our session was expired: let the renewer see to it now
+            for path, kind in events:
+                if path in self._subscribers:
+                    self._emit(NodeEvent(path, NodeEventKind(kind)))
+            if len(events) >= MAX_CHANGES_PER_POLL:
+                self._poke.set()
+
+    def _poll(self, own: int | None, watched: list[str]) -> tuple[list[tuple[str, str]], bool]:
+        """Reap dead sessions, then read the changes after the cursor (bg thread).
+
+        Returns the changes (path, kind) and whether our own session is gone.
+        """
+        conn = self._bg
+        if conn is None:  # being reopened
+            return [], False
+        self._check_same_file()
+        own_gone = self._reap(conn, own)
+        with _reading(conn):
+            trimmed = conn.execute(
+                "SELECT value FROM meta WHERE key = 'trimmed_through'"
+            ).fetchone()[0]
+            if self._cursor < trimmed:
+                return self._resync(conn, watched), own_gone
+            rows = conn.execute(
+                "SELECT id, path, kind FROM changes WHERE id > ? ORDER BY id LIMIT ?",
+                (self._cursor, MAX_CHANGES_PER_POLL),
+            ).fetchall()
+        if rows:
+            self._cursor = rows[-1][0]
+        return [(path, kind) for _, path, kind in rows], own_gone
+
+    def _resync(self, conn: sqlite3.Connection, watched: list[str]) -> list[tuple[str, str]]:
+        """This poller fell behind the trimmed log: report each watched path's current state."""
+        log.warning("%s: change log trimmed past this poller; resyncing", self._path)
+        events = []
+        for path in watched:
+            row = conn.execute("SELECT czxid FROM nodes WHERE path = ?", (path,)).fetchone()
+            if row is None:
+                events.append((path, DELETED))
+            else:
+                events.append((path, CREATED if row[0] > self._cursor else CHANGED))
+        self._cursor = conn.execute("SELECT coalesce(max(id), 0) FROM changes").fetchone()[0]
+        return events
+
+    def _reap(self, conn: sqlite3.Connection, own: int | None) -> bool:
+        """Expire the sessions whose process died or whose lease ran out.
+
+        Returns whether our own session is missing from the table.
+        """
+        now = time.monotonic()
+        sessions = conn.execute("SELECT id, expires_at FROM sessions").fetchall()
+        present = {sid for sid, _ in sessions}
+        for sid in [s for s in self._peer_locks if s not in present]:
+            fd = self._peer_locks.pop(sid)
+            if fd is not None:
+                os.close(fd)
+        dead = [
+            sid
+            for sid, expires in sessions
+            if sid != own and (expires < now or self._peer_dead(sid))
+        ]
+        if dead:
+            with _writing(conn) as now:
+                _expire_lapsed(conn, now)
+                for sid in dead:
+                    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone():
+                        log.info("%s: session %s is dead; expiring it", self._path, sid)
+                        _end_session(conn, sid)
+            for sid in dead:
+                fd = self._peer_locks.pop(sid, None)
+                if fd is not None:  # remove the file while we still hold its lock
+                    _unlock((fd, self._lock_path(sid)))
+        return own is not None and own not in present
+
+    # --- nodes ------------------------------------------------------------------------------------
+
+    def _owner(self) -> int:
+        sid = self._session_id
+        if sid is None:
+            raise SessionExpired(f"{self._path}: no session (it expired; a new one is opening)")
+        return sid
+
+    async def create(
+        self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
+    ) -> str:
+        validate_path(path)
+        _check_data(data)
+        owner = self._owner() if ephemeral else None
+        if path == "/":
+            raise NodeExists(path)
+        return await self._write(_create, path, data, owner, makepath)
+
+    async def get(self, path: str) -> tuple[bytes, Stat]:
+        validate_path(path)
+        return await self._read(_get, path)
+
+    async def exists(self, path: str) -> Stat | None:
+        validate_path(path)
+        return await self._read(_exists, path)
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
+        validate_path(path)
+        _check_data(data)
+        return await self._write(_set, path, data, version)
+
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        validate_path(path)
+        if path == "/":
+            raise ConfigurationError("the root node cannot be deleted")
+        await self._write(_delete, path, version, recursive)
+
+    async def children(self, path: str) -> list[str]:
+        validate_path(path)
+        return await self._read(_children, path)
+
+    async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
+        ops = list(ops)
+        owner: int | None = None
+        for op in ops:
+            if not isinstance(op, Check | Create | SetData | Delete):
+                raise ConfigurationError(f"not a transaction operation: {op!r}")
+            validate_path(op.path)
+            if isinstance(op, Create | SetData):
+                _check_data(op.data)
+            if isinstance(op, Create) and op.ephemeral:
+                owner = self._owner()
+            if isinstance(op, Delete) and op.path == "/":
+                raise ConfigurationError("the root node cannot be deleted")
+        if not ops:
+            return []
+        return await self._write(_transact, ops, owner)
+
+
+def _transact(
+    conn: sqlite3.Connection, ops: list[Op], owner: int | None
+) -> list[str | Stat | None]:
+    results: list[str | Stat | None] = []
+    for index, op in enumerate(ops):
+        try:
+            results.append(_apply(conn, op, owner))
+        except (NoNode, NodeExists, BadVersion, NotEmpty) as exc:
+            raise TransactionFailed(index, exc) from exc
+    return results
+
+
+class _FileReplaced(SessionExpired):
+    """The path now names another file than the one this driver opened."""
+
+
+def _unlock(lock: tuple[int, str]) -> None:
+    """Remove a session lock file, then release it (whoever opened it meanwhile sees it free)."""
+    fd, path = lock
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    os.close(fd)
+
+
+def _check_data(data: object) -> None:
+    if not isinstance(data, bytes):
+        raise ConfigurationError(f"node data must be bytes, not {type(data).__name__}")
