@@ -1,0 +1,180 @@
+"""Fenced metadata stores: what a new leader needs to recover (Flink's HA stores).
+
+Every write is one backend transaction that first checks the writer's epoch node
+(``lease.fence_ops()``), so a deposed leader's late write fails with ``Fenced`` and changes
+nothing (see ``fencing``). Reads need no lease: open a store with ``lease=None`` to read only.
+Stored bytes that do not decode raise ``CorruptData`` naming the path; they are never replaced
+or deleted by the stores.
+
+Layout of one cluster under the coordination backend (``prefix`` defaults to ``/ha``)::
+
+    <prefix>/<cluster_id>/
+        job-results/<job_id>                      {"format": "ha.job-result", state dirty|clean}
+        running-jobs/<job_id>                     {"format": "ha.running-job", status}
+        execution-plans/<job_id>                  state handle -> blob "execution-plans/<job_id>/<uuid>"
+        execution-plans/<job_id>/locks/<owner>    ephemeral lock of each store instance using it
+        checkpoints/<job_id>/counter              {"format": "ha.checkpoint-counter", next}
+        checkpoints/<job_id>/completed/<id:019d>  state handle -> blob "checkpoints/<job_id>/<id>/<uuid>"
+        checkpoints/<job_id>/completed/<id>/locks/<owner>
+        state/<namespace>/<name>[/locks/<owner>]  generic state handles
+        leader/..., election/...                  owned by ha.services, not by the stores
+
+Blobs live outside the backend, in a ``BlobStore`` (``FileBlobStore(<blob_dir>/<cluster_id>)``
+by default); state handle nodes hold only their key, size and SHA-256.
+
+``Stores(driver, cluster_id, blobs=..., lease=...)`` opens all of them for one leadership term;
+``close()`` releases this instance's locks and keeps every byte; ``close_and_cleanup_all_data()``
+removes the stores' subtrees and every blob of the cluster (fenced, children first).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+from ..drivers.base import Delete, Driver, Op
+from ..errors import NoNode, NotEmpty, TransactionFailed
+from ..lease import Lease
+from .blobs import BlobRef, BlobStore, FileBlobStore, MemoryBlobStore
+from .checkpoints import CheckpointIdCounter, CheckpointStore, CompletedCheckpoint
+from .execution_plans import ExecutionPlanStore
+from .fencing import PossiblyInconsistent, Writer
+from .job_results import JobOutcome, JobResult, JobResultEntry, JobResultStore
+from .layout import STORE_DIRS, Layout
+from .running_jobs import RunningJobsRegistry, RunStatus
+from .state_handles import StateHandle, StateHandleStore
+
+__all__ = (
+    "STORE_DIRS",
+    "BlobRef",
+    "BlobStore",
+    "CheckpointIdCounter",
+    "CheckpointStore",
+    "CompletedCheckpoint",
+    "ExecutionPlanStore",
+    "FileBlobStore",
+    "JobOutcome",
+    "JobResult",
+    "JobResultEntry",
+    "JobResultStore",
+    "Layout",
+    "MemoryBlobStore",
+    "PossiblyInconsistent",
+    "RunStatus",
+    "RunningJobsRegistry",
+    "StateHandle",
+    "StateHandleStore",
+    "Stores",
+)
+
+_BATCH = 100  # deletes per fenced transaction when removing everything
+
+
+class Stores:
+    """All stores of one cluster, for one leadership term (``lease``) or read-only (None).
+
+    ``blobs`` is a ``BlobStore`` or a directory; a directory gets a ``FileBlobStore`` in its
+    ``<cluster_id>`` subdirectory. One lock owner name is shared by every store of the instance.
+    """
+
+    def __init__(
+        self,
+        driver: Driver,
+        cluster_id: str,
+        *,
+        blobs: BlobStore | str | os.PathLike[str],
+        lease: Lease | None = None,
+        prefix: str = "/ha",
+        max_retained_checkpoints: int = 1,
+        lock_owner: str | None = None,
+    ) -> None:
+        self.layout = Layout(cluster_id, prefix)
+        self.driver = driver
+        self.lease = lease
+        self.lock_owner = lock_owner or uuid.uuid4().hex
+        if isinstance(blobs, str | os.PathLike):
+            blobs = FileBlobStore(Path(blobs) / cluster_id)
+        self.blobs: BlobStore = blobs
+        self.max_retained_checkpoints = max_retained_checkpoints
+        self.job_results = JobResultStore(driver, self.layout, lease=lease)
+        self.running_jobs = RunningJobsRegistry(driver, self.layout, lease=lease)
+        self.execution_plans = ExecutionPlanStore(
+            driver, self.layout, self.blobs, lease=lease, lock_owner=self.lock_owner
+        )
+        self._checkpoints: dict[str, CheckpointStore] = {}
+        self._counters: dict[str, CheckpointIdCounter] = {}
+        self._state: dict[str, StateHandleStore] = {}
+
+    def checkpoints(self, job_id: str) -> CheckpointStore:
+        store = self._checkpoints.get(job_id)
+        if store is None:
+            store = self._checkpoints[job_id] = CheckpointStore(
+                self.driver,
+                self.layout,
+                job_id,
+                self.blobs,
+                lease=self.lease,
+                max_retained=self.max_retained_checkpoints,
+                lock_owner=self.lock_owner,
+            )
+        return store
+
+    def checkpoint_ids(self, job_id: str) -> CheckpointIdCounter:
+        counter = self._counters.get(job_id)
+        if counter is None:
+            counter = self._counters[job_id] = CheckpointIdCounter(
+                self.driver, self.layout, job_id, lease=self.lease
+            )
+        return counter
+
+    def state_handles(self, namespace: str) -> StateHandleStore:
+        store = self._state.get(namespace)
+        if store is None:
+            store = self._state[namespace] = StateHandleStore(
+                self.driver,
+                self.layout.state(namespace),
+                self.blobs,
+                lease=self.lease,
+                lock_owner=self.lock_owner,
+                blob_prefix=f"state/{namespace}",
+            )
+        return store
+
+    async def close(self) -> None:
+        """Release this instance's locks; all data stays for the next leader."""
+        await self.execution_plans.close()
+        for store in self._checkpoints.values():
+            await store.close()
+        for handles in self._state.values():
+            await handles.close()
+
+    async def close_and_cleanup_all_data(self) -> None:
+        """Remove every node of the stores and every blob of the cluster (fenced)."""
+        writer = Writer(self.driver, self.lease)
+        for attempt in range(5):
+            ops: list[Op] = []
+            for top in self.layout.store_dirs():
+                ops.extend(Delete(path) for path in await _post_order(self.driver, top))
+            try:
+                for start in range(0, len(ops), _BATCH):
+                    await writer.commit(ops[start : start + _BATCH])
+                break
+            except TransactionFailed as exc:
+                # a lock came or went between listing and deleting: list again
+                if attempt == 4 or not isinstance(exc.cause, NoNode | NotEmpty):
+                    raise exc.cause from exc
+        await self.blobs.delete_all()
+
+
+async def _post_order(driver: Driver, path: str) -> list[str]:
+    """``path`` and everything under it, children before parents; [] if absent."""
+    try:
+        names = await driver.children(path)
+    except NoNode:
+        return []
+    found: list[str] = []
+    for name in names:
+        found.extend(await _post_order(driver, f"{path}/{name}"))
+    found.append(path)
+    return found

@@ -1,0 +1,144 @@
+"""Fenced writes: every write of a store is one transaction that starts with the lease's check.
+
+The leader's ``Lease`` names the epoch node and the version this leader wrote to it. A store
+write is ``driver.transaction([*lease.fence_ops(), *ops])``: the backend applies it only while
+the epoch node still has that version, so once a newer leader has bumped the epoch, a late write
+of the old one fails at the fence and changes nothing (Kafka's controller epoch, Flink's
+leader-session-guarded writes). A failure at a fence op becomes ``Fenced`` and is reported to
+the elector through ``lease.report_fenced()``; a failure at a later op is re-raised as
+``TransactionFailed`` indexed from the caller's first op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..drivers.base import Create, Delete, Driver, Op, SetData, Stat, parent_of
+from ..errors import (
+    BadVersion,
+    ConfigurationError,
+    ConnectionLost,
+    Fenced,
+    NodeExists,
+    NoNode,
+    TransactionFailed,
+)
+from ..lease import Lease
+
+__all__ = ("PossiblyInconsistent", "Writer")
+
+
+class PossiblyInconsistent(ConnectionLost):
+    """A write's outcome is unknown (contact was lost while it ran); its payload was kept.
+
+    Flink's ``PossibleInconsistentStateException``: the transaction may or may not have been
+    applied, so the blob it points to must not be discarded. Read the entry back to find out.
+    ``path`` is the entry's node; ``blob`` the kept payload's key (or None).
+    """
+
+    def __init__(self, path: str, cause: BaseException, blob: str | None = None) -> None:
+        kept = f"; payload {blob} kept" if blob else ""
+        super().__init__(f"outcome of the write to {path} is unknown ({cause}){kept}")
+        self.path = path
+        self.blob = blob
+
+
+class Writer:
+    """One store's way to write: fenced transactions under a lease, on one driver.
+
+    It also remembers which container nodes exist so that a write can create missing parents
+    inside its own (fenced) transaction instead of with an unfenced ``ensure_path``.
+    """
+
+    def __init__(self, driver: Driver, lease: Lease | None) -> None:
+        self.driver = driver
+        self._lease = lease
+        self._known: set[str] = {"/"}
+
+    @property
+    def lease(self) -> Lease:
+        if self._lease is None:
+            raise ConfigurationError(
+                "this store was opened without a lease (read-only); writes need the active's lease"
+            )
+        return self._lease
+
+    async def commit(self, ops: Sequence[Op]) -> list[str | Stat | None]:
+        """Apply ``ops`` behind the fence, atomically. An empty ``ops`` only checks the fence."""
+        lease = self.lease
+        fence = lease.fence_ops()
+        try:
+            results = await self.driver.transaction([*fence, *ops])
+        except TransactionFailed as exc:
+            self._known = {"/"}  # a stale container may be why; look again next time
+            if exc.index < len(fence):
+                lease.report_fenced()
+                raise Fenced(
+                    f"epoch {lease.epoch} of {lease.election!r} is no longer the newest "
+                    f"({lease.epoch_path}: {exc.cause})"
+                ) from exc
+            raise TransactionFailed(exc.index - len(fence), exc.cause) from exc
+        for op in ops:
+            if isinstance(op, Create) and not op.ephemeral:
+                self._known.add(op.path)
+            elif isinstance(op, Delete):
+                self._known.discard(op.path)
+        return results[len(fence) :]
+
+    async def parent_ops(self, path: str) -> list[Op]:
+        """Ops that create whichever ancestors of ``path`` are missing, topmost first."""
+        missing: list[str] = []
+        parent = parent_of(path)
+        while parent not in self._known:
+            if await self.driver.exists(parent) is not None:
+                self._known.add(parent)
+                break
+            missing.append(parent)
+            parent = parent_of(parent)
+        return [Create(p) for p in reversed(missing)]
+
+    async def create(self, path: str, data: bytes) -> None:
+        """Create the node (and missing parents), fenced. NodeExists if it exists."""
+        for attempt in range(3):
+            ops = [*await self.parent_ops(path), Create(path, data)]
+            try:
+                await self.commit(ops)
+                return
+            except TransactionFailed as exc:
+                if attempt < 2 and _raced(exc.cause, path):
+                    continue
+                raise exc.cause from exc
+
+    async def put(self, path: str, data: bytes) -> None:
+        """Create or overwrite the node (and missing parents), fenced."""
+        for attempt in range(3):
+            stat = await self.driver.exists(path)
+            if stat is None:
+                ops = [*await self.parent_ops(path), Create(path, data)]
+            else:
+                ops = [SetData(path, data, stat.version)]
+            try:
+                await self.commit(ops)
+                return
+            except TransactionFailed as exc:
+                # created, deleted or changed between our look and our write: look again
+                if attempt < 2 and isinstance(exc.cause, (NoNode, NodeExists, BadVersion)):
+                    continue
+                raise exc.cause from exc
+
+    async def delete(self, path: str) -> bool:
+        """Delete the node, fenced; False if it was absent."""
+        try:
+            await self.commit([Delete(path)])
+        except TransactionFailed as exc:
+            if isinstance(exc.cause, NoNode):  # the fence held (it is checked first)
+                return False
+            raise exc.cause from exc
+        return True
+
+
+def _raced(cause: BaseException, path: str) -> bool:
+    """A parent container created or removed by someone else between our look and our write."""
+    if isinstance(cause, NoNode):
+        return True
+    return isinstance(cause, NodeExists) and cause.path != path
