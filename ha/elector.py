@@ -155,7 +155,9 @@ class Elector:
         self.lock_path = f"{path}/lock"
         self.breadcrumb_path = f"{path}/breadcrumb"
         self.epoch_path = f"{path}/epoch"
-        self._journal = JournalWriter(journal) if isinstance(journal, str) else journal
+        # a path is opened for each run and closed after it; a writer given is the caller's
+        self._journal_spec = journal
+        self._journal: JournalWriter | None = None
         self._rng = random.Random(seed)
         self._machine = m.Machine(
             self.identity,
@@ -166,6 +168,7 @@ class Elector:
         self._lease: Lease | None = None
         self._send: MemoryObjectSendStream[m.Input] | None = None
         self._watchers: list[MemoryObjectSendStream[Transition]] = []
+        self._listeners: list[Callable[[Transition], None]] = []
         self._lead_scope: anyio.CancelScope | None = None
         self._lead_done: anyio.Event | None = None
         self._backoff_at: tuple[float, int] | None = None
@@ -196,6 +199,10 @@ class Elector:
             "transitions": {f"{a}->{b}": n for (a, b), n in sorted(self.counts.items())},
         }
 
+    def add_listener(self, callback: Callable[[Transition], None]) -> None:
+        """Call ``callback(transition)`` synchronously on every transition (must not block)."""
+        self._listeners.append(callback)
+
     @asynccontextmanager
     async def transitions(self) -> AsyncIterator[MemoryObjectReceiveStream[Transition]]:
         """A stream of every transition from now on: ``async for t in stream``."""
@@ -219,6 +226,9 @@ class Elector:
             raise RuntimeError("this elector is already running")
         send, receive = anyio.create_memory_object_stream[m.Input](math.inf)
         self._send = send
+        error: str | None = None
+        spec = self._journal_spec
+        self._journal = JournalWriter(spec) if isinstance(spec, str) else spec
         subs = [
             self.driver.subscribe(None, self._on_connection),
             self.driver.subscribe(self.lock_path, self._on_lock),
@@ -232,7 +242,7 @@ class Elector:
                         self._feed(m.Connected(sid))
                     self._feed(m.Joined())
                     task_status.started(self)
-                    await self._loop(tg, contender, receive)
+                    error = await self._loop(tg, contender, receive)
                     tg.cancel_scope.cancel()
         finally:
             for sub in subs:
@@ -244,6 +254,10 @@ class Elector:
                     with anyio.move_on_after(1.0):
                         await self._release_lock(self._machine.session)
             self._send = None
+            if isinstance(spec, str) and self._journal is not None:
+                self._journal.close()
+        if error is not None:  # raised outside the task group: a plain exception, not a group
+            raise ElectionFailed(f"election {self.path} as {self.identity!r} failed: {error}")
 
     # --- event intake -------------------------------------------------------------------------
 
@@ -291,7 +305,8 @@ class Elector:
         tg: anyio.abc.TaskGroup,
         contender: object,
         receive: MemoryObjectReceiveStream[m.Input],
-    ) -> None:
+    ) -> str | None:
+        """Run until the machine finishes; return its fatal error, if any."""
         outcomes: deque[m.Input] = deque()
         while True:
             event = await self._next_input(receive, outcomes)
@@ -299,11 +314,7 @@ class Elector:
                 self._backoff_at = None
             for effect in self._machine.handle(event):
                 if isinstance(effect, m.Finish):
-                    if effect.error is not None:
-                        raise ElectionFailed(
-                            f"election {self.path} as {self.identity!r} failed: {effect.error}"
-                        )
-                    return
+                    return effect.error
                 outcome = await self._execute(effect, tg, contender)
                 if outcome is not None:
                     outcomes.append(outcome)
@@ -613,6 +624,11 @@ class Elector:
         )
         if self._journal is not None:
             self._journal.write(transition)
+        for listener in self._listeners:
+            try:
+                listener(transition)
+            except Exception:
+                log.exception("%s: transition listener raised", self.path)
         for watcher in list(self._watchers):
             try:
                 watcher.send_nowait(transition)

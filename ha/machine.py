@@ -616,7 +616,9 @@ class Machine:
             if self.phase not in (Phase.IDLE, Phase.CONNECTING, Phase.OFFLINE):
                 effects.append(ReleaseLock(self.session))
         self.epoch = None
-        effects = self._go(Phase.DONE, "quit", effects)
+        effects = self._go(
+            Phase.DONE, "quit (fence requested)" if event.need_fence else "quit", effects
+        )
         effects.append(Finish())
         return effects
 

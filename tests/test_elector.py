@@ -1,0 +1,384 @@
+"""Scenario tests of the elector on the memory backend, written from the behaviour.
+
+Every test runs under asyncio and trio. Waiting is done by polling for a condition with a
+generous bound (a liveness bound, not a timing assertion).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import ha
+from ha.drivers.memory import MemoryCluster, MemoryDriver
+from ha.errors import ConfigurationError, CorruptData, ElectionFailed
+from ha.machine import Breadcrumb, decode_breadcrumb, encode_breadcrumb
+from ha.testing import History, Recorder, check_history
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 0.3
+FAST = ha.Timing(backoff=ha.Backoff(initial=0.005, maximum=0.05), hook_timeout=0.5)
+
+
+async def wait_for(cond: Callable[[], bool], within: float = 5.0) -> None:
+    with anyio.fail_after(within):
+        while not cond():
+            await anyio.sleep(0.005)
+
+
+class Node:
+    def __init__(self, name: str, driver: MemoryDriver, elector: ha.Elector, rec: Recorder):
+        self.name, self.driver, self.elector, self.rec = name, driver, elector, rec
+        self.scope = anyio.CancelScope()
+        self.error: BaseException | None = None
+        self.done = anyio.Event()
+
+    @property
+    def state(self) -> ha.State:
+        return self.elector.state
+
+
+class Cluster:
+    def __init__(self, tg: anyio.abc.TaskGroup, stack: AsyncExitStack, name: str) -> None:
+        self.tg, self.stack, self.name = tg, stack, name
+        self.history = History()
+        self.nodes: list[Node] = []
+
+    async def add(self, name: str, timing: ha.Timing = FAST, **kw: Any) -> Node:
+        driver = MemoryDriver(self.name, session_timeout=kw.pop("session_timeout", TIMEOUT))
+        await self.stack.enter_async_context(driver)
+        elector = ha.Elector(driver, "/svc", name, timing=timing, **kw)
+        rec = Recorder(name, self.history)
+        node = Node(name, driver, elector, rec)
+
+        elector.add_listener(self.history.transition)
+
+        async def run() -> None:
+            with node.scope:
+                try:
+                    await elector.run(rec)
+                except Exception as exc:
+                    node.error = exc
+            node.done.set()
+
+        self.tg.start_soon(run)
+        self.nodes.append(node)
+        return node
+
+    def active(self) -> list[Node]:
+        return [n for n in self.nodes if n.state is ha.State.ACTIVE]
+
+    def settled(self) -> bool:
+        live = [n for n in self.nodes if not n.done.is_set()]
+        return len(self.active()) == 1 and all(
+            n.state in (ha.State.ACTIVE, ha.State.STANDBY) for n in live
+        )
+
+    def crash(self, node: Node) -> None:
+        self.history.add(node.name, "crash")
+        node.driver.crash()
+        node.scope.cancel()
+
+
+@asynccontextmanager
+async def cluster() -> AsyncIterator[Cluster]:
+    name = f"elector-{id(object())}"
+    # the drivers are closed (stack) before the task group ends: proper nesting
+    async with anyio.create_task_group() as tg, AsyncExitStack() as stack:
+        c = Cluster(tg, stack, name)
+        try:
+            yield c
+        finally:
+            for n in c.nodes:
+                n.elector.quit()
+            with anyio.move_on_after(2):
+                for n in c.nodes:
+                    await n.done.wait()
+            tg.cancel_scope.cancel()
+    MemoryCluster.drop(name)
+    check_history(c.history)
+
+
+async def test_three_electors_settle_with_one_active() -> None:
+    async with cluster() as c:
+        for name in "abc":
+            await c.add(name)
+        await wait_for(c.settled)
+        [leader] = c.active()
+        assert leader.elector.lease is not None and leader.elector.lease.epoch == 1
+        assert [n.rec.leases for n in c.nodes if n is not leader] == [[], []]
+
+
+async def test_graceful_quit_hands_over_without_fencing() -> None:
+    async with cluster() as c:
+        for name in "abc":
+            await c.add(name)
+        await wait_for(c.settled)
+        [old] = c.active()
+        old.elector.quit()
+        await old.done.wait()
+        await wait_for(lambda: len(c.active()) == 1)
+        [new] = c.active()
+        assert new is not old and new.elector.lease and new.elector.lease.epoch == 2
+        assert not [e for e in c.history.events if e.kind == "fence"]
+
+
+async def test_quit_with_fence_makes_the_next_active_fence() -> None:
+    async with cluster() as c:
+        a = await c.add("a")
+        await wait_for(c.settled)
+        b = await c.add("b")
+        await wait_for(lambda: b.state is ha.State.STANDBY)
+        a.elector.quit(need_fence=True)
+        await wait_for(lambda: b.state is ha.State.ACTIVE)
+        [fence] = [e for e in c.history.events if e.kind == "fence"]
+        assert fence.identity == "b" and fence.detail["old"] == "a" and fence.epoch == 1
+
+
+async def test_crashed_active_is_fenced_and_replaced() -> None:
+    async with cluster() as c:
+        a = await c.add("a")
+        await wait_for(c.settled)
+        b = await c.add("b")
+        await wait_for(lambda: b.state is ha.State.STANDBY)
+        c.crash(a)
+        await wait_for(lambda: b.state is ha.State.ACTIVE)
+        assert any(e.kind == "fence" and e.detail["old"] == "a" for e in c.history.events)
+
+
+async def test_partitioned_active_stops_before_the_standby_starts() -> None:
+    async with cluster() as c:
+        a = await c.add("a")
+        await wait_for(c.settled)
+        b = await c.add("b")
+        await wait_for(lambda: b.state is ha.State.STANDBY)
+        a.driver.partition()
+        await wait_for(lambda: b.state is ha.State.ACTIVE)
+        stop_a = [e for e in c.history.events if e.kind == "stop" and e.identity == "a"]
+        start_b = [e for e in c.history.events if e.kind == "start" and e.identity == "b"]
+        assert stop_a and start_b and stop_a[0].t < start_b[0].t
+        a.driver.heal()
+        await wait_for(lambda: a.state is ha.State.STANDBY)
+
+
+async def test_hold_policy_rides_out_a_short_disconnect() -> None:
+    hold = ha.Timing(hold_on_disconnect=True, backoff=FAST.backoff)
+    async with cluster() as c:
+        a = await c.add("a", timing=hold, session_timeout=2.0)
+        await wait_for(c.settled)
+        lease = a.elector.lease
+        a.driver.disconnect()
+        await anyio.sleep(0.05)
+        assert a.state is ha.State.ACTIVE and lease is not None and lease.valid
+        a.driver.reconnect()
+        await wait_for(lambda: a.elector._machine.phase.value == "active")
+        assert a.elector.lease is lease and lease.valid
+        assert [e.kind for e in c.history.events if e.kind in ("start", "stop")] == ["start"]
+
+
+async def test_default_policy_stops_at_once_on_disconnect() -> None:
+    async with cluster() as c:
+        a = await c.add("a", session_timeout=2.0)
+        await wait_for(c.settled)
+        lease = a.elector.lease
+        assert lease is not None
+        a.driver.disconnect()
+        await wait_for(lambda: a.state is ha.State.NEUTRAL)
+        assert not lease.valid
+        assert [e.kind for e in c.history.events if e.kind in ("start", "stop")] == [
+            "start",
+            "stop",
+        ]
+        a.driver.reconnect()
+        await wait_for(lambda: a.state is ha.State.ACTIVE)
+        assert a.elector.lease is not None and a.elector.lease.epoch == 2  # a new epoch
+
+
+async def test_session_expiry_of_the_active_fences_it() -> None:
+    async with cluster() as c:
+        a = await c.add("a")
+        await wait_for(c.settled)
+        b = await c.add("b")
+        await wait_for(lambda: b.state is ha.State.STANDBY)
+        seen: list[ha.State] = []
+        async with a.elector.transitions() as stream:
+            c.history.add("a", "expire")
+            a.driver.expire()
+            await wait_for(lambda: b.state is ha.State.ACTIVE)
+            while len(seen) < 2:
+                seen.append((await stream.receive()).new)
+        assert seen[0] is ha.State.FENCED
+
+
+async def test_failing_become_active_lets_another_take_over() -> None:
+    async with cluster() as c:
+        a = await c.add("a")
+        a.rec.fail_active = 100
+        await wait_for(lambda: bool(a.rec.leases))
+        b = await c.add("b")
+        await wait_for(lambda: b.state is ha.State.ACTIVE)
+
+
+async def test_refused_fencing_blocks_the_takeover_until_it_succeeds() -> None:
+    async with cluster() as c:
+        a = await c.add("a")
+        await wait_for(c.settled)
+        b = await c.add("b")
+        await wait_for(lambda: b.state is ha.State.STANDBY)
+        b.rec.refuse_fence = 2
+        c.crash(a)
+        await wait_for(lambda: b.state is ha.State.ACTIVE)
+        fences = [e for e in c.history.events if e.kind == "fence"]
+        assert len(fences) == 3 and b.rec.leases[0].epoch == 2
+
+
+async def test_hanging_hooks_are_bounded() -> None:
+    async with cluster() as c:
+        a = await c.add("a")
+        await wait_for(c.settled)
+        b = await c.add("b")
+        b.rec.hang_hooks = True
+        await wait_for(lambda: b.state is ha.State.STANDBY)
+        a.elector.quit()
+        await wait_for(lambda: b.state is ha.State.ACTIVE)
+
+
+async def test_corrupt_breadcrumb_is_handed_to_fencing_as_is() -> None:
+    raw = b"\x00\xff not a breadcrumb"
+    async with cluster() as c:
+        seed = MemoryDriver(c.name)
+        async with seed:
+            await seed.create("/svc/breadcrumb", raw, makepath=True)
+        a = await c.add("a")
+        await wait_for(c.settled)
+        [fence] = [e for e in c.history.events if e.kind == "fence"]
+        assert bytes.fromhex(fence.detail["raw"]) == raw and fence.detail["old"] is None
+
+
+async def test_corrupt_epoch_is_a_clear_fatal_error() -> None:
+    async with cluster() as c:
+        seed = MemoryDriver(c.name)
+        async with seed:
+            await seed.create("/svc/epoch", b"seven", makepath=True)
+        a = await c.add("a")
+        await a.done.wait()
+        assert isinstance(a.error, ElectionFailed)
+        assert "/svc/epoch" in str(a.error) and "seven" in str(a.error)
+
+
+async def test_foreign_lock_node_makes_standby() -> None:
+    async with cluster() as c:
+        seed = await c.stack.enter_async_context(MemoryDriver(c.name))
+        await seed.create("/svc/lock", b"\xfe\xfeforeign", makepath=True)
+        a = await c.add("a")
+        await wait_for(lambda: a.state is ha.State.STANDBY)
+        await seed.delete("/svc/lock")
+        await wait_for(lambda: a.state is ha.State.ACTIVE)
+
+
+async def test_transient_faults_are_retried() -> None:
+    async with cluster() as c:
+        a = await c.add("a")
+        a.driver.fail_next(3)
+        await wait_for(lambda: a.state is ha.State.ACTIVE)
+
+
+async def test_fatal_driver_error_calls_on_fatal_error() -> None:
+    called: list[Exception] = []
+
+    class Fatalist(Recorder):
+        async def on_fatal_error(self, error: Exception) -> None:
+            called.append(error)
+
+    async with cluster() as c:
+        driver = MemoryDriver(c.name)
+        async with driver:
+            driver.fail_next(1, transient=False)
+            elector = ha.Elector(driver, "/svc", "a", timing=FAST)
+            with pytest.raises(ElectionFailed, match="injected fatal fault"):
+                await elector.run(Fatalist("a", c.history))
+        assert len(called) == 1
+
+
+async def test_epoch_superseded_report_fences_the_active() -> None:
+    async with cluster() as c:
+        a = await c.add("a")
+        await wait_for(c.settled)
+        lease = a.elector.lease
+        assert lease is not None
+        lease.report_fenced()
+        await wait_for(lambda: a.state is not ha.State.ACTIVE)
+        assert not lease.valid
+        await wait_for(lambda: a.state is ha.State.ACTIVE)
+        assert a.elector.lease is not None and a.elector.lease.epoch == 2
+
+
+async def test_fenced_writes_fail_after_a_new_epoch() -> None:
+    async with cluster() as c:
+        a = await c.add("a")
+        await wait_for(c.settled)
+        old = a.elector.lease
+        assert old is not None
+        ops = old.fence_ops() + [ha.drivers.base.Create("/svc/out", b"1")]
+        await a.driver.transaction(ops)
+        b = await c.add("b")
+        await wait_for(lambda: b.state is ha.State.STANDBY)
+        c.crash(a)
+        await wait_for(lambda: b.state is ha.State.ACTIVE)
+        with pytest.raises(ha.errors.TransactionFailed) as info:
+            await b.driver.transaction(old.fence_ops() + [ha.drivers.base.Create("/svc/x")])
+        assert info.value.index == 0
+
+
+async def test_breadcrumb_carries_identity_epoch_and_data() -> None:
+    async with cluster() as c:
+        await c.add("a", data=b"http://a:8080")
+        await wait_for(c.settled)
+        probe = MemoryDriver(c.name)
+        async with probe:
+            raw, _ = await probe.get("/svc/breadcrumb")
+            assert decode_breadcrumb(raw) == Breadcrumb(b"a", 1, b"http://a:8080")
+            assert (await probe.get("/svc/epoch"))[0] == b"1"
+
+
+async def test_journal_and_task_group_start(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    async with MemoryDriver(f"j-{id(path)}") as driver, anyio.create_task_group() as tg:
+        elector = ha.Elector(driver, "/svc", b"a", journal=str(path), timing=FAST)
+        started = await tg.start(elector.run, Recorder("a", History()))
+        assert started is elector
+        await wait_for(lambda: elector.state is ha.State.ACTIVE)
+        elector.quit()
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["from"], r["to"]) for r in records] == [
+        ("neutral", "active"),
+        ("active", "neutral"),
+    ]
+    assert records[0]["epoch"] == 1 and records[0]["identity"] == "a"
+    assert elector.statistics()["transitions"] == {"active->neutral": 1, "neutral->active": 1}
+
+
+async def test_bad_input_is_refused_at_construction() -> None:
+    async with MemoryDriver("bad-input") as driver:
+        with pytest.raises(ConfigurationError, match="identity"):
+            ha.Elector(driver, "/svc", b"")
+        with pytest.raises(ConfigurationError, match="absolute"):
+            ha.Elector(driver, "svc", b"a")
+        with pytest.raises(ConfigurationError, match="deadline_ratio"):
+            ha.Timing(deadline_ratio=1.5)
+        elector = ha.Elector(driver, "/svc", b"a")
+        with pytest.raises(ConfigurationError, match="become_active"):
+            await elector.run(object())
+    with pytest.raises(ConfigurationError, match="known schemes: memory, sqlite, zk"):
+        ha.connect("ftp://x")
+    with pytest.raises(ConfigurationError, match="not a backend URL"):
+        ha.connect("localhost:2181")
+    assert encode_breadcrumb(Breadcrumb(b"a", 1))  # the codec is importable from ha.machine
+    assert CorruptData("/p", "r").path == "/p"
