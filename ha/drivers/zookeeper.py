@@ -302,7 +302,10 @@ class ZooKeeperDriver(Driver):
         """
         if not isinstance(url, str):
             raise ConfigurationError(f"not a ZooKeeper URL: {url!r}")
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise ConfigurationError(f"malformed ZooKeeper URL {url!r}: {exc}") from None
         if parts.scheme != "zk":
             raise ConfigurationError(f"expected zk://HOST:PORT[/CHROOT], got {url!r}")
         netloc = parts.netloc
@@ -429,8 +432,7 @@ class ZooKeeperDriver(Driver):
             await self._check_chroot()
             self._tg.start_soon(self._probe)
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self._shutdown(emit=False)
+            await self._shutdown(emit=False)
             raise
 
     async def _check_chroot(self) -> None:
@@ -474,7 +476,8 @@ class ZooKeeperDriver(Driver):
                     client.close()
 
             try:
-                await anyio.to_thread.run_sync(stop)
+                with anyio.CancelScope(shield=True):  # even when cancelled: the session must end
+                    await anyio.to_thread.run_sync(stop)
             except Exception:
                 log.warning("closing the kazoo client failed", exc_info=True)
         tg, self._tg = self._tg, None

@@ -41,6 +41,7 @@ __all__ = (
     "free_port",
     "zookeeper_backend",
     "zookeeper_ensemble",
+    "zookeeper_ensemble_shared",
     "zookeeper_server",
     "zookeeper_server_factory",
 )
@@ -247,12 +248,14 @@ class ZooKeeperBackend:
     def url(self) -> str:
         return f"zk://{self.hosts}{self.chroot}"
 
-    def driver(self, **options: Any) -> Any:
+    def driver(self, *, via: str | None = None, **options: Any) -> Any:
+        """An unstarted driver on this test's chroot; ``via``: other hosts (a fault proxy)."""
         from ha.drivers.zookeeper import ZooKeeperDriver
 
         options.setdefault("session_timeout", 2.0)
         options.setdefault("connect_timeout", 5.0)
-        return ZooKeeperDriver.from_url(self.url(), **options)
+        url = f"zk://{via}{self.chroot}" if via else self.url()
+        return ZooKeeperDriver.from_url(url, **options)
 
 
 @pytest.fixture
@@ -303,7 +306,7 @@ class ZooKeeperEnsemble:
 
 
 @pytest.fixture(scope="module")
-def _zookeeper_ensemble_module(
+def zookeeper_ensemble_shared(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ZooKeeperEnsemble]:
     reason = missing_reason()
@@ -318,8 +321,11 @@ def _zookeeper_ensemble_module(
 
 
 @pytest.fixture
-def zookeeper_ensemble(_zookeeper_ensemble_module: ZooKeeperEnsemble) -> Iterator[ZooKeeperEnsemble]:
-    ensemble = _zookeeper_ensemble_module
+def zookeeper_ensemble(
+    zookeeper_ensemble_shared: ZooKeeperEnsemble,
+) -> Iterator[ZooKeeperEnsemble]:
+    """The module's ensemble, with every member running again after the test."""
+    ensemble = zookeeper_ensemble_shared
     yield ensemble
     for index, server in enumerate(ensemble.servers):
         if not server.running:
