@@ -54,6 +54,7 @@ def live(test: T) -> T:
     """An async test against a real server (under asyncio and trio)."""
     return pytest.mark.anyio(pytest.mark.zookeeper(test))  # type: ignore[no-any-return]
 
+
 S = ConnectionState
 WAIT = 15.0  # seconds an awaited event may take before the test fails (a hang, not a timing)
 
@@ -175,7 +176,10 @@ async def test_create_get_set_delete_children(zookeeper_backend: ZooKeeperBacken
         await zk.create("/a/z")
         assert await zk.children("/a") == ["b", "z"]
         assert (await zk.exists("/a")) == Stat(
-            2, None, (await zk.exists("/a")).mtime, num_children=2  # type: ignore[union-attr]
+            2,
+            None,
+            (await zk.exists("/a")).mtime,
+            num_children=2,  # type: ignore[union-attr]
         )
         await zk.delete("/a/z", version=0)
         assert await zk.exists("/a/z") is None

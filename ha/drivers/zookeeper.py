@@ -128,7 +128,12 @@ def map_errors(path: str = "", version: int = -1) -> Iterator[None]:
 
 
 # Errors that mean no reply came from the server (every other error is a server's answer).
-_NO_REPLY = (kx.ConnectionLoss, kx.ConnectionDropped, kx.SessionExpiredError, kx.OperationTimeoutError)
+_NO_REPLY = (
+    kx.ConnectionLoss,
+    kx.ConnectionDropped,
+    kx.SessionExpiredError,
+    kx.OperationTimeoutError,
+)
 
 
 # --- options ----------------------------------------------------------------------------------
@@ -668,9 +673,7 @@ class ZooKeeperDriver(Driver):
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         full, value = self._abs(path), bytes(data)
-        stat = await self._call(
-            path, version, lambda: self._client.set_async(full, value, version)
-        )
+        stat = await self._call(path, version, lambda: self._client.set_async(full, value, version))
         return _stat(stat)
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:

@@ -356,4 +356,3 @@ async def expire_session(driver: Any, hosts: str | None = None) -> None:
         other.close()
 
     await anyio.to_thread.run_sync(join_and_close)
-
