@@ -177,6 +177,11 @@ async def other(backend: Any) -> AsyncIterator[Driver]:
         yield d
 
 
+@pytest.fixture
+def blob_dir(tmp_path: Path) -> Path:
+    return tmp_path / "blobs"  # tmp_path may hold the backend's own files (sqlite)
+
+
 def files_under(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.is_file())
 
@@ -249,15 +254,15 @@ async def test_running_jobs_registry(driver: Driver) -> None:
 # --- fencing --------------------------------------------------------------------------------
 
 
-async def test_deposed_leader_writes_nothing(driver: Driver, other: Driver, tmp_path: Path) -> None:
+async def test_deposed_leader_writes_nothing(driver: Driver, other: Driver, blob_dir: Path) -> None:
     log = FenceLog()
-    old = Stores(driver, "c1", blobs=tmp_path, lease=await win(driver, log=log))
+    old = Stores(driver, "c1", blobs=blob_dir, lease=await win(driver, log=log))
     await old.running_jobs.set_running("j1")
     await old.execution_plans.put("j1", b"plan-1")
     await old.checkpoints("j1").add(checkpoint(1, "j1"))
     assert await old.checkpoint_ids("j1").get_and_increment() == 1
 
-    new = Stores(other, "c1", blobs=tmp_path, lease=await win(other))
+    new = Stores(other, "c1", blobs=blob_dir, lease=await win(other))
     attempts = [
         old.running_jobs.set_done("j1"),
         old.running_jobs.clear("j1"),
@@ -284,7 +289,7 @@ async def test_deposed_leader_writes_nothing(driver: Driver, other: Driver, tmp_
     assert await new.checkpoints("j1").ids() == [1]
     assert await new.checkpoint_ids("j1").get_and_increment() == 2
     # the refused payloads were discarded: only plan-1 and checkpoint 1 remain on disk
-    assert len(files_under(tmp_path / "c1")) == 2
+    assert len(files_under(blob_dir / "c1")) == 2
 
 
 async def test_epoch_node_deleted_fences(driver: Driver) -> None:
@@ -409,14 +414,14 @@ async def test_checkpoints_recovered_by_new_leader(driver: Driver, other: Driver
     assert await new.ids() == [4]
 
 
-async def test_checkpoint_file_blobs(driver: Driver, tmp_path: Path) -> None:
+async def test_checkpoint_file_blobs(driver: Driver, blob_dir: Path) -> None:
     stores = Stores(
-        driver, "c1", blobs=tmp_path, lease=await win(driver), max_retained_checkpoints=1
+        driver, "c1", blobs=blob_dir, lease=await win(driver), max_retained_checkpoints=1
     )
     store = stores.checkpoints("job1")
     await store.add(checkpoint(1))
     await store.add(checkpoint(2))
-    files = files_under(tmp_path)
+    files = files_under(blob_dir)
     assert [p.parent.name for p in files] == ["0000000000000000002"]
     assert not [p for p in files if p.name.endswith(".tmp")]
     assert await store.latest() == checkpoint(2)
@@ -671,10 +676,10 @@ async def test_checkpoint_blob_of_another_checkpoint(driver: Driver) -> None:
 # --- blobs ----------------------------------------------------------------------------------
 
 
-async def test_file_blob_store(tmp_path: Path) -> None:
-    store = FileBlobStore(tmp_path / "blobs")
+async def test_file_blob_store(blob_dir: Path) -> None:
+    store = FileBlobStore(blob_dir / "blobs")
     ref = await store.put("plans/j1", b"\x00" * 10_000)
-    file = tmp_path / "blobs" / Path(*ref.key.split("/"))
+    file = blob_dir / "blobs" / Path(*ref.key.split("/"))
     assert file.read_bytes() == b"\x00" * 10_000
     assert os.listdir(file.parent) == [file.name]  # no temporary file left
     assert await store.get(ref) == b"\x00" * 10_000
@@ -697,7 +702,7 @@ async def test_file_blob_store(tmp_path: Path) -> None:
 
     await store.put("a", b"x")
     await store.delete_all()
-    assert not (tmp_path / "blobs").exists()
+    assert not (blob_dir / "blobs").exists()
     await store.delete_all()
 
 
@@ -713,12 +718,12 @@ async def fill(stores: Stores) -> None:
     await stores.state_handles("misc").add_and_lock("x", b"state")
 
 
-async def test_close_keeps_data(driver: Driver, other: Driver, tmp_path: Path) -> None:
-    stores = Stores(driver, "c1", blobs=tmp_path, lease=await win(driver))
+async def test_close_keeps_data(driver: Driver, other: Driver, blob_dir: Path) -> None:
+    stores = Stores(driver, "c1", blobs=blob_dir, lease=await win(driver))
     await fill(stores)
     await stores.close()
     assert await driver.children(f"{LAYOUT.execution_plans}/j2/locks") == []
-    new = Stores(other, "c1", blobs=tmp_path, lease=await win(other))
+    new = Stores(other, "c1", blobs=blob_dir, lease=await win(other))
     assert await new.execution_plans.recover("j2") == b"plan"
     assert await new.checkpoints("j2").latest() == checkpoint(1, "j2")
     assert await new.checkpoint_ids("j2").get() == 2
@@ -728,24 +733,24 @@ async def test_close_keeps_data(driver: Driver, other: Driver, tmp_path: Path) -
     assert await new.execution_plans.remove("j2")
 
 
-async def test_close_and_cleanup_all_data(driver: Driver, other: Driver, tmp_path: Path) -> None:
+async def test_close_and_cleanup_all_data(driver: Driver, other: Driver, blob_dir: Path) -> None:
     lease = await win(driver)
     await driver.create(f"{LAYOUT.root}/leader", b"not ours", makepath=True)
-    stores = Stores(driver, "c1", blobs=tmp_path, lease=lease)
+    stores = Stores(driver, "c1", blobs=blob_dir, lease=lease)
     await fill(stores)
     # another process holds a lock too: its ephemeral node goes as well
-    reader = Stores(other, "c1", blobs=tmp_path, lease=lease, lock_owner="reader")
+    reader = Stores(other, "c1", blobs=blob_dir, lease=lease, lock_owner="reader")
     await reader.execution_plans.recover("j2")
     await stores.close_and_cleanup_all_data()
     assert await driver.children(LAYOUT.root) == ["leader"]
-    assert not (tmp_path / "c1").exists()
+    assert not (blob_dir / "c1").exists()
     assert (await driver.get(EPOCH))[0] == str(lease.epoch).encode()
 
 
-async def test_stores_need_valid_names(driver: Driver, tmp_path: Path) -> None:
+async def test_stores_need_valid_names(driver: Driver, blob_dir: Path) -> None:
     with pytest.raises(ConfigurationError):
-        Stores(driver, "bad/cluster", blobs=tmp_path)
-    stores = Stores(driver, "c1", blobs=tmp_path)
+        Stores(driver, "bad/cluster", blobs=blob_dir)
+    stores = Stores(driver, "c1", blobs=blob_dir)
     with pytest.raises(ConfigurationError):
         stores.checkpoints("..")
     with pytest.raises(ConfigurationError):
