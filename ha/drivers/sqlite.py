@@ -316,10 +316,13 @@ def _create(
     ):
         raise SessionExpired(f"session {owner} has expired")
     parent = parent_of(path)
-    if _version(conn, parent) is None:
+    row = conn.execute("SELECT ephemeral_owner FROM nodes WHERE path = ?", (parent,)).fetchone()
+    if row is None:
         if not makepath:
             raise NoNode(parent)
         _create(conn, parent, b"", None, True)
+    elif row[0] is not None:  # as ZooKeeper: they would outlive their parent's session
+        raise NoNode(f"{path} (ephemeral nodes cannot have children)")
     cid = _log(conn, path, CREATED)
     conn.execute(
         "INSERT INTO nodes VALUES (?, ?, ?, 0, ?, ?, ?)",
@@ -529,7 +532,7 @@ class SqliteDriver(Driver):
         self, limiter: anyio.CapacityLimiter | None, fn: Callable[..., T], *args: Any
     ) -> T:
         if self._state != "started" or limiter is None:
-            raise SessionExpired(f"{self._path}: the driver is {self._state}, not started")
+            raise ConnectionLost(f"{self._path}: the driver is {self._state}, not started")
         try:
             return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
         except sqlite3.Error as exc:
@@ -546,14 +549,14 @@ class SqliteDriver(Driver):
                 self._poke.set()  # deliver our own changes' events without waiting a poll
 
     def _with_ops(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        if self._ops is None:
-            raise SessionExpired(f"{self._path}: the driver is closed")
+        if self._ops is None:  # closed, or reopening a replaced file
+            raise ConnectionLost(f"{self._path}: not open")
         return fn(self._ops, *args)
 
     def _write_sync(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         conn = self._ops
         if conn is None:
-            raise SessionExpired(f"{self._path}: the driver is closed")
+            raise ConnectionLost(f"{self._path}: not open")
         with _writing(conn) as now:
             _expire_lapsed(conn, now)
             return fn(conn, *args)
@@ -975,7 +978,7 @@ class SqliteDriver(Driver):
         self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
     ) -> str:
         validate_path(path)
-        _check_data(data)
+        data = _bytes(data)
         owner = self._owner() if ephemeral else None
         if path == "/":
             raise NodeExists(path)
@@ -991,8 +994,7 @@ class SqliteDriver(Driver):
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         validate_path(path)
-        _check_data(data)
-        return await self._write(_set, path, data, version)
+        return await self._write(_set, path, _bytes(data), version)
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         validate_path(path)
@@ -1005,21 +1007,24 @@ class SqliteDriver(Driver):
         return await self._read(_children, path)
 
     async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
-        ops = list(ops)
+        checked: list[Op] = []
         owner: int | None = None
         for op in ops:
             if not isinstance(op, Check | Create | SetData | Delete):
                 raise ConfigurationError(f"not a transaction operation: {op!r}")
             validate_path(op.path)
-            if isinstance(op, Create | SetData):
-                _check_data(op.data)
-            if isinstance(op, Create) and op.ephemeral:
-                owner = self._owner()
-            if isinstance(op, Delete) and op.path == "/":
+            if isinstance(op, Create):
+                op = Create(op.path, _bytes(op.data), op.ephemeral)
+                if op.ephemeral:
+                    owner = self._owner()
+            elif isinstance(op, SetData):
+                op = SetData(op.path, _bytes(op.data), op.version)
+            elif isinstance(op, Delete) and op.path == "/":
                 raise ConfigurationError("the root node cannot be deleted")
-        if not ops:
+            checked.append(op)
+        if not checked:
             return []
-        return await self._write(_transact, ops, owner)
+        return await self._write(_transact, checked, owner)
 
 
 def _transact(
@@ -1046,6 +1051,8 @@ def _unlock(lock: tuple[int, str]) -> None:
     os.close(fd)
 
 
-def _check_data(data: object) -> None:
-    if not isinstance(data, bytes):
+def _bytes(data: object) -> bytes:
+    """A copy of bytes-like ``data``: later changes to a bytearray must not leak in."""
+    if not isinstance(data, bytes | bytearray | memoryview):
         raise ConfigurationError(f"node data must be bytes, not {type(data).__name__}")
+    return bytes(data)
