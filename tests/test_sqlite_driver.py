@@ -787,3 +787,44 @@ async def test_start_errors_are_raised_in_process(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="not an ha database"):
         await driver.start()
     assert driver.session_id is None
+
+
+@pytest.mark.anyio
+async def test_poller_behind_the_trimmed_log_resyncs_its_watches(
+    sqlite_backend: SqliteBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ha.drivers.sqlite as module
+
+    monkeypatch.setattr(module, "KEEP_CHANGES", 20)
+    monkeypatch.setattr(module, "TRIM_EVERY", 10)
+    async with sqlite_backend.driver() as writer:
+        await writer.create("/w")
+        await writer.create("/busy")
+        # this watcher polls only after its own writes
+        async with sqlite_backend.driver(session_timeout=60, poll_interval=30) as watcher:
+            with recording(watcher, "/w") as events:
+                await writer.delete("/w")
+                for i in range(60):  # the log is trimmed past the watcher's cursor
+                    await writer.set("/busy", b"%d" % i)
+                await watcher.create("/poke")
+                assert await next_event(events) == NodeEvent("/w", DELETED)
+
+
+@pytest.mark.anyio
+async def test_deleted_file_makes_the_driver_expire_and_move_to_the_new_file(
+    sqlite_backend: SqliteBackend,
+) -> None:
+    async with sqlite_backend.driver() as driver:
+        old = driver.session_id
+        await driver.create("/e", ephemeral=True)
+        with recording(driver, None) as states:
+            sqlite_backend.file.unlink()
+            assert await next_event(states) == ConnectionEvent(ConnectionState.EXPIRED, old)
+            connected = await next_event(states)
+            assert isinstance(connected, ConnectionEvent)
+            assert connected.state is ConnectionState.CONNECTED
+        await driver.create("/again", ephemeral=True)
+        async with sqlite_backend.driver() as other:  # both on the new file
+            assert await other.exists("/e") is None
+            stat = await other.exists("/again")
+            assert stat is not None and stat.ephemeral_owner == driver.session_id

@@ -9,7 +9,7 @@ How the driver model maps onto the file:
 
 - A session is a lease: a row ``(id, expires_at)`` that its owner renews every
   ``renew_interval``. Every write transaction first expires the rows whose ``expires_at`` has
-  passed, deleting their ephemeral nodes (and anything below them) in the same transaction.
+  passed, deleting their ephemeral nodes in the same transaction.
 - Fast death detection: each session holds ``flock(LOCK_EX)`` on a lock file
   ``<db>-sessions/<instance>.<id>.lock``. The kernel drops it when the process dies, so the
   pollers of the other processes find it free and expire that session at once, without waiting
@@ -30,11 +30,16 @@ only at a ``now > t + session_timeout``. ``last_contact`` is that ``t`` mapped o
 locks, so they are expired at once. Processes in different time namespaces must not share a
 file, and the driver needs a real clock (not trio's MockClock).
 
-Limits: one host, local file systems only (no NFS: its locks are not reliable). A process
-stopped *inside* a write transaction (a window of tens of microseconds; renewals do not wait
-for fsync) holds SQLite's write lock: every writer waits until it resumes or dies. Everyone
-reports DISCONNECTED meanwhile and actives stop on their local deadline: safety holds, but no
-one leads until then.
+Limits: one host, local file systems only (no NFS: its locks are not reliable).
+
+- A process stopped *inside* a write transaction (a window of tens of microseconds; renewals do
+  not wait for fsync) holds SQLite's write lock: every writer waits until it resumes or dies.
+  Everyone reports DISCONNECTED meanwhile and actives stop on their local deadline: safety
+  holds, but no one leads until then.
+- Never delete or replace the file while processes use it (SQLite deletes ``-wal`` files by
+  name: see "How To Corrupt An SQLite Database File", 2.4); empty it through a driver. If it
+  happens anyway, each driver notices within a poll, reports EXPIRED and opens a session on the
+  new file, so no process goes on leading on a file the others no longer see.
 """
 
 from __future__ import annotations
@@ -575,7 +580,10 @@ class SqliteDriver(Driver):
         self._ops_limiter = anyio.CapacityLimiter(1)
         self._bg_limiter = anyio.CapacityLimiter(1)
         try:
-            monotonic = await anyio.to_thread.run_sync(self._open, limiter=self._bg_limiter)
+            # shielded: a session opened and then abandoned would hold its lock until exit;
+            # a cancellation is delivered after start returns, inside ``async with``
+            with anyio.CancelScope(shield=True):
+                monotonic = await anyio.to_thread.run_sync(self._open, limiter=self._bg_limiter)
         except sqlite3.Error as exc:
             raise self._start_error(_map_error(exc, self._path)) from exc
         except OSError as exc:
@@ -622,8 +630,17 @@ class SqliteDriver(Driver):
 
     def _check_file(self) -> None:
         """Open the file ourselves first: errno says more than SQLite's messages do."""
+        flags = os.O_RDWR | os.O_CLOEXEC
         try:
-            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fd = os.open(self._path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                fd = os.open(self._path, flags)
+            else:
+                # a new file: a -wal left by a deleted database would be replayed into it
+                for suffix in ("-wal", "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._path + suffix)
         except OSError as exc:
             raise _os_error(exc, self._path, "open for writing") from exc
         os.close(fd)
