@@ -1,0 +1,5 @@
+"""``python -m ha``: the ``ha`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,603 @@
+"""Operating an election from outside it, on any backend: status, format, graceful failover.
+
+The election at ``PATH`` is the elector's nodes (``ha/elector.py``) plus two kept by ``ha run``:
+
+    PATH/lock          ephemeral, the holder's identity            (the elector)
+    PATH/breadcrumb    the last active's identity and epoch        (the elector)
+    PATH/epoch         the fencing token, a decimal counter        (the elector)
+    PATH/members/ID    ephemeral, one per running supervisor: its state, host and pid
+    PATH/failover      the last graceful failover request (JSON)
+
+Graceful failover (``ha failover PATH [--to ID]``), in the spirit of Hadoop's ZKFC
+``gracefulFailover`` / ``cedeActive``:
+
+1. The operator writes a request to ``PATH/failover``: the active's identity and epoch ``E``
+   (read just before), an optional target, a cooling period and a fresh id. A request is
+   *pending* only while the epoch node still reads ``E``; once anyone becomes active it is
+   history, so nothing ever has to clean it up.
+2. Every ``ha run`` supervisor watches that node (and the epoch node). The active whose lease
+   has epoch ``E`` cedes: it stops COMMAND, quits the election *without* fencing (its
+   breadcrumb is deleted, it stopped cleanly) and stays out for the cooling period.
+3. With a target, every other supervisor steps aside too (quits, stays out) until the epoch
+   moves past ``E`` or the cooling period has passed on its own clock, whichever comes first;
+   so only the target competes for the lock. No wall clocks are compared between hosts.
+4. A supervisor that wins while a pending request names another target (it saw the lock go
+   before the request) cedes at once, before starting COMMAND: the epoch then moves past
+   ``E + 1``, which is harmless (epochs only have to increase).
+5. The operator waits until an active with an epoch above ``E`` shows up and reports it.
+If the target never takes over, everyone is back in the election after the cooling period:
+liveness needs no operator. Only ``ha run`` supervisors honour requests, so
+``request_failover`` refuses when the active is not a registered member.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote
+
+import anyio
+
+from .drivers.base import Driver, validate_path
+from .errors import ConfigurationError, HAError, NodeExists, NoNode
+from .machine import Breadcrumb, decode_breadcrumb
+
+__all__ = (
+    "ElectionInUse",
+    "ElectionStatus",
+    "FailoverError",
+    "FailoverRequest",
+    "FormatResult",
+    "Member",
+    "NoActive",
+    "election_status",
+    "format_election",
+    "read_failover",
+    "remove_member",
+    "request_failover",
+    "text",
+    "wait_for_failover",
+    "watch_status",
+    "write_member",
+)
+
+FAILOVER_FORMAT = "ha.failover/1"
+MEMBER_FORMAT = "ha.member/1"
+DEFAULT_COOLDOWN = 5.0
+
+
+class ElectionInUse(HAError):
+    """The election's lock is held: formatting it would depose a running active."""
+
+
+class NoActive(HAError):
+    """The operation needs an active and there is none."""
+
+
+class FailoverError(HAError):
+    """A graceful failover was refused or did not complete."""
+
+
+def text(identity: bytes) -> str:
+    """An identity for display: UTF-8, with undecodable bytes escaped."""
+    return identity.decode("utf-8", "backslashreplace")
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def _unb64(value: object) -> bytes:
+    if not isinstance(value, str):
+        raise ValueError("not base64 text")
+    return base64.b64decode(value, validate=True)
+
+
+def _check_election(path: str) -> str:
+    validate_path(path)
+    if path == "/":
+        raise ConfigurationError("the election path must not be the root '/'")
+    return path
+
+
+# --- members: who runs a supervisor -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One ``ha run`` supervisor taking part (its ephemeral node under ``PATH/members``)."""
+
+    identity: bytes
+    state: str  # neutral | standby | active | fenced | out (stepped aside, unhealthy, cooling)
+    epoch: int | None = None
+    host: str = ""
+    pid: int = 0
+    since: float = 0.0  # wall clock of the last state change
+    note: str = ""  # why it is out, for example
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "format": MEMBER_FORMAT,
+                "identity": _b64(self.identity),
+                "state": self.state,
+                "epoch": self.epoch,
+                "host": self.host,
+                "pid": self.pid,
+                "since": self.since,
+                "note": self.note,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Member | None:
+        try:
+            doc = json.loads(raw)
+            if doc.get("format") != MEMBER_FORMAT:
+                return None
+            return cls(
+                _unb64(doc["identity"]),
+                str(doc["state"]),
+                doc.get("epoch"),
+                str(doc.get("host", "")),
+                int(doc.get("pid", 0)),
+                float(doc.get("since", 0.0)),
+                str(doc.get("note", "")),
+            )
+        except (ValueError, TypeError, KeyError, AttributeError, binascii.Error):
+            return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "identity": text(self.identity),
+            "state": self.state,
+            "epoch": self.epoch,
+            "host": self.host,
+            "pid": self.pid,
+            "since": self.since,
+            "note": self.note,
+        }
+
+
+def member_path(path: str, identity: bytes) -> str:
+    return f"{path}/members/{quote(identity, safe='')}"
+
+
+async def write_member(driver: Driver, path: str, member: Member) -> None:
+    """Create or update our member node (ephemeral: it goes with our session)."""
+    node = member_path(path, member.identity)
+    data = member.encode()
+    try:
+        await driver.set(node, data)
+    except NoNode:
+        try:
+            await driver.create(node, data, ephemeral=True, makepath=True)
+        except NodeExists:  # a racing write of ours, or a dead session's node not reaped yet
+            await driver.set(node, data)
+
+
+async def remove_member(driver: Driver, path: str, identity: bytes) -> None:
+    try:
+        await driver.delete(member_path(path, identity))
+    except NoNode:
+        pass
+
+
+async def list_members(driver: Driver, path: str) -> list[Member]:
+    try:
+        names = await driver.children(f"{path}/members")
+    except NoNode:
+        return []
+    members = []
+    for name in names:
+        try:
+            raw, _ = await driver.get(f"{path}/members/{name}")
+        except NoNode:
+            continue
+        member = Member.decode(raw)
+        if member is None:  # a foreign node: show it by its name
+            member = Member(unquote(name).encode(), "unknown")
+        members.append(member)
+    return members
+
+
+# --- failover requests --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverRequest:
+    """A graceful failover asked of the active of epoch ``epoch`` (see the module docstring)."""
+
+    id: str
+    active: bytes  # who was active when it was asked
+    epoch: int
+    to: bytes | None = None  # the chosen standby, or None: any
+    cooldown: float = DEFAULT_COOLDOWN
+    requested: float = 0.0  # wall clock, for display only
+    by: str = ""
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "format": FAILOVER_FORMAT,
+                "id": self.id,
+                "active": _b64(self.active),
+                "epoch": self.epoch,
+                "to": None if self.to is None else _b64(self.to),
+                "cooldown": self.cooldown,
+                "requested": self.requested,
+                "by": self.by,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> FailoverRequest | None:
+        try:
+            doc = json.loads(raw)
+            if doc.get("format") != FAILOVER_FORMAT:
+                return None
+            epoch = doc["epoch"]
+            if not isinstance(epoch, int) or isinstance(epoch, bool):
+                return None
+            to = doc.get("to")
+            return cls(
+                str(doc["id"]),
+                _unb64(doc["active"]),
+                epoch,
+                None if to is None else _unb64(to),
+                float(doc.get("cooldown", DEFAULT_COOLDOWN)),
+                float(doc.get("requested", 0.0)),
+                str(doc.get("by", "")),
+            )
+        except (ValueError, TypeError, KeyError, AttributeError, binascii.Error):
+            return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "active": text(self.active),
+            "epoch": self.epoch,
+            "to": None if self.to is None else text(self.to),
+            "cooldown": self.cooldown,
+            "requested": self.requested,
+            "by": self.by,
+        }
+
+
+async def read_failover(driver: Driver, path: str) -> FailoverRequest | None:
+    """The last request written at ``PATH/failover`` (pending or not), or None."""
+    try:
+        raw, _ = await driver.get(f"{path}/failover")
+    except NoNode:
+        return None
+    return FailoverRequest.decode(raw)
+
+
+# --- status -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionStatus:
+    """One reading of an election. ``active`` is set only when the lock's holder has committed
+    its breadcrumb at the current epoch, i.e. its ``become_active`` is running."""
+
+    path: str
+    exists: bool
+    holder: bytes | None = None  # the lock's holder (may still be taking over)
+    holder_session: int | None = None
+    active: bytes | None = None
+    epoch: int | None = None
+    since: float | None = None  # wall clock when ``active`` took over
+    breadcrumb: Breadcrumb | None = None
+    breadcrumb_raw: bytes | None = None
+    members: tuple[Member, ...] = ()
+    failover: FailoverRequest | None = None
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def leader(self) -> tuple[bytes, int] | None:
+        """(identity, epoch) of the active, or None: what ``ha watch`` reports changes of."""
+        if self.active is None or self.epoch is None:
+            return None
+        return self.active, self.epoch
+
+    @property
+    def failover_pending(self) -> bool:
+        return self.failover is not None and self.failover.epoch == self.epoch
+
+    def to_json(self) -> dict[str, Any]:
+        crumb: dict[str, Any] | None = None
+        if self.breadcrumb_raw is not None:
+            crumb = {"raw_b64": _b64(self.breadcrumb_raw), "valid": self.breadcrumb is not None}
+            if self.breadcrumb is not None:
+                crumb |= {
+                    "identity": text(self.breadcrumb.identity),
+                    "epoch": self.breadcrumb.epoch,
+                    "data": text(self.breadcrumb.data),
+                }
+        return {
+            "path": self.path,
+            "exists": self.exists,
+            "active": None if self.active is None else text(self.active),
+            "epoch": self.epoch,
+            "since": self.since,
+            "holder": None if self.holder is None else text(self.holder),
+            "breadcrumb": crumb,
+            "members": [m.to_json() for m in self.members],
+            "failover": None if self.failover is None else self.failover.to_json(),
+            "failover_pending": self.failover_pending,
+            "problems": list(self.problems),
+        }
+
+
+async def _read(driver: Driver, path: str) -> tuple[bytes, float, int] | None:
+    """(data, mtime, version) or None."""
+    try:
+        data, stat = await driver.get(path)
+    except NoNode:
+        return None
+    return data, stat.mtime, stat.version
+
+
+async def election_status(driver: Driver, path: str) -> ElectionStatus:
+    """Read the election at ``path``. Never raises for odd contents: they land in ``problems``.
+
+    The nodes are read one by one; if the lock changed meanwhile, they are read again (a few
+    times), so a reading is consistent unless the election is changing very fast.
+    """
+    _check_election(path)
+    for _ in range(3):
+        status, lock_before = await _read_status(driver, path)
+        lock_after = await driver.exists(f"{path}/lock")
+        after = None if lock_after is None else (lock_after.ephemeral_owner, lock_after.version)
+        if after == lock_before:
+            break
+    return status
+
+
+async def _read_status(
+    driver: Driver, path: str
+) -> tuple[ElectionStatus, tuple[int | None, int] | None]:
+    problems: list[str] = []
+    if await driver.exists(path) is None:
+        return ElectionStatus(path, exists=False), None
+    holder = holder_session = None
+    lock_key: tuple[int | None, int] | None = None
+    try:
+        holder, lock_stat = await driver.get(f"{path}/lock")
+        holder_session = lock_stat.ephemeral_owner
+        lock_key = (lock_stat.ephemeral_owner, lock_stat.version)
+    except NoNode:
+        pass
+    epoch: int | None = None
+    epoch_mtime: float | None = None
+    got = await _read(driver, f"{path}/epoch")
+    if got is not None:
+        try:
+            epoch = int(got[0].decode("ascii"))
+            epoch_mtime = got[1]
+        except (UnicodeDecodeError, ValueError):
+            problems.append(f"the epoch node is not a decimal number: {got[0][:40]!r}")
+    crumb_raw: bytes | None = None
+    crumb: Breadcrumb | None = None
+    got = await _read(driver, f"{path}/breadcrumb")
+    if got is not None:
+        crumb_raw = got[0]
+        crumb = decode_breadcrumb(crumb_raw)
+        if crumb is None:
+            problems.append("the breadcrumb is not an ha breadcrumb (corrupt or foreign)")
+    active = since = None
+    if (
+        holder is not None
+        and crumb is not None
+        and crumb.identity == holder
+        and epoch is not None
+        and crumb.epoch == epoch
+    ):
+        active, since = holder, epoch_mtime
+    failover = None
+    got = await _read(driver, f"{path}/failover")
+    if got is not None:
+        failover = FailoverRequest.decode(got[0])
+        if failover is None:
+            problems.append("the failover request node is not an ha failover request")
+    members = tuple(await list_members(driver, path))
+    status = ElectionStatus(
+        path,
+        True,
+        holder,
+        holder_session,
+        active,
+        epoch,
+        since,
+        crumb,
+        crumb_raw,
+        members,
+        failover,
+        tuple(problems),
+    )
+    return status, lock_key
+
+
+async def watch_status(
+    driver: Driver, path: str, *, fallback: float = 2.0
+) -> AsyncGenerator[ElectionStatus, None]:
+    """Yield the election's status now and again after every change of its nodes.
+
+    Changes are learnt from node events; a read every ``fallback`` seconds covers backends
+    whose events can be lost (e.g. while disconnected). Use with ``contextlib.aclosing``.
+    """
+    _check_election(path)
+    wake = [anyio.Event()]
+
+    def poke(_event: object) -> None:
+        wake[0].set()
+
+    subs = [
+        driver.subscribe(f"{path}/{name}", poke)
+        for name in ("lock", "epoch", "breadcrumb", "failover")
+    ]
+    subs.append(driver.subscribe(None, poke))
+    try:
+        while True:
+            wake[0] = anyio.Event()  # armed before reading: a change during the read is seen
+            yield await election_status(driver, path)
+            with anyio.move_on_after(fallback):
+                await wake[0].wait()
+    finally:
+        for sub in subs:
+            sub.close()
+
+
+# --- format -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FormatResult:
+    path: str
+    created: bool  # the election's node did not exist and was created
+    removed: tuple[str, ...] = ()  # nodes cleared (with force)
+    epoch: int | None = None  # the epoch counter, kept across a format
+    epoch_reset: bool = False  # it was unreadable and was reset to 0
+    holder: bytes | None = None  # the lock holder that was deposed (with force)
+
+
+async def format_election(driver: Driver, path: str, force: bool = False) -> FormatResult:
+    """Prepare the election at ``path``, like Hadoop's ``zkfc -formatZK``.
+
+    Creates the election's node and its parents. Refuses (``ElectionInUse``) while the lock is
+    held, unless ``force``. With ``force`` it also clears the election's nodes: the lock (its
+    holder is deposed: its elector sees the lock go and stops its work), the breadcrumb (so
+    nobody is fenced), members and failover requests. The epoch counter is kept, so fencing
+    tokens never go back and deposed leaders' fenced writes keep failing; an unreadable counter
+    is rewritten as 0 (with a higher node version, which still fences old writers).
+    """
+    _check_election(path)
+    created = await driver.exists(path) is None
+    await driver.ensure_path(path)
+    lock = await _read(driver, f"{path}/lock")
+    holder = None if lock is None else lock[0]
+    if holder is not None and not force:
+        raise ElectionInUse(
+            f"election {path} is in use: {text(holder)!r} holds its lock"
+            " (stop it first, or force the format)"
+        )
+    epoch = epoch_reset = None
+    got = await _read(driver, f"{path}/epoch")
+    if got is not None:
+        try:
+            epoch = int(got[0].decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            epoch_reset = True
+    if not force:
+        return FormatResult(path, created, epoch=epoch, holder=None)
+    removed = []
+    for name in ("lock", "breadcrumb", "failover", "members"):
+        try:
+            await driver.delete(f"{path}/{name}", recursive=True)
+            removed.append(name)
+        except NoNode:
+            pass
+    if epoch_reset:
+        await driver.set(f"{path}/epoch", b"0")
+        epoch = 0
+    return FormatResult(path, created, tuple(removed), epoch, bool(epoch_reset), holder)
+
+
+# --- graceful failover ----------------------------------------------------------------------------
+
+
+def _requester() -> str:
+    try:
+        user = os.getlogin()
+    except OSError:
+        user = os.environ.get("USER", "?")
+    return f"{user}@{socket.gethostname()}:{os.getpid()}"
+
+
+async def request_failover(
+    driver: Driver,
+    path: str,
+    to: bytes | str | None = None,
+    *,
+    cooldown: float = DEFAULT_COOLDOWN,
+) -> FailoverRequest:
+    """Ask the active at ``path`` to cede, optionally to ``to`` (see the module docstring).
+
+    Raises ``NoActive`` when nobody is active, ``FailoverError`` when the request could not be
+    honoured (the target is already active or not a running supervisor, the active is not an
+    ``ha run`` supervisor). Returns the request written; ``wait_for_failover`` waits for it.
+    """
+    _check_election(path)
+    if not cooldown > 0:
+        raise ConfigurationError(f"the cooling period must be positive, got {cooldown}")
+    target = to.encode() if isinstance(to, str) else to
+    status = await election_status(driver, path)
+    if status.active is None or status.epoch is None:
+        raise NoActive(f"no active in {path}: nothing to fail over")
+    if target is not None and target == status.active:
+        raise FailoverError(f"{text(target)!r} is already the active of {path}")
+    members = {m.identity: m for m in status.members}
+    if status.active not in members:
+        raise FailoverError(
+            f"the active {text(status.active)!r} of {path} is not an `ha run` supervisor"
+            " (it has no member node), so it cannot be asked to cede"
+        )
+    if target is not None:
+        member = members.get(target)
+        if member is None or member.state not in ("standby", "neutral"):
+            running = ", ".join(sorted(text(i) for i in members if i != status.active)) or "none"
+            state = "not running" if member is None else f"{member.state}, not a standby"
+            raise FailoverError(
+                f"{text(target)!r} cannot take over {path}: it is {state} (standbys: {running})"
+            )
+    request = FailoverRequest(
+        secrets.token_hex(8),
+        status.active,
+        status.epoch,
+        target,
+        float(cooldown),
+        time.time(),
+        _requester(),
+    )
+    node = f"{path}/failover"
+    try:
+        await driver.set(node, request.encode())
+    except NoNode:
+        await driver.create(node, request.encode())
+    return request
+
+
+async def wait_for_failover(driver: Driver, path: str, request: FailoverRequest) -> ElectionStatus:
+    """Wait until an active with an epoch above the request's shows up; return that status.
+
+    Raises ``FailoverError`` when the old active came back instead, or another than the target
+    took over. Bound the wait with ``anyio.fail_after``.
+    """
+    async with aclosing(watch_status(driver, path, fallback=0.5)) as statuses:
+        async for status in statuses:
+            leader = status.leader
+            if leader is None or leader[1] <= request.epoch:
+                continue
+            identity, epoch = leader
+            if identity == request.active:
+                raise FailoverError(
+                    f"{text(identity)!r} became active again (epoch {epoch}): nobody else took over"
+                )
+            if request.to is not None and identity != request.to:
+                raise FailoverError(
+                    f"{text(identity)!r} took over (epoch {epoch}), not {text(request.to)!r}"
+                )
+            return status
+    raise AssertionError("watch_status never ends")
