@@ -773,3 +773,24 @@ async def test_bad_version_is_not_swallowed(driver: Driver) -> None:
     racing = CheckpointIdCounter(Racing(driver), LAYOUT, "job1", lease=lease)
     with pytest.raises(BadVersion):
         await racing.get_and_increment()
+
+
+async def test_remove_racing_a_replace_discards_the_right_payload(driver: Driver) -> None:
+    blobs = MemoryBlobStore()
+    lease = await win(driver)
+    writer = StateHandleStore(driver, LAYOUT.state("ns"), blobs, lease=lease)
+    await writer.add_and_lock("a", b"one")
+
+    class ReplaceFirst(ProxyDriver):
+        raced = False
+
+        async def before(self, name: str, arg: object) -> None:
+            if name == "transaction" and not self.raced:
+                self.raced = True  # another task of the leader replaces it before our mark
+                await writer.replace("a", b"two")
+
+    remover = StateHandleStore(ReplaceFirst(driver), LAYOUT.state("ns"), blobs, lease=lease)
+    remover.lock_owner = writer.lock_owner
+    assert await remover.release_and_try_remove("a")
+    assert await driver.exists(f"{LAYOUT.state('ns')}/a") is None
+    assert blobs.blobs == {}

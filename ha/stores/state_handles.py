@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from ..drivers.base import Check, Create, Delete, Driver, Op, SetData, validate_path
 from ..errors import (
     AccessDenied,
+    BadVersion,
     ConfigurationError,
     ConnectionLost,
     CorruptData,
@@ -245,15 +246,19 @@ class StateHandleStore:
         True if the entry is gone (or was absent), False if another owner still holds it.
         """
         path = self.path(name)
-        try:
-            data, _ = await self._driver.get(path)
-        except NoNode:
-            await self._writer.commit([])  # nothing to remove; a deposed caller still hears it
-            return True
-        self._pointer(path, data)  # CorruptData before any change: a human must look at it
-        for _ in range(3):
+        last: BaseException | None = None
+        for _ in range(5):
+            try:
+                data, stat = await self._driver.get(path)
+            except NoNode:
+                await self._writer.commit([])  # nothing to remove; a deposed caller still hears it
+                return True
+            ref = self._pointer(path, data)  # CorruptData before any change: a human must look
             held = await self._driver.exists(self._lock(path)) is not None
-            ops: list[Op] = [Delete(self._lock(path))] if held else []
+            # mark only the pointer we read, so the payload we discard below is the right one
+            ops: list[Op] = [Check(path, stat.version)]
+            if held:
+                ops.append(Delete(self._lock(path)))
             ops.append(Delete(self._locks(path)))
             try:
                 await self._writer.commit(ops)
@@ -264,15 +269,18 @@ class StateHandleStore:
                         await self.release(name)
                     return False
                 if isinstance(cause, NoNode) and cause.path == self._locks(path):
-                    break  # already marked for deletion, or absent
-                if isinstance(cause, NoNode):
-                    continue  # our lock vanished meanwhile (session expired): look again
+                    # already marked for deletion: finish the removal
+                    await self._discard(path, ref, stat.version)
+                    return True
+                if isinstance(cause, NoNode | BadVersion):
+                    last = cause
+                    continue  # removed, replaced, or our lock vanished meanwhile: look again
                 raise cause from exc
-            break
-        else:
-            raise ConnectionLost(f"could not mark {path} for deletion: its locks kept changing")
-        await self._finish_removal(path)
-        return True
+            # marked entries never change (replace checks the locks container)
+            await self._discard(path, ref, stat.version)
+            return True
+        assert last is not None
+        raise last  # it kept changing under us
 
     async def _finish_removal(self, path: str) -> None:
         """Discard the payload of an entry marked for deletion, then its pointer node."""
@@ -280,10 +288,12 @@ class StateHandleStore:
             data, stat = await self._driver.get(path)
         except NoNode:
             return
-        ref = self._pointer(path, data)  # CorruptData: leave it for a human
+        await self._discard(path, self._pointer(path, data), stat.version)
+
+    async def _discard(self, path: str, ref: BlobRef, version: int) -> None:
         await self._blobs.delete(ref)
         try:
-            await self._writer.commit([Delete(path, stat.version)])
+            await self._writer.commit([Delete(path, version)])
         except TransactionFailed as exc:
             if not isinstance(exc.cause, NoNode):
                 raise exc.cause from exc
