@@ -504,15 +504,27 @@ async def format_election(driver: Driver, path: str, force: bool = False) -> For
         return FormatResult(path, created, epoch=epoch, holder=None)
     removed = []
     for name in ("lock", "breadcrumb", "failover", "members"):
-        try:
-            await driver.delete(f"{path}/{name}", recursive=True)
+        if await _delete_tree(driver, f"{path}/{name}"):
             removed.append(name)
-        except NoNode:
-            pass
     if epoch_reset:
         await driver.set(f"{path}/epoch", b"0")
         epoch = 0
     return FormatResult(path, created, tuple(removed), epoch, bool(epoch_reset), holder)
+
+
+async def _delete_tree(driver: Driver, path: str) -> bool:
+    """Delete ``path`` and what is below it, children first; False if it was not there.
+
+    Node by node rather than ``delete(recursive=True)``: the memory driver's recursive delete
+    fails on nested nodes (KeyError), and this works the same on every backend.
+    """
+    try:
+        for child in await driver.children(path):
+            await _delete_tree(driver, f"{path}/{child}")
+        await driver.delete(path)
+    except NoNode:
+        return False
+    return True
 
 
 # --- graceful failover ----------------------------------------------------------------------------

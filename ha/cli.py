@@ -138,11 +138,15 @@ def _setup_logging(debug: bool) -> None:
     handler.setFormatter(
         logging.Formatter("%(asctime)s.%(msecs)03d %(name)s %(message)s", datefmt="%H:%M:%S")
     )
-    root = logging.getLogger("ha")
-    root.handlers[:] = [handler]
-    root.propagate = False
-    root.setLevel(logging.DEBUG if debug else logging.WARNING)
+    ours = logging.getLogger("ha")
+    ours.handlers[:] = [handler]
+    ours.propagate = False
+    ours.setLevel(logging.DEBUG if debug else logging.WARNING)
     logging.getLogger("ha.supervisor").setLevel(logging.DEBUG if debug else logging.INFO)
+    # client libraries (kazoo) log each failed attempt; our error says it once
+    other = logging.getLogger()
+    other.handlers[:] = [handler if debug else logging.NullHandler()]
+    other.setLevel(logging.DEBUG if debug else logging.WARNING)
 
 
 # --- formatting ---------------------------------------------------------------------------------
@@ -283,6 +287,8 @@ def demo(opts: Options, demo_url: str | None, rounds: int, path: str) -> None:
     from .demo import run_demo
 
     url = demo_url or (opts.url if opts.url_given else None)
+    if not opts.debug:  # the demo tells the story; the elector's warnings are part of it
+        logging.getLogger("ha").setLevel(logging.ERROR)
     code = _run(opts, lambda: run_demo(url, path=path, rounds=rounds))
     sys.exit(code)
 

@@ -266,11 +266,13 @@ class ProcessContenders(Contenders):
             await anyio.sleep(0.02)
 
     async def aclose(self) -> None:
+        # standbys first, the active last: otherwise each quit hands the lead to the next
+        order = sorted(self.children, key=lambda i: self.model.rows[i].state == "active")
         with anyio.CancelScope(shield=True):
             for child in self.children.values():
                 child.signal_group(signal.SIGCONT)
-            for child in self.children.values():
-                await child.stop(2.0)  # SIGTERM: the worker quits the election cleanly
+            for identity in order:
+                await self.children[identity].stop(2.0)  # SIGTERM: the worker quits cleanly
             self.children.clear()
 
     def close_journal(self) -> None:
@@ -343,8 +345,9 @@ class InProcessContenders(Contenders):
         await anyio.sleep_forever()  # records arrive directly
 
     async def aclose(self) -> None:
-        for scope in self.scopes.values():
-            scope.cancel()
+        order = sorted(self.scopes, key=lambda i: self.model.rows[i].state == "active")
+        for identity in order:
+            self.scopes[identity].cancel()
 
 
 # --- the scenario ------------------------------------------------------------------------------
@@ -358,6 +361,7 @@ class Failover:
     new: str
     latency: float  # seconds from the fault to the new active's become_active
     detail: str = ""
+    crash: bool = False
 
 
 async def crash_round(cont: Contenders, model: Model, number: int) -> Failover:
@@ -371,9 +375,13 @@ async def crash_round(cont: Contenders, model: Model, number: int) -> Failover:
         lambda: model.transition_after(t0, lambda r: r["to"] == "active" and r["identity"] != old),
     )
     latency = record["ts"] - t0
+    if latency < cont.session_timeout / 2:
+        how = "its death was noticed at once"
+    else:
+        how = "its session timed out"
     await cont.start(old)
     await model.wait_for(f"{old} to come back as a standby", model.settled)
-    return Failover(number, cont.crash_name, old, record["identity"], latency, "crash")
+    return Failover(number, cont.crash_name, old, record["identity"], latency, how, crash=True)
 
 
 async def hang_round(cont: Contenders, model: Model, number: int) -> Failover:
@@ -388,20 +396,23 @@ async def hang_round(cont: Contenders, model: Model, number: int) -> Failover:
     )
     latency = record["ts"] - t0
     new = record["identity"]
-    t1 = time.time()
+    resumed = time.time()
     await cont.resume(old)
     model.mark(old, "thawed", f"{old}: {cont.resume_name}")
+    # frozen, it notices on resuming; partitioned (in-process), it may have noticed already
     lost = await model.wait_for(
         f"{old} to notice it lost the lead",
         lambda: model.transition_after(
-            t1, lambda r: r["identity"] == old and r["from"] == "active"
+            t0, lambda r: r["identity"] == old and r["from"] == "active"
         ),
     )
     stopped = model.note_after(t0, old, "stopped")
     fenced = model.note_after(t0, new, "fenced")
-    detail = f"{old} stopped its work on resuming ({lost['cause']})"
-    if stopped is None:
-        detail = f"{old} lost the lead on resuming ({lost['cause']})"
+    what = "stopped its work" if stopped is not None else "lost the lead"
+    if lost["ts"] < resumed:
+        detail = f"{old} {what} by itself ({lost['cause']}) before its lease ran out"
+    else:
+        detail = f"{old} {what} on resuming ({lost['cause']})"
     if fenced is not None:
         detail += f"; {new} {fenced['text']}"
     await model.wait_for(f"{old} to rejoin as a standby", model.settled)
@@ -532,13 +543,12 @@ async def _demo(url: str, path: str, rounds: int, console: Console, workdir: str
     if problem is not None:
         console.print(f"[red]demo failed[/]: {problem}")
         return 1
-    crash = [f.latency for f in failovers if f.detail == "crash"]
-    hang = [f.latency for f in failovers if f.detail != "crash"]
+    crash = max(f.latency for f in failovers if f.crash) * 1000
+    hang = max(f.latency for f in failovers if not f.crash) * 1000
     console.print(
-        f"[green]ok[/]: {len(failovers)} failovers, one active at a time, epochs always"
-        f" increased. Crash failover {max(crash) * 1000:.0f} ms at worst (death noticed),"
-        f" hang failover {max(hang) * 1000:.0f} ms at worst (session timeout"
-        f" {cont.session_timeout:g}s)."
+        f"[green]ok[/]: {len(failovers)} failovers, epochs always increased."
+        f" Worst crash failover {crash:.0f} ms, worst hang failover {hang:.0f} ms"
+        f" (session timeout {cont.session_timeout:g}s)."
     )
     return 0
 
