@@ -316,13 +316,14 @@ def _version(conn: sqlite3.Connection, path: str) -> int | None:
 def _create(
     conn: sqlite3.Connection, path: str, data: bytes, owner: int | None, makepath: bool
 ) -> str:
-    if _version(conn, path) is not None:
-        raise NodeExists(path)
+    # the session first: an expired one must hear so, whatever the node's state
     if (
         owner is not None
         and conn.execute("SELECT 1 FROM sessions WHERE id = ?", (owner,)).fetchone() is None
     ):
         raise SessionExpired(f"session {owner} has expired")
+    if _version(conn, path) is not None:
+        raise NodeExists(path)
     parent = parent_of(path)
     row = conn.execute("SELECT ephemeral_owner FROM nodes WHERE path = ?", (parent,)).fetchone()
     if row is None:
