@@ -262,8 +262,12 @@ class Elector:
     # --- event intake -------------------------------------------------------------------------
 
     def _feed(self, event: m.Input) -> None:
-        if self._send is not None:  # not running: nothing to tell (quit() is idempotent)
+        if self._send is None:  # not running: nothing to tell (quit() is idempotent)
+            return
+        try:
             self._send.send_nowait(event)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the run is ending
 
     def _on_connection(self, event: ConnectionEvent) -> None:
         sid = event.session_id
