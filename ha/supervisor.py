@@ -458,7 +458,12 @@ class Supervisor:
             self._quit()
             return
         env = self._env(lease)
-        child = await spawn(self.settings.command, env)
+        try:
+            child = await spawn(self.settings.command, env)
+        except OSError as exc:  # e.g. the program was removed since we checked it
+            log.error("cannot start %s: %s", self.settings.command[0], exc.strerror or exc)
+            self._leave_after_exit(f"cannot start {self.settings.command[0]}", 0.0)
+            return
         self._child = child
         log.info("started %s (pid %d, epoch %d)", self.settings.command[0], child.pid, lease.epoch)
         started = anyio.current_time()
@@ -474,20 +479,18 @@ class Supervisor:
                     child.pid,
                     describe_exit(code),
                 )
-        # COMMAND ended by itself while we lead: leave, back off, rejoin (a crash loop must
-        # not keep the lock, and another host may do better meanwhile)
-        ran = anyio.current_time() - started
+        log.warning("%s exited while active (%s)", self.settings.command[0], describe_exit(code))
+        self._leave_after_exit(f"{self.settings.command[0]} exited", anyio.current_time() - started)
+
+    def _leave_after_exit(self, note: str, ran: float) -> None:
+        """COMMAND ended by itself while we lead: leave, back off, rejoin (a crash loop must
+        not keep the lock, and another host may do better meanwhile)."""
         if ran > 60:
             self._restart_delay = RESTART_DELAY[0]
         delay = self._restart_delay
         self._restart_delay = min(RESTART_DELAY[1], delay * 2)
-        log.warning(
-            "%s exited while active (%s); leaving the election for %.0fs",
-            self.settings.command[0],
-            describe_exit(code),
-            delay,
-        )
-        self._cool_down(delay, f"{self.settings.command[0]} exited")
+        log.warning("leaving the election for %.0fs", delay)
+        self._cool_down(delay, note)
         self._quit()
 
     async def fence_old_active(self, breadcrumb: bytes) -> None:

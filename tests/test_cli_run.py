@@ -16,7 +16,10 @@ from typing import Any
 
 import pytest
 
+from tests.backends.zookeeper import ZooKeeperBackend, zookeeper_backend, zookeeper_server
 from tests.test_cli import alive, ha, ha_env, popen_ha, sqlite_url, wait_until
+
+__all__ = ("zookeeper_backend", "zookeeper_server")  # fixtures, until the plugin is registered
 
 CHILD = r"""
 import os, signal, sys, time
@@ -235,3 +238,27 @@ def test_status_human_output(hosts: Hosts) -> None:
     assert "active  a  epoch 1" in result.stdout
     assert "breadcrumb  a  epoch 1" in result.stdout
     assert os.path.basename(sqlite_url(hosts.directory)) in result.stdout
+
+
+@pytest.mark.zookeeper
+def test_run_status_and_format_on_zookeeper(
+    zookeeper_backend: ZooKeeperBackend, tmp_path: Path
+) -> None:
+    url = zookeeper_backend.url() + "?session_timeout=2"
+    h = Hosts(tmp_path, ha_env(tmp_path, HA_URL=url))
+    try:
+        h.start("a")
+        h.settled()
+        h.start("b")
+        doc = h.settled()
+        assert doc["active"] == "a" and doc["epoch"] == 1
+        in_use = ha("format", "/svc", env=h.env)
+        assert in_use.returncode == 1 and "'a' holds its lock" in in_use.stderr
+        a_child = h.child("a")
+        assert a_child is not None
+        h.procs["a"].kill()
+        wait_until(lambda: not alive(a_child[0]), "a's COMMAND to die with its supervisor")
+        doc = h.settled()  # after ZooKeeper expired a's session
+        assert doc["active"] == "b" and doc["epoch"] == 2
+    finally:
+        h.stop_all()
