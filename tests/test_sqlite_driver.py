@@ -274,9 +274,14 @@ def test_bad_urls_are_configuration_errors(url: str) -> None:
         SqliteDriver.from_url(url)
 
 
-def test_unknown_keyword_option_is_a_configuration_error() -> None:
+def test_bad_keyword_options_are_configuration_errors() -> None:
     with pytest.raises(ConfigurationError, match="colour"):
         SqliteDriver.from_url("sqlite:///x/ha.db", colour="blue")
+    for bad in ("2", True, float("nan"), 0):
+        with pytest.raises(ConfigurationError, match="session_timeout"):
+            SqliteDriver("/x/ha.db", session_timeout=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="absolute"):
+        SqliteDriver("relative/ha.db")
 
 
 def test_default_url_is_under_the_state_directory(

@@ -71,7 +71,6 @@ from ..errors import (
     ConfigurationError,
     ConnectionLost,
     CorruptData,
-    DriverError,
     HAError,
     NodeExists,
     NoNode,
@@ -445,18 +444,14 @@ class SqliteDriver(Driver):
         self._path = os.fspath(path)
         if not os.path.isabs(self._path):
             raise ConfigurationError(f"the sqlite file path must be absolute: {self._path!r}")
+        session_timeout = _seconds("session_timeout", session_timeout)
+        poll_interval = _seconds("poll_interval", poll_interval)
         if renew_interval is None:
             renew_interval = session_timeout / 3
         if busy_timeout is None:
             busy_timeout = session_timeout / 4
-        for name, value in (
-            ("session_timeout", session_timeout),
-            ("poll_interval", poll_interval),
-            ("renew_interval", renew_interval),
-            ("busy_timeout", busy_timeout),
-        ):
-            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-                raise ConfigurationError(f"{name} must be a positive number of seconds: {value!r}")
+        renew_interval = _seconds("renew_interval", renew_interval)
+        busy_timeout = _seconds("busy_timeout", busy_timeout)
         # as client-go does: refuse timings that cannot keep the lease alive
         if renew_interval + busy_timeout >= session_timeout:
             raise ConfigurationError(
@@ -468,12 +463,12 @@ class SqliteDriver(Driver):
                 f"poll_interval ({poll_interval}) must be shorter than session_timeout"
                 f" ({session_timeout})"
             )
-        if synchronous.lower() not in ("full", "normal"):
+        if not isinstance(synchronous, str) or synchronous.lower() not in ("full", "normal"):
             raise ConfigurationError(f"synchronous must be 'full' or 'normal': {synchronous!r}")
-        self._session_timeout = float(session_timeout)
-        self._poll_interval = float(poll_interval)
-        self._renew_interval = float(renew_interval)
-        self._busy_timeout = float(busy_timeout)
+        self._session_timeout = session_timeout
+        self._poll_interval = poll_interval
+        self._renew_interval = renew_interval
+        self._busy_timeout = busy_timeout
         self._synchronous = synchronous.upper()
         self._lock_dir = self._path + "-sessions"
 
@@ -549,6 +544,8 @@ class SqliteDriver(Driver):
             return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
         except sqlite3.Error as exc:
             raise _map_error(exc, self._path) from exc
+        except OSError as exc:  # the lock files, or a stat of the database
+            raise ConnectionLost(f"{self._path}: {exc}") from exc
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._in_thread(self._ops_limiter, self._with_ops, fn, args)
@@ -859,7 +856,7 @@ class SqliteDriver(Driver):
                 self._lose_session(sid)
                 due = anyio.current_time()
                 continue
-            except DriverError as exc:
+            except HAError as exc:
                 if self._connected:
                     log.warning("%s: session %s lost contact: %s", self._path, sid, exc)
                     self._connected = False
@@ -1088,6 +1085,14 @@ def _unlock(lock: tuple[int, str]) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
     os.close(fd)
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"{name} must be a number of seconds: {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"{name} must be a positive number of seconds: {value!r}")
+    return float(value)
 
 
 def _bytes(data: object) -> bytes:
