@@ -133,11 +133,26 @@ def _with_driver(opts: Options, fn: Callable[[Driver], Awaitable[T]]) -> T:
     return _run(opts, go)
 
 
+class _Formatter(logging.Formatter):
+    """``12:00:00.123 ha.elector message``; the supervisor's lines say ``ha run ID``."""
+
+    run_as = ""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s.%(msecs)03d %(name)s %(message)s", datefmt="%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.name == "ha.supervisor" and self.run_as:
+            record.name = f"ha run {self.run_as}:"
+        return super().format(record)
+
+
+_formatter = _Formatter()
+
+
 def _setup_logging(debug: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s.%(msecs)03d %(name)s %(message)s", datefmt="%H:%M:%S")
-    )
+    handler.setFormatter(_formatter)
     ours = logging.getLogger("ha")
     ours.handlers[:] = [handler]
     ours.propagate = False
@@ -396,6 +411,8 @@ def run(
         )
     except ConfigurationError as exc:
         raise Failure(str(exc)) from None
+
+    _formatter.run_as = identity
 
     async def go(driver: Driver) -> None:
         supervisor = Supervisor(driver, settings, handle_signals=True)

@@ -216,8 +216,7 @@ class ProcessContenders(Contenders):
 
     def __init__(self, url: str, path: str, model: Model, workdir: str) -> None:
         super().__init__(url, path, model)
-        self.journal = os.path.join(workdir, "journal.jsonl")
-        open(self.journal, "a").close()  # noqa: SIM115 - created before any reader opens it
+        self.journal = os.path.join(workdir, "journal.jsonl")  # workers create it
         self.children: dict[str, Child] = {}
         self._file: IO[str] | None = None
         self._buffer = ""
@@ -248,7 +247,10 @@ class ProcessContenders(Contenders):
 
     def _read(self) -> list[dict[str, Any]]:
         if self._file is None:
-            self._file = open(self.journal, encoding="utf-8")  # noqa: SIM115 - kept open
+            try:
+                self._file = open(self.journal, encoding="utf-8")  # noqa: SIM115 - kept open
+            except FileNotFoundError:
+                return []  # no worker has written yet
         self._buffer += self._file.read()
         *lines, self._buffer = self._buffer.split("\n")
         records = []
@@ -473,7 +475,7 @@ async def run_demo(
 ) -> int:
     """Run the demo; returns the exit code (0: every failover happened and epochs increased)."""
     console = console or Console(highlight=False)
-    workdir = tempfile.mkdtemp(prefix="ha-demo-")
+    workdir = await anyio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix="ha-demo-"))
     try:
         if url is None:
             url = f"sqlite://{workdir}/demo.db"
@@ -484,7 +486,8 @@ async def run_demo(
             )
         return await _demo(url, path, rounds, console, workdir)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(workdir, ignore_errors=True))
 
 
 async def _demo(url: str, path: str, rounds: int, console: Console, workdir: str) -> int:

@@ -40,7 +40,7 @@ import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from . import admin
-from .drivers.base import Driver
+from .drivers.base import Driver, validate_path
 from .elector import Elector, Timing
 from .errors import ConfigurationError, DriverError, ElectionFailed, HAError, NoNode
 from .journal import JournalWriter, Transition
@@ -217,6 +217,9 @@ class Settings:
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        validate_path(self.path)
+        if self.path == "/":
+            raise ConfigurationError("the election path must not be the root '/'")
         if not self.identity:
             raise ConfigurationError("the supervisor needs a non-empty --id")
         if not self.command:
