@@ -22,6 +22,7 @@ import pytest
 from ha import admin
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.errors import ConfigurationError
+from ha.lease import Lease
 from ha.supervisor import Settings, Supervisor, spawn, timing_for
 
 pytestmark = pytest.mark.anyio
@@ -361,3 +362,25 @@ def test_settings_and_timing_are_checked() -> None:
         Settings("/svc", "", ("true",))
     with pytest.raises(ConfigurationError, match="grace"):
         Settings("/svc", "a", ("true",), grace=-1)
+
+
+async def test_a_winner_gives_way_to_a_pending_failover_target(tmp_path: Path) -> None:
+    # b won the lock (epoch 2) before it heard of a request, made at epoch 1, to hand over
+    # to c: it must not start COMMAND, and must step aside until the epoch moves on
+    name = f"sup-{next(_names)}"
+    request = admin.FailoverRequest("r1", b"a", 1, b"c", 30.0)
+    try:
+        async with MemoryDriver(name) as driver:
+            await driver.create("/svc/failover", request.encode(), makepath=True)
+            settings = Settings("/svc", "b", (sys.executable, "-c", CHILD, str(tmp_path)))
+            supervisor = Supervisor(driver, settings)
+            lease = Lease("/svc", b"b", 2, driver.session_id or 0, "/svc/epoch", 1)
+            await supervisor.become_active(lease)
+            assert supervisor.child is None and child_pid(tmp_path, "b") is None
+            assert supervisor._out_reason() == "stepping aside for a failover to 'c'"
+            supervisor._consider(request, 2)  # still epoch 2: c has not taken over yet
+            assert supervisor._out_reason() is not None
+            supervisor._consider(request, 3)  # c took over
+            assert supervisor._out_reason() is None
+    finally:
+        MemoryCluster.drop(name)
