@@ -191,9 +191,10 @@ class Subscription:
 class Driver(ABC):
     """A connection to one coordination backend, holding at most one session at a time.
 
-    Use as ``async with driver:`` (or ``await driver.start()`` / ``await driver.aclose()``, called
-    from the same task, since a driver may keep background tasks in a task group it enters in
-    ``start`` and leaves in ``aclose``). All methods must be called from the event loop's thread.
+    Use as ``async with driver:`` or ``await driver.start()`` / ``await driver.aclose()``, in any
+    order among several drivers: a driver's background work (pings, polls) runs in an
+    ``ha._background.BackgroundTask``, not in a task group that would impose nesting.
+    All methods must be called from the event loop's thread.
     """
 
     capabilities: Capabilities

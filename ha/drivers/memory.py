@@ -21,8 +21,9 @@ from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
-import anyio.abc
+import anyio.lowlevel
 
+from .._background import BackgroundTask
 from ..errors import (
     AccessDenied,
     BadVersion,
@@ -199,9 +200,7 @@ class MemoryCluster:
         results: list[str | Stat | None] = []
         for op in ops:
             if isinstance(op, Create):
-                self.nodes[op.path] = _Node(
-                    op.data, ephemeral_owner=sid if op.ephemeral else None
-                )
+                self.nodes[op.path] = _Node(op.data, ephemeral_owner=sid if op.ephemeral else None)
                 if op.path != "/":
                     self.nodes[parent_of(op.path)].children.add(op.path.rsplit("/", 1)[1])
                 self._notify(op.path, NodeEventKind.CREATED)
@@ -235,12 +234,14 @@ class MemoryDriver(Driver):
         super().__init__()
         if session_timeout <= 0:
             raise ConfigurationError(f"session_timeout must be positive, got {session_timeout}")
-        self.cluster = cluster if isinstance(cluster, MemoryCluster) else MemoryCluster.named(cluster)
+        self.cluster = (
+            cluster if isinstance(cluster, MemoryCluster) else MemoryCluster.named(cluster)
+        )
         self._timeout = float(session_timeout)
         self._sid: int | None = None
         self._connected = False
         self._last_contact = 0.0
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._pinger_task: BackgroundTask | None = None
         self._wake = anyio.Event()
         self._held: list[NodeEvent] = []
         # faults
@@ -270,23 +271,21 @@ class MemoryDriver(Driver):
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._tg is not None:
+        if self._pinger_task is not None:
             raise RuntimeError("driver already started")
         self._open_session()
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg.start_soon(self._pinger)
+        self._pinger_task = BackgroundTask(self._pinger, name=f"memory pinger {self._sid:#x}")
+        self._pinger_task.start()
 
     async def aclose(self) -> None:
-        if self._tg is None:
+        if self._pinger_task is None:
             return
-        tg, self._tg = self._tg, None
+        task, self._pinger_task = self._pinger_task, None
         if self._sid is not None and not self._crashed and self._reachable():
             self.cluster.close_session(self._sid)
         self._sid = None
         self._connected = False
-        tg.cancel_scope.cancel()
-        await tg.__aexit__(None, None, None)
+        await task.stop()
         self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
 
     def _open_session(self) -> None:
@@ -346,7 +345,7 @@ class MemoryDriver(Driver):
         self._held.clear()
         self._connected = False
         self._emit(ConnectionEvent(ConnectionState.EXPIRED, old))
-        if self._tg is not None and not self._crashed:
+        if self._pinger_task is not None and not self._crashed:
             self._open_session()
 
     # --- called by the cluster ---------------------------------------------------------------
@@ -438,7 +437,7 @@ class MemoryDriver(Driver):
         while self._frozen is not None:
             await self._frozen.wait()
         await anyio.lowlevel.checkpoint()
-        if self._tg is None or self._sid is None:
+        if self._pinger_task is None or self._sid is None:
             raise ConnectionLost("driver is not started")
         if self._fail:
             raise self._fail.pop(0)
