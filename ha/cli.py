@@ -341,7 +341,8 @@ def _check_executable(what: str, argv: tuple[str, ...]) -> None:
     "--fence",
     metavar="CMD",
     help="Command run before taking over from another active (split like a shell"
-    " would, but never run by one); the old active is in HA_OLD_* variables;"
+    " would, but never run by one); the old active is in HA_OLD_IDENTITY,"
+    " HA_OLD_EPOCH, HA_OLD_HOST, HA_OLD_PID, HA_OLD_BREADCRUMB_B64;"
     " a non-zero exit refuses the takeover.",
 )
 @click.option("--fence-timeout", type=float, default=30.0, show_default=True, metavar="S")
@@ -382,8 +383,9 @@ def run(
     \b
     Examples:
       ha run /myapp --id host-a -- python -m myapp.server --port 8080
-      ha run /myapp --id host-b --grace 5 --fence 'ssh $HOST pkill myapp' -- ./serve.sh
-      ha --url 'sqlite:///var/lib/myapp/ha.db?session_timeout=10' run /myapp --id a -- ./job
+      ha run /myapp --id host-b --fence './fence-old.sh --force' -- ./serve.sh
+      ha --url 'sqlite:///var/lib/myapp/ha.db?session_timeout=10' \\
+         run /myapp --id host-c --grace 5 --health './check.sh' -- ./serve.sh
     """
     from .supervisor import Settings, Supervisor
 
