@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import dataclasses
 import json
 import logging
 import math
@@ -275,7 +276,10 @@ class Supervisor:
         self.driver = driver
         self.settings = settings
         self.identity = settings.identity.encode()
-        self.timing = timing_for(driver.session_timeout, settings.grace)
+        self.timing = dataclasses.replace(
+            timing_for(driver.session_timeout, settings.grace),
+            fence_timeout=settings.fence_timeout,
+        )
         self._handle_signals = handle_signals
         self._journal = JournalWriter(settings.journal) if settings.journal else None
         self._data = json.dumps(

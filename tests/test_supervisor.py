@@ -362,6 +362,13 @@ def test_settings_and_timing_are_checked() -> None:
         Settings("/svc", "", ("true",))
     with pytest.raises(ConfigurationError, match="grace"):
         Settings("/svc", "a", ("true",), grace=-1)
+    with pytest.raises(ConfigurationError, match="root"):
+        Settings("/", "a", ("true",))
+    settings = Settings("/svc", "a", ("true",), fence_timeout=7.0, grace=1.0)
+    timing = Supervisor(MemoryDriver("unused", session_timeout=10.0), settings).timing
+    assert timing.fence_timeout == 7.0
+    assert timing.deadline_ratio * 10.0 + 1.0 < 10.0  # the stop ends before the session can
+    MemoryCluster.drop("unused")
 
 
 async def test_a_winner_gives_way_to_a_pending_failover_target(tmp_path: Path) -> None:
