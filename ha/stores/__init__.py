@@ -11,16 +11,18 @@ Layout of one cluster under the coordination backend (``prefix`` defaults to ``/
     <prefix>/<cluster_id>/
         job-results/<job_id>                      {"format": "ha.job-result", state dirty|clean}
         running-jobs/<job_id>                     {"format": "ha.running-job", status}
-        execution-plans/<job_id>                  state handle -> blob "execution-plans/<job_id>/<uuid>"
+        execution-plans/<job_id>                  state handle -> execution-plans/<job_id>/<uuid>
         execution-plans/<job_id>/locks/<owner>    ephemeral lock of each store instance using it
         checkpoints/<job_id>/counter              {"format": "ha.checkpoint-counter", next}
-        checkpoints/<job_id>/completed/<id:019d>  state handle -> blob "checkpoints/<job_id>/<id>/<uuid>"
+        checkpoints/<job_id>/completed/<id:019d>  state handle -> checkpoints/<job_id>/<id>/<uuid>
         checkpoints/<job_id>/completed/<id>/locks/<owner>
         state/<namespace>/<name>[/locks/<owner>]  generic state handles
-        leader/..., election/...                  owned by ha.services, not by the stores
+        leader/<component>                        ha.services: the published leader address
+        election/{lock,breadcrumb,epoch}          ha.services: the process-wide election
 
-Blobs live outside the backend, in a ``BlobStore`` (``FileBlobStore(<blob_dir>/<cluster_id>)``
-by default); state handle nodes hold only their key, size and SHA-256.
+State handles point (``->``) to blob keys. Blobs live outside the backend, in a ``BlobStore``
+(``FileBlobStore(<blob_dir>/<cluster_id>)`` by default); a state handle node holds only the
+blob's key, size and SHA-256.
 
 ``Stores(driver, cluster_id, blobs=..., lease=...)`` opens all of them for one leadership term;
 ``close()`` releases this instance's locks and keeps every byte; ``close_and_cleanup_all_data()``
