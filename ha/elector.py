@@ -59,6 +59,7 @@ from .machine import State
 __all__ = ("Backoff", "Elector", "Timing")
 
 log = logging.getLogger("ha.elector")
+_SHARED_RNG = random.Random()
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +159,8 @@ class Elector:
         # a path is opened for each run and closed after it; a writer given is the caller's
         self._journal_spec = journal
         self._journal: JournalWriter | None = None
-        self._rng = random.Random(seed)
+        # one generator for all electors unless seeded: a Random costs ~2.5 KB per elector
+        self._rng = _SHARED_RNG if seed is None else random.Random(seed)
         self._machine = m.Machine(
             self.identity,
             max_retries=self.timing.max_retries,
@@ -173,6 +175,7 @@ class Elector:
         self._lead_done: anyio.Event | None = None
         self._backoff_at: tuple[float, int] | None = None
         self._closed = False
+        self._quit_pending: m.QuitRequested | None = None
         self.counts: Counter[tuple[str, str]] = Counter()
 
     # --- public -------------------------------------------------------------------------------
@@ -224,6 +227,8 @@ class Elector:
         check_contender(contender)
         if self._send is not None:
             raise RuntimeError("this elector is already running")
+        if self._machine.phase in (m.Phase.DONE, m.Phase.FAILED):
+            raise RuntimeError("this elector has finished; make a new Elector to rejoin")
         send, receive = anyio.create_memory_object_stream[m.Input](math.inf)
         self._send = send
         error: str | None = None
@@ -241,6 +246,8 @@ class Elector:
                     if sid is not None and self.driver.connected:
                         self._feed(m.Connected(sid))
                     self._feed(m.Joined())
+                    if self._quit_pending is not None:
+                        self._feed(self._quit_pending)
                     task_status.started(self)
                     error = await self._loop(tg, contender, receive)
                     tg.cancel_scope.cancel()
@@ -262,7 +269,9 @@ class Elector:
     # --- event intake -------------------------------------------------------------------------
 
     def _feed(self, event: m.Input) -> None:
-        if self._send is None:  # not running: nothing to tell (quit() is idempotent)
+        if self._send is None:
+            if isinstance(event, m.QuitRequested):
+                self._quit_pending = event  # quit before run: run() leaves at once
             return
         try:
             self._send.send_nowait(event)

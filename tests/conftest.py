@@ -10,9 +10,11 @@ import pytest
 
 pytest_plugins = [
     "tests.backends.memory",
+    "tests.backends.sqlite",
+    "tests.backends.zookeeper",
 ]
 
-BACKENDS = ["memory"]
+BACKENDS = ["memory", "sqlite", "zookeeper"]
 
 
 @pytest.fixture(scope="session", params=["asyncio", "trio"])

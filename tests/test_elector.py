@@ -150,7 +150,7 @@ async def test_refused_fencing_blocks_the_takeover_until_it_succeeds() -> None:
         await wait_for(lambda: b.state is ha.State.STANDBY)
         b.rec.refuse_fence = 2
         c.crash(a)
-        await wait_for(lambda: b.state is ha.State.ACTIVE)
+        await wait_for(lambda: bool(b.rec.leases))
         fences = [e for e in c.history.events if e.kind == "fence"]
         assert len(fences) == 3 and b.rec.leases[0].epoch == 2
 
@@ -301,3 +301,21 @@ async def test_bad_input_is_refused_at_construction() -> None:
         ha.connect("localhost:2181")
     assert encode_breadcrumb(Breadcrumb(b"a", 1))  # the codec is importable from ha.machine
     assert CorruptData("/p", "r").path == "/p"
+
+
+async def test_quit_before_run_and_run_after_quit() -> None:
+    async with MemoryDriver("quit-early") as driver:
+        elector = ha.Elector(driver, "/svc", b"a", timing=FAST)
+        elector.quit()
+        with anyio.fail_after(5):
+            await elector.run(Recorder("a", History()))
+        assert elector.state is ha.State.NEUTRAL
+        with pytest.raises(RuntimeError, match="finished"):
+            await elector.run(Recorder("a", History()))
+
+
+async def test_recursive_delete_of_nested_nodes() -> None:
+    async with MemoryDriver("nested") as driver:
+        await driver.create("/a/b/c", b"x", makepath=True)
+        await driver.delete("/a", recursive=True)
+        assert await driver.exists("/a") is None and await driver.exists("/a/b/c") is None

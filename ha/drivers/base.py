@@ -17,11 +17,13 @@ ZooKeeper-shaped model, and nothing more:
   subscribed paths, delivered by calling the subscriber's callback on the event loop's thread.
 
 Timing assumption (written once, here): the backend expires a session no earlier than
-``session_timeout`` after the last contact the client had with it, and ``last_contact`` is
-measured on this process's monotonic clock (``anyio.current_time()``) when a reply arrived,
-which is never earlier than the backend's own view of that contact. Hence an active that stops
-acting at ``last_contact + d`` with ``d < session_timeout`` stops before the backend can hand its
-lock to anyone else, whatever the clock skew between machines (only rates matter, not offsets).
+``session_timeout`` after the last contact it had from the client, and ``last_contact`` is a
+time on this process's monotonic clock (``anyio.current_time()``) never later than the
+backend's own view of that contact: the time the request was *sent* (or a reading the backend
+itself took), not the time its reply arrived, since a slow reply would otherwise eat into the
+margin. Hence an active that stops acting at ``last_contact + d`` with ``d < session_timeout``
+stops before the backend can hand its lock to anyone else, whatever the clock offsets between
+machines (only clock rates matter, and they are assumed equal within a small drift).
 
 Errors: every method raises only errors of ``ha.errors``. ``ConnectionLost`` (transient) means
 the outcome is unknown; ``SessionExpired`` means ephemeral state is gone; ``AccessDenied`` and
@@ -305,6 +307,8 @@ class Driver(ABC):
 
         Callbacks run on the event loop's thread, must not block and should not raise (an
         exception is logged and dropped). Events of one path arrive in the backend's order.
+        Node events are hints to re-read, as ZooKeeper's watches are: a backend may coalesce
+        them, or deliver one from just before ``subscribe``; it never misses a change after.
         """
         if path is not None:
             validate_path(path)

@@ -87,7 +87,10 @@ class MemoryCluster:
         self.name = name
         self.nodes: dict[str, _Node] = {"/": _Node(b"")}
         self.sessions: dict[int, _Session] = {}
+        self.watchers: dict[str, set[MemoryDriver]] = {}  # path -> drivers watching it
+        self.ephemerals: dict[int, set[str]] = {}  # session -> its ephemeral paths
         self.ops = 0  # operations served, for tests and benchmarks
+        self._next_reap = 0.0
 
     @classmethod
     def named(cls, name: str) -> MemoryCluster:
@@ -122,8 +125,15 @@ class MemoryCluster:
         return session is not None and not session.expired
 
     def reap(self) -> None:
-        """Expire every session not heard from for its timeout (the server's session tracker)."""
+        """Expire every session not heard from for its timeout (the server's session tracker).
+
+        It runs at most every 5 ms: checking every session on every call would make a cluster
+        of n sessions cost O(n) per operation. Expiry may thus come up to 5 ms late, never early.
+        """
         now = time.monotonic()
+        if now < self._next_reap:
+            return
+        self._next_reap = now + 0.005
         for session in list(self.sessions.values()):
             if not session.expired and now - session.last_heartbeat > session.timeout:
                 self.expire(session.id)
@@ -134,8 +144,9 @@ class MemoryCluster:
         if session is None:
             return
         session.expired = True
-        for path in [p for p, n in self.nodes.items() if n.ephemeral_owner == sid]:
-            self._remove(path)
+        for path in sorted(self.ephemerals.pop(sid, ())):
+            if path in self.nodes:
+                self._remove(path)
         session.driver._server_expired(sid)
 
     def close_session(self, sid: int) -> None:
@@ -145,13 +156,16 @@ class MemoryCluster:
 
     def _notify(self, path: str, kind: NodeEventKind) -> None:
         event = NodeEvent(path, kind)
-        for session in list(self.sessions.values()):
-            session.driver._server_event(event)
+        for driver in list(self.watchers.get(path, ())):
+            driver._server_event(event)
 
     def _remove(self, path: str) -> None:
-        node = self.nodes.pop(path)
-        for child in list(node.children):
+        node = self.nodes[path]
+        for child in list(node.children):  # children first: each unlinks itself from us
             self._remove(f"{path.rstrip('/')}/{child}")
+        del self.nodes[path]
+        if node.ephemeral_owner is not None:
+            self.ephemerals.get(node.ephemeral_owner, set()).discard(path)
         if path != "/":
             self.nodes[parent_of(path)].children.discard(path.rsplit("/", 1)[1])
         self._notify(path, NodeEventKind.DELETED)
@@ -201,6 +215,8 @@ class MemoryCluster:
         for op in ops:
             if isinstance(op, Create):
                 self.nodes[op.path] = _Node(op.data, ephemeral_owner=sid if op.ephemeral else None)
+                if op.ephemeral:
+                    self.ephemerals.setdefault(sid, set()).add(op.path)
                 if op.path != "/":
                     self.nodes[parent_of(op.path)].children.add(op.path.rsplit("/", 1)[1])
                 self._notify(op.path, NodeEventKind.CREATED)
@@ -348,10 +364,20 @@ class MemoryDriver(Driver):
         if self._pinger_task is not None and not self._crashed:
             self._open_session()
 
+    def _watch_started(self, path: str) -> None:
+        self.cluster.watchers.setdefault(path, set()).add(self)
+
+    def _watch_stopped(self, path: str) -> None:
+        watchers = self.cluster.watchers.get(path)
+        if watchers is not None:
+            watchers.discard(self)
+            if not watchers:
+                del self.cluster.watchers[path]
+
     # --- called by the cluster ---------------------------------------------------------------
 
     def _server_event(self, event: NodeEvent) -> None:
-        if event.path not in self._subscribers or self._crashed:
+        if self._crashed:
             return
         if self._connected and self._reachable():
             self._emit(event)
