@@ -188,7 +188,8 @@ def _election_frame(
     gap = np.where(
         crash,
         session_timeout_s + rng.uniform(0, 0.4, size=terms - 1),
-        rng.exponential(0.005, size=terms - 1),
+        # At least 10 us: the file keeps microseconds, so a smaller gap could print as overlap.
+        1e-5 + rng.exponential(0.005, size=terms - 1),
     )
     # Term i starts when the previous one ended plus the gap.
     start = np.empty(terms)
@@ -196,6 +197,7 @@ def _election_frame(
     start[1:] = start[0] + np.cumsum(duration[:-1] + gap)
     end = start[:-1] + duration[:-1]  # terms 0..n-2 end; the last is still open
     start[1:][overlap_terms] = end[overlap_terms] - overlap_s  # the injected faults
+    start, end = np.round(start, 6), np.round(end, 6)  # as written, so the truth matches
 
     cols: dict[str, list[Any]] = {f: [] for f in FIELDS}
 
