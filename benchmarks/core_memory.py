@@ -4,7 +4,8 @@
 
 - graceful handover: the active calls quit() -> the next active's become_active is running;
 - crash failover: the active's session is expired by the server -> the next one is running;
-- scale: N electors (one session each), 100 contenders per election, started together:
+- scale: N electors, 100 contenders per election, started together, once with a session each
+  and once sharing 100 sessions (as processes share one ZooKeeper session for many elections):
   time until every election has one active and all others are standby, and memory per elector
   (resident set growth divided by N).
 """
@@ -96,14 +97,14 @@ async def latency(rounds: int, mode: str) -> list[float]:
     return samples
 
 
-async def scale(n: int, per_election: int = 100) -> tuple[float, float]:
+async def scale(n: int, sessions: int, per_election: int = 100) -> tuple[float, float]:
     gc.collect()
     before = rss_bytes()
     cluster = "bench-scale"
-    drivers = [MemoryDriver(cluster, session_timeout=30.0) for _ in range(n)]
+    drivers = [MemoryDriver(cluster, session_timeout=30.0) for _ in range(sessions)]
     electors = [
-        ha.Elector(d, f"/scale/{i // per_election}", f"c{i}", timing=FAST)
-        for i, d in enumerate(drivers)
+        ha.Elector(drivers[i % sessions], f"/scale/{i // per_election}", f"c{i}", timing=FAST)
+        for i in range(n)
     ]
     marks: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -144,8 +145,12 @@ async def main(args: argparse.Namespace) -> None:
             f"{title + f', {len(ms)} rounds':<34}{statistics.median(ms):>8.3f}ms"
             f"{pct(ms, 0.99):>8.3f}ms{max(ms):>8.3f}ms"
         )
-    settled, per = await scale(args.electors)
-    print(f"{args.electors} electors settled in {settled:.2f} s, {per / 1024:.1f} KiB per elector")
+    for sessions in (args.electors, 100):
+        settled, per = await scale(args.electors, sessions)
+        print(
+            f"{args.electors} electors on {sessions} sessions: settled in {settled:.2f} s, "
+            f"{per / 1024:.1f} KiB per elector"
+        )
 
 
 if __name__ == "__main__":

@@ -419,7 +419,10 @@ class Elector:
             holder, stat = await self.driver.get(self.lock_path)
         except NoNode:
             return m.LockMissing(session)
-        return m.LockOwned(session, stat.ephemeral_owner == session, holder, stat.version)
+        # several electors may share one session (one per election or not): the lock is ours
+        # only if our session created it AND it names us (identities are unique per election)
+        ours = stat.ephemeral_owner == session and holder == self.identity
+        return m.LockOwned(session, ours, holder, stat.version)
 
     async def _read_election(self, session: int) -> m.Input:
         try:
@@ -482,8 +485,8 @@ class Elector:
             return
         try:
             with anyio.fail_after(self.timing.op_timeout or self.driver.session_timeout):
-                _, stat = await self.driver.get(self.lock_path)
-                if stat.ephemeral_owner == session:
+                holder, stat = await self.driver.get(self.lock_path)
+                if stat.ephemeral_owner == session and holder == self.identity:
                     await self.driver.delete(self.lock_path, stat.version)
         except (NoNode, TimeoutError):
             pass

@@ -16,7 +16,7 @@ import ha
 from ha.drivers.memory import MemoryDriver
 from ha.errors import ConfigurationError, CorruptData, ElectionFailed
 from ha.machine import Breadcrumb, decode_breadcrumb, encode_breadcrumb
-from ha.testing import History, Recorder
+from ha.testing import History, Recorder, check_history
 from tests.harness import FAST, cluster, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -319,3 +319,22 @@ async def test_recursive_delete_of_nested_nodes() -> None:
         await driver.create("/a/b/c", b"x", makepath=True)
         await driver.delete("/a", recursive=True)
         assert await driver.exists("/a") is None and await driver.exists("/a/b/c") is None
+
+
+async def test_electors_sharing_a_session_in_one_election() -> None:
+    """The lock is ours only if our session made it and it names us."""
+    async with MemoryDriver("shared-session") as driver, anyio.create_task_group() as tg:
+        history = History()
+        electors = [ha.Elector(driver, "/svc", f"e{i}", timing=FAST) for i in range(3)]
+        for e in electors:
+            e.add_listener(history.transition)
+            await tg.start(e.run, Recorder(e.identity.decode(), history))
+        await wait_for(
+            lambda: sorted(e.state.value for e in electors) == ["active", "standby", "standby"]
+        )
+        [leader] = [e for e in electors if e.state is ha.State.ACTIVE]
+        leader.quit()
+        await wait_for(lambda: sum(e.state is ha.State.ACTIVE for e in electors) == 1)
+        for e in electors:
+            e.quit()
+    check_history(history)
