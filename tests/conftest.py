@@ -7,6 +7,11 @@ returning a ``tests.backends.Backend``; ``backend`` runs a test once per availab
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
+
+# `pytest --hypothesis-profile=long` for thousands of examples (registered before the plugin
+# loads the profile named on the command line)
+settings.register_profile("long", max_examples=3000)
 
 pytest_plugins = [
     "tests.backends.memory",

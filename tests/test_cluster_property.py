@@ -21,8 +21,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(900)]
 
 
 # The example count comes from the profile: Hypothesis' default, 100 per anyio backend (200 in
-# all); ``--hypothesis-profile=long`` runs 3000 per backend.
-settings.register_profile("long", max_examples=3000)
+# all); ``--hypothesis-profile=long`` (registered in conftest.py) runs 3000 per backend.
 
 FAULTS = [
     "crash",
