@@ -1,13 +1,13 @@
-"""Election journals: the record format, an appender, and a generator of synthetic journals.
+"""Synthetic election journals, in the format electors write (``ha.journal``).
 
 A journal is JSON lines, one record per elector transition::
 
     {"ts": 1700000000.25, "election": "/jobs", "identity": "host-a", "from": "standby",
      "to": "active", "epoch": 7, "cause": "lock created"}
 
-``ts`` is Unix seconds (float), ``epoch`` an integer or null, states are the elector's
-(``neutral``, ``standby``, ``active``, ``fenced``). Each process appends its own file; the report
-reads any number of them, in any order.
+``ts`` is Unix seconds (float), ``epoch`` an integer when ``to`` is active and null otherwise,
+states are the elector's. Each process appends its own file; the report reads any number of
+them, in any order.
 
 The generator models electors handing leadership on: terms of exponential length, then either
 a graceful handover (active -> neutral, gap of milliseconds) or a crash (active -> fenced, gap
@@ -18,66 +18,17 @@ counts, injected overlaps) so tests can check the report against it.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..machine import State
 
-__all__ = (
-    "STATES",
-    "InjectedOverlap",
-    "JournalTruth",
-    "append_record",
-    "generate_journal",
-    "journal_record",
-)
+__all__ = ("STATES", "InjectedOverlap", "JournalTruth", "generate_journal")
 
-STATES = ("neutral", "standby", "active", "fenced")
+STATES = tuple(state.value for state in State)
 FIELDS = ("ts", "election", "identity", "from", "to", "epoch", "cause")
-
-
-def journal_record(
-    ts: float,
-    election: str,
-    identity: str,
-    from_state: str,
-    to_state: str,
-    epoch: int | None,
-    cause: str,
-) -> str:
-    """One journal line (without the newline), fields in the documented order."""
-    for state in (from_state, to_state):
-        if state not in STATES:
-            raise ConfigurationError(f"unknown elector state {state!r}; states: {STATES}")
-    return json.dumps(
-        {
-            "ts": ts,
-            "election": election,
-            "identity": identity,
-            "from": from_state,
-            "to": to_state,
-            "epoch": epoch,
-            "cause": cause,
-        },
-        separators=(",", ":"),
-    )
-
-
-def append_record(path: Path | str, line: str) -> None:
-    """Append one line with a single ``write(2)`` on an O_APPEND descriptor.
-
-    A crash leaves either the whole line or nothing (lines are far below a page), and processes
-    sharing a file do not interleave within a line.
-    """
-    data = (line + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +166,7 @@ def _election_frame(
     old, new = leader[:-1], leader[1:]
     left_to = np.where(crash, "fenced", "neutral").astype(object)
     left_cause = np.where(crash, "session expired", "quit").astype(object)
-    add(end, hosts[old], "active", left_to, epoch[:-1], left_cause)
+    add(end, hosts[old], "active", left_to, np.full(terms - 1, -1), left_cause)
     add(start[1:], hosts[new], "standby", "active", epoch[1:], "lock created")
     back = np.maximum(end, start[1:]) + rng.uniform(0.05, 0.5, size=terms - 1)
     add(

@@ -3,15 +3,19 @@
 Definitions (per election):
 
 - A **leadership interval** of an identity runs from its transition to ``active`` until its
-  next transition away from ``active``. An interval never closed in the journal is open: it
-  ends at the election's last event. An identity that becomes active twice without leaving in
-  between is counted as an **anomaly** (a lost journal line); its first interval ends there.
+  next record, which normally leaves ``active`` (``end_kind`` "left"). A process killed while
+  active writes nothing more, so an interval can stay unclosed; it is then closed by the first
+  of: the identity's next record, from a restarted process ("restarted"); the start of the
+  next interval with a higher epoch, which proves the old one deposed ("superseded"); the
+  election's last record ("open": still active when the journal ends).
 - Intervals are swept in start order, keeping the latest end seen so far. An interval that
   starts before that end **overlaps** the interval holding it (two actives at once: a safety
   violation, which must never appear). One that starts at or after it is a **failover**; its
-  **gap** is the time with no active in between.
-- **Availability** is the share of the election's observed span (first to last event) covered
-  by at least one interval; **transitions per hour** counts every record over that span.
+  **gap** is the time with no active in between, known only when the previous holder recorded
+  its leaving (after a crash, the moment it stopped is not in the journal).
+- **Availability** is the share of the election's observed span (first to last record)
+  covered by at least one interval (an upper bound when intervals were closed by supersession);
+  **transitions per hour** counts every record over that span.
 - **Epochs** must strictly increase from one interval to the next; a violation is counted.
 
 All of it runs in Spark (windows partitioned by election), so journals of tens of millions of
@@ -54,6 +58,7 @@ TIMELINE_INTERVALS = 40
 TIMELINE_ELECTIONS = 6
 EPOCH_POINTS = 4_000
 CLOSEUPS = 4
+TERMINAL_SKIP = ("span", "intervals", "unclosed")  # in the HTML only: keep the table narrow
 
 
 def journal_schema() -> Any:
@@ -98,36 +103,59 @@ def read_journals(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
 
 
 def leadership_intervals(events: DataFrame) -> DataFrame:
-    """One row per leadership interval: election, identity, start, end, epoch, open, anomaly."""
+    """One row per leadership interval: election, identity, start, end, epoch, end_kind."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     span = events.groupBy("election").agg(F.max("ts").alias("election_end"))
-    edges = events.where((F.col("to") == "active") | (F.col("from") == "active")).select(
-        "election",
-        "identity",
-        "ts",
-        "epoch",
-        "cause",
-        (F.col("to") == "active").alias("enters"),
-    )
     # At equal times a departure sorts first: it closes the interval it belongs to.
-    by_holder = Window.partitionBy("election", "identity").orderBy("ts", "enters")
-    nxt = edges.select(
+    departs = (F.col("from") == "active").cast("int")
+    by_holder = Window.partitionBy("election", "identity").orderBy("ts", F.desc("departs"))
+    entries = (
+        events.withColumn("departs", departs)
+        .select(
+            "*",
+            F.lead("ts").over(by_holder).alias("next_ts"),
+            F.lead("from").over(by_holder).alias("next_from"),
+            F.lead("cause").over(by_holder).alias("next_cause"),
+        )
+        .where(F.col("to") == "active")
+    )
+    by_start = Window.partitionBy("election").orderBy("ts", "identity")
+    entries = entries.select(
         "*",
-        F.lead("ts").over(by_holder).alias("next_ts"),
-        F.lead("enters").over(by_holder).alias("next_enters"),
-        F.lead("cause").over(by_holder).alias("next_cause"),
-    ).where("enters")
-    return nxt.join(span, "election").select(
+        F.lead("ts").over(by_start).alias("succ_ts"),
+        F.lead("epoch").over(by_start).alias("succ_epoch"),
+    ).join(span, "election")
+    left = F.col("next_from") == "active"
+    higher = (
+        F.col("succ_epoch").isNull()
+        | F.col("epoch").isNull()
+        | (F.col("succ_epoch") > F.col("epoch"))
+    )
+    superseded_at = F.when(higher, F.col("succ_ts"))
+    # least() skips nulls: the earliest of the candidates that exist.
+    end = F.when(left, F.col("next_ts")).otherwise(
+        F.least("next_ts", superseded_at, "election_end")
+    )
+    kind = (
+        F.when(left, "left")
+        .when(
+            F.col("next_ts").isNotNull()
+            & (superseded_at.isNull() | (F.col("next_ts") <= superseded_at)),
+            "restarted",
+        )
+        .when(superseded_at.isNotNull(), "superseded")
+        .otherwise("open")
+    )
+    return entries.select(
         "election",
         "identity",
         F.col("ts").alias("start"),
-        F.coalesce("next_ts", "election_end").alias("end"),
+        end.alias("end"),
         "epoch",
-        F.col("next_ts").isNull().alias("open"),
-        F.coalesce(F.col("next_enters"), F.lit(False)).alias("anomaly"),
-        F.col("next_cause").alias("end_cause"),
+        kind.alias("end_kind"),
+        F.when(left, F.col("next_cause")).alias("end_cause"),
     )
 
 
@@ -135,7 +163,8 @@ def sweep(intervals: DataFrame) -> DataFrame:
     """Intervals in start order with what came before: the latest earlier end and its holder.
 
     Adds ``prev_end``, ``prev_identity``, ``prev_epoch`` (of the interval with that end),
-    ``kind`` (``first``, ``failover`` or ``overlap``), ``gap`` (failovers), ``overlap``
+    ``kind`` (``first``, ``failover`` or ``overlap``), ``gap`` (failovers whose previous
+    holder recorded its leaving), ``overlap``
     (seconds shared with ``prev_identity``), ``covered`` (seconds added to the union) and
     ``epoch_ok`` (strictly above the previous interval's epoch, in start order).
     """
@@ -144,7 +173,7 @@ def sweep(intervals: DataFrame) -> DataFrame:
 
     order = Window.partitionBy("election").orderBy("start", "end", "identity")
     before = order.rowsBetween(Window.unboundedPreceding, -1)
-    holder = F.struct("end", "identity", "epoch")
+    holder = F.struct("end", "identity", "epoch", "end_kind")
     s = intervals.select(
         "*",
         F.max(holder).over(before).alias("prev"),
@@ -154,13 +183,17 @@ def sweep(intervals: DataFrame) -> DataFrame:
         F.col("prev.end").alias("prev_end"),
         F.col("prev.identity").alias("prev_identity"),
         F.col("prev.epoch").alias("prev_epoch"),
+        F.col("prev.end_kind").alias("prev_end_kind"),
     )
     first = F.col("prev_end").isNull()
     overlapping = F.col("start") < F.col("prev_end")
     return s.drop("prev").select(
         "*",
         F.when(first, "first").when(overlapping, "overlap").otherwise("failover").alias("kind"),
-        F.when(~first & ~overlapping, F.col("start") - F.col("prev_end")).alias("gap"),
+        F.when(
+            ~first & ~overlapping & (F.col("prev_end_kind") == "left"),
+            F.col("start") - F.col("prev_end"),
+        ).alias("gap"),
         F.when(overlapping, F.least("end", "prev_end") - F.col("start")).alias("overlap"),
         F.greatest(
             F.lit(0.0), F.col("end") - F.greatest("start", F.coalesce("prev_end", "start"))
@@ -209,9 +242,10 @@ def analyze(spark: SparkSession, paths: Sequence[str]) -> JournalReport:
         )
         per_interval = swept.groupBy("election").agg(
             F.count(F.lit(1)).alias("intervals"),
-            F.sum(F.col("open").cast("int")).alias("open_intervals"),
-            F.sum(F.col("anomaly").cast("int")).alias("anomalies"),
-            F.count("gap").alias("failovers"),
+            F.sum((F.col("end_kind") == "open").cast("int")).alias("open_intervals"),
+            F.sum(F.col("end_kind").isin("restarted", "superseded").cast("int")).alias("unclosed"),
+            F.sum((F.col("kind") == "failover").cast("int")).alias("failovers"),
+            F.count("gap").alias("known_gaps"),
             F.percentile_approx("gap", 0.5, 10_000).alias("gap_p50"),
             F.percentile_approx("gap", 0.9, 10_000).alias("gap_p90"),
             F.max("gap").alias("gap_max"),
@@ -269,7 +303,7 @@ def analyze(spark: SparkSession, paths: Sequence[str]) -> JournalReport:
         busiest = busiest[:TIMELINE_ELECTIONS]
         by_start = Window.partitionBy("election").orderBy("start", "identity")
         numbered = swept.where(F.col("election").isin(*busiest)).select(
-            "election", "identity", "start", "end", "epoch", "kind", "open",
+            "election", "identity", "start", "end", "epoch", "kind", "end_kind",
             F.row_number().over(by_start).alias("n"),
             F.count(F.lit(1)).over(Window.partitionBy("election")).alias("of"),
         )  # fmt: skip
@@ -359,11 +393,12 @@ def _summary_rows(report: JournalReport) -> list[dict[str, str]]:
                 "span": _fmt_s(r["span_s"]),
                 "intervals": _fmt_int(r["intervals"]),
                 "failovers": _fmt_int(r["failovers"]),
+                "unclosed": _fmt_int(r["unclosed"]),
                 "gap p50": _fmt_s(r["gap_p50"]),
                 "gap p90": _fmt_s(r["gap_p90"]),
                 "gap max": _fmt_s(r["gap_max"]),
                 "overlaps": _fmt_int(r["overlaps"]),
-                "availability": "-" if avail != avail or avail is None else f"{avail:.5%}",
+                "availability": "-" if avail != avail or avail is None else f"{avail:.4%}",
                 "transitions/h": "-"
                 if r["transitions_per_hour"] != r["transitions_per_hour"]
                 else f"{r['transitions_per_hour']:.1f}",
@@ -384,7 +419,7 @@ def summary_table(report: JournalReport) -> Table:
         f"{report.overlap_count:,} overlaps",
         title_style="bold red" if bad else "bold",
     )
-    rows = _summary_rows(report)
+    rows = [{k: v for k, v in r.items() if k not in TERMINAL_SKIP} for r in _summary_rows(report)]
     columns = list(rows[0]) if rows else ["election"]
     for name in columns:
         table.add_column(name, justify="left" if name == "election" else "right")
