@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import subprocess
+import sys
 import time
 
 import anyio
@@ -145,8 +147,27 @@ async def main(args: argparse.Namespace) -> None:
             f"{title + f', {len(ms)} rounds':<34}{statistics.median(ms):>8.3f}ms"
             f"{pct(ms, 0.99):>8.3f}ms{max(ms):>8.3f}ms"
         )
+
+
+def scale_table(args: argparse.Namespace) -> None:
     for sessions in (args.electors, 100):
-        settled, per = await scale(args.electors, sessions)
+        # a fresh process for each, so memory freed by the last run does not hide growth
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--scale-only",
+                str(sessions),
+                "--electors",
+                str(args.electors),
+                "--backend",
+                args.backend,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        settled, per = float(out[0]), float(out[1])
         print(
             f"{args.electors} electors on {sessions} sessions: settled in {settled:.2f} s, "
             f"{per / 1024:.1f} KiB per elector"
@@ -158,5 +179,11 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--electors", type=int, default=10_000)
     parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
+    parser.add_argument("--scale-only", type=int, metavar="SESSIONS", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    anyio.run(main, args, backend=args.backend)
+    if args.scale_only:
+        settled, per = anyio.run(scale, args.electors, args.scale_only, backend=args.backend)
+        print(settled, per)
+    else:
+        anyio.run(main, args, backend=args.backend)
+        scale_table(args)
