@@ -17,7 +17,7 @@ import logging
 import math
 import random
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -131,6 +131,32 @@ class Elector:
     The nodes used: ``{path}/lock`` (ephemeral, holds the identity), ``{path}/breadcrumb``
     and ``{path}/epoch`` (persistent).
     """
+
+    __slots__ = (
+        "driver",
+        "path",
+        "identity",
+        "data",
+        "timing",
+        "lock_path",
+        "breadcrumb_path",
+        "epoch_path",
+        "_journal_spec",
+        "_journal",
+        "_rng",
+        "_machine",
+        "_state",
+        "_lease",
+        "_send",
+        "_watchers",
+        "_listeners",
+        "_lead_scope",
+        "_lead_done",
+        "_backoff_at",
+        "_closed",
+        "_quit_pending",
+        "counts",
+    )
 
     def __init__(
         self,
@@ -320,7 +346,7 @@ class Elector:
         receive: MemoryObjectReceiveStream[m.Input],
     ) -> str | None:
         """Run until the machine finishes; return its fatal error, if any."""
-        outcomes: deque[m.Input] = deque()
+        outcomes: list[m.Input] = []  # rarely more than one; a deque costs 600 B each
         while True:
             event = await self._next_input(receive, outcomes)
             if isinstance(event, m.BackoffElapsed):
@@ -333,7 +359,7 @@ class Elector:
                     outcomes.append(outcome)
 
     async def _next_input(
-        self, receive: MemoryObjectReceiveStream[m.Input], outcomes: deque[m.Input]
+        self, receive: MemoryObjectReceiveStream[m.Input], outcomes: list[m.Input]
     ) -> m.Input:
         """Driver events first (they may make an outcome stale), then outcomes, then timers."""
         try:
@@ -341,7 +367,7 @@ class Elector:
         except anyio.WouldBlock:
             pass
         if outcomes:
-            return outcomes.popleft()
+            return outcomes.pop(0)
         if self._backoff_at is None:
             return await receive.receive()
         when, token = self._backoff_at

@@ -507,6 +507,12 @@ Effect = (
 class Machine:
     """One contender's view of one election. Feed inputs to ``handle``; do what it returns."""
 
+    __slots__ = (
+        "identity", "max_retries", "hold_on_disconnect", "phase", "session", "connected",
+        "reported", "failures", "backoff_token", "holder", "lock_version", "epoch",
+        "epoch_version", "breadcrumb_version", "_read",
+    )  # fmt: skip
+
     def __init__(
         self, identity: bytes, *, max_retries: int = 5, hold_on_disconnect: bool = False
     ) -> None:
