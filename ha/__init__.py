@@ -14,16 +14,19 @@ from .elector import Backoff, Elector, Timing
 from .journal import JournalWriter, Transition
 from .lease import Lease
 from .machine import State
+from .services import LeaderInfo, services
 
 __all__ = (
     "Backoff",
     "Contender",
     "Elector",
     "JournalWriter",
+    "LeaderInfo",
     "Lease",
     "State",
     "Timing",
     "Transition",
     "connect",
     "errors",
+    "services",
 )

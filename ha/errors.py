@@ -20,6 +20,7 @@ __all__ = (
     "NodeExists",
     "NoNode",
     "NotEmpty",
+    "PossiblyInconsistent",
     "SessionExpired",
     "TransactionFailed",
     "Unavailable",
@@ -48,6 +49,21 @@ class ConnectionLost(DriverError):
     """The backend could not be reached; the outcome of the operation is unknown."""
 
     transient = True
+
+
+class PossiblyInconsistent(ConnectionLost):
+    """A write's outcome is unknown (contact was lost while it ran); its payload was kept.
+
+    Flink's ``PossibleInconsistentStateException``: the transaction may or may not have been
+    applied, so the blob it points to must not be discarded. Read the entry back to find out.
+    ``path`` is the entry's node; ``blob`` the kept payload's key (or None).
+    """
+
+    def __init__(self, path: str, cause: BaseException, blob: str | None = None) -> None:
+        kept = f"; payload {blob} kept" if blob else ""
+        super().__init__(f"outcome of the write to {path} is unknown ({cause}){kept}")
+        self.path = path
+        self.blob = blob
 
 
 class Unavailable(DriverError):

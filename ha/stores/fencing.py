@@ -17,30 +17,15 @@ from ..drivers.base import Create, Delete, Driver, Op, SetData, Stat, parent_of
 from ..errors import (
     BadVersion,
     ConfigurationError,
-    ConnectionLost,
     Fenced,
     NodeExists,
     NoNode,
+    PossiblyInconsistent,
     TransactionFailed,
 )
 from ..lease import Lease
 
-__all__ = ("PossiblyInconsistent", "Writer")
-
-
-class PossiblyInconsistent(ConnectionLost):
-    """A write's outcome is unknown (contact was lost while it ran); its payload was kept.
-
-    Flink's ``PossibleInconsistentStateException``: the transaction may or may not have been
-    applied, so the blob it points to must not be discarded. Read the entry back to find out.
-    ``path`` is the entry's node; ``blob`` the kept payload's key (or None).
-    """
-
-    def __init__(self, path: str, cause: BaseException, blob: str | None = None) -> None:
-        kept = f"; payload {blob} kept" if blob else ""
-        super().__init__(f"outcome of the write to {path} is unknown ({cause}){kept}")
-        self.path = path
-        self.blob = blob
+__all__ = ("PossiblyInconsistent", "Writer")  # PossiblyInconsistent lives in ha.errors
 
 
 class Writer:
