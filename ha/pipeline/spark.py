@@ -169,6 +169,15 @@ class WarmSession:
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
 
+    @classmethod
+    def of(cls, session: SparkSession) -> WarmSession:
+        """A WarmSession holding a session built elsewhere (tests share one per module)."""
+        warm = cls(hot=True)
+        warm._session = session
+        warm._thread = threading.current_thread()  # nothing left to build
+        warm._ready.set()
+        return warm
+
     def start(self) -> None:
         """Begin building in a daemon thread (idempotent). Does nothing for a cold standby."""
         if self.hot:

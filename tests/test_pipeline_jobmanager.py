@@ -1,0 +1,380 @@
+"""The job manager's bookkeeping on the memory backend, without Spark (asyncio and trio).
+
+Spark is replaced by a stand-in: the pipeline's ``compute`` returns the batch's rows as bytes
+(optionally after a pause, or raising), and ``stage_batch`` writes them to the staging
+directory. Everything else is the real thing: election, fenced stores, commits, recovery.
+The same scenarios with real Spark and real processes are in ``test_pipeline_processes``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import ha
+from ha.drivers.memory import MemoryCluster, MemoryDriver
+from ha.pipeline import Param, pipeline
+from ha.pipeline import jobmanager as jm_module
+from ha.pipeline.commit import STAGING, committed_batches, output_digest
+from ha.pipeline.jobmanager import JobManager
+from ha.pipeline.jobs import cancel_job, job_status, list_jobs, submit_job, wait_for_job
+from ha.pipeline.plan import make_plan
+from ha.pipeline.registry import unregister
+from ha.pipeline.spark import WarmSession
+
+pytestmark = pytest.mark.anyio
+
+FAST = ha.Timing(backoff=ha.Backoff(initial=0.005, maximum=0.05), hook_timeout=0.5)
+_names = itertools.count()
+
+
+class FakeContext:
+    def __init__(self) -> None:
+        self.cancelled: list[str] = []
+
+    def setJobGroup(self, group: str, description: str, interruptOnCancel: bool = False) -> None:  # noqa: N802, N803
+        pass
+
+    def setLocalProperty(self, key: str, value: Any) -> None:  # noqa: N802
+        pass
+
+    def cancelJobGroup(self, group: str) -> None:  # noqa: N802
+        self.cancelled.append(group)
+
+
+class FakeSpark:
+    def __init__(self, name: str) -> None:
+        self.name = name  # which manager computes: failures can be aimed at one
+        self.sparkContext = FakeContext()
+
+
+class Knobs:
+    """What the fake pipeline does, shared by the test and the worker threads."""
+
+    def __init__(self) -> None:
+        self.pause = 0.0
+        self.fail: Counter[Any] = Counter()  # batch or (manager, batch) -> failures to inject
+        self.computed: list[int] = []
+        self.release = threading.Event()
+        self.release.set()
+
+
+KNOBS = Knobs()
+
+
+def _compute(spark: Any, params: Any, batch: Any) -> bytes:
+    KNOBS.computed.append(batch)
+    KNOBS.release.wait(10)
+    if KNOBS.pause:
+        threading.Event().wait(KNOBS.pause)
+    for key in (batch, (getattr(spark, "name", None), batch)):
+        if KNOBS.fail[key] > 0:
+            KNOBS.fail[key] -= 1
+            raise RuntimeError(f"injected failure in batch {batch}")
+    return f"rows of batch {batch} with {params['label']}\n".encode()
+
+
+def _fake_stage(
+    df: bytes, output: Any, index: int, *, files: int, sort_by: Any, token: str
+) -> Path:
+    staging = Path(output) / STAGING / f"batch-{index:05d}.{token}"
+    staging.mkdir(parents=True)
+    (staging / "part-00000.parquet").write_bytes(df)
+    return staging
+
+
+@pytest.fixture(autouse=True)
+def fake_pipeline(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    global KNOBS
+    KNOBS = Knobs()
+    monkeypatch.setattr(jm_module, "stage_batch", _fake_stage)
+    pipeline(
+        "test.fake",
+        batches=lambda p: list(range(p["batches"])),
+        params={"batches": Param(int, 6), "label": Param(str, "x")},
+    )(_compute)
+    yield
+    unregister("test.fake")
+
+
+class Manager:
+    def __init__(self, name: str, jm: JobManager, driver: MemoryDriver) -> None:
+        self.name, self.jm, self.driver = name, jm, driver
+        self.scope = anyio.CancelScope()
+        self.done = anyio.Event()
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    @property
+    def active(self) -> bool:
+        return self.jm.elector.state is ha.State.ACTIVE and not self.done.is_set()
+
+    def crash(self) -> None:
+        self.driver.crash()
+        self.scope.cancel()
+
+
+class Cluster:
+    def __init__(self, tg: Any, tmp: Path) -> None:
+        self.tg = tg
+        self.name = f"jm-{next(_names)}"
+        self.blobs = tmp / "blobs"
+        self.tmp = tmp
+        self.managers: list[Manager] = []
+        self.events: list[tuple[str, str, dict[str, Any]]] = []
+        self.hold_after: set[str] = set()
+
+    async def add(self, name: str, **options: Any) -> Manager:
+        driver = MemoryDriver(self.name, session_timeout=0.3)
+        await driver.start()
+        jm = JobManager(
+            driver,
+            "c1",
+            identity=name,
+            blobs=self.blobs,
+            spark=WarmSession.of(FakeSpark(name)),  # type: ignore[arg-type]
+            timing=FAST,
+            poll_interval=0.05,
+            on_event=lambda event, fields: self.on_event(name, event, fields),
+            **options,
+        )
+        m = Manager(name, jm, driver)
+
+        async def run() -> None:
+            with m.scope:
+                try:
+                    await jm.run()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await driver.aclose()
+            m.done.set()
+
+        self.tg.start_soon(run)
+        self.managers.append(m)
+        return m
+
+    def on_event(self, name: str, event: str, fields: dict[str, Any]) -> None:
+        self.events.append((name, event, fields))
+        if event in self.hold_after:
+            KNOBS.release.clear()  # the next compute waits until the test lets it go
+
+    async def active(self) -> Manager:
+        with anyio.fail_after(10):
+            while True:
+                live = [m for m in self.managers if m.active]
+                if len(live) == 1:
+                    return live[0]
+                await anyio.sleep(0.01)
+
+    def client(self) -> MemoryDriver:
+        return MemoryDriver(self.name, session_timeout=5)
+
+    async def submit(self, job_id: str, **params: Any) -> str:
+        out = self.tmp / f"out-{job_id}"
+        plan = make_plan("test.fake", params, str(out), job_id=job_id, max_attempts=2)
+        async with self.client() as d:
+            await submit_job(d, "c1", plan)
+        return str(out)
+
+    async def wait(self, job_id: str) -> Any:
+        async with self.client() as d:
+            with anyio.fail_after(20):
+                return await wait_for_job(d, "c1", job_id, blobs=self.blobs, poll=0.02)
+
+    def seen(self, event: str, **match: Any) -> list[tuple[str, dict[str, Any]]]:
+        return [
+            (who, f)
+            for who, e, f in self.events
+            if e == event and all(f.get(k) == v for k, v in match.items())
+        ]
+
+    async def wait_event(self, event: str, **match: Any) -> tuple[str, dict[str, Any]]:
+        with anyio.fail_after(10):
+            while not self.seen(event, **match):
+                await anyio.sleep(0.005)
+        return self.seen(event, **match)[-1]
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path):  # type: ignore[no-untyped-def]
+    async with anyio.create_task_group() as tg:
+        c = Cluster(tg, tmp_path)
+        yield c
+        for m in c.managers:
+            m.jm.quit()
+        with anyio.move_on_after(3):
+            for m in c.managers:
+                await m.done.wait()
+        tg.cancel_scope.cancel()
+    MemoryCluster.drop(c.name)
+
+
+async def _reference(tmp_path: Path, batches: int = 6) -> str:
+    """The digest of the output of one uninterrupted run, made by the same stand-in."""
+    out = tmp_path / "reference"
+    for i in range(batches):
+        staged = _fake_stage(
+            _compute(None, {"label": "x"}, i), out, i, files=1, sort_by=None, token="r"
+        )
+        jm_module.commit_batch(staged, out, i)
+    return output_digest(out)
+
+
+async def test_a_job_runs_to_success_and_leaves_only_its_result(cluster: Cluster) -> None:
+    await cluster.add("a")
+    await cluster.active()
+    out = await cluster.submit("job-1")
+    status = await cluster.wait("job-1")
+    assert status.state == "succeeded"
+    assert (status.batches_done, status.batches) == (6, 6)
+    assert committed_batches(out) == list(range(6))
+    assert output_digest(out) == await _reference(cluster.tmp)
+    await cluster.wait_event("job_finished", job="job-1")  # after the cleanup
+    async with cluster.client() as d:
+        # plan, checkpoints, registry entry and failure count are gone; the result stays
+        assert await d.children("/ha/c1/execution-plans") == []
+        assert await d.children("/ha/c1/checkpoints") == []
+        assert await d.children("/ha/c1/running-jobs") == []
+        assert [s.job_id for s in await list_jobs(d, "c1", blobs=cluster.blobs)] == ["job-1"]
+
+
+async def test_the_new_active_resumes_from_the_checkpoint_after_a_crash(cluster: Cluster) -> None:
+    a = await cluster.add("a")
+    await cluster.active()
+    await cluster.add("b")
+    KNOBS.pause = 0.05
+    out = await cluster.submit("job-1")
+    await cluster.wait_event("batch_committed", job="job-1", batch=2)
+    a.crash()  # like SIGKILL: no goodbye; the session expires after 0.3 s
+    status = await cluster.wait("job-1")
+    assert status.state == "succeeded"
+    assert output_digest(out) == await _reference(cluster.tmp)
+    [(who, started)] = cluster.seen("job_started", identity="b")
+    assert who == "b" and started["from_batch"] >= 3
+    # b never redid a batch a had checkpointed
+    assert {f["batch"] for _, f in cluster.seen("batch_started", identity="b")} == set(
+        range(started["from_batch"], 6)
+    )
+
+
+async def test_a_graceful_handover_mid_job_loses_and_duplicates_nothing(cluster: Cluster) -> None:
+    a = await cluster.add("a")
+    await cluster.active()
+    await cluster.add("b")
+    KNOBS.pause = 0.05
+    out = await cluster.submit("job-1")
+    await cluster.wait_event("batch_started", job="job-1", batch=3)
+    a.jm.quit()  # the running batch is cancelled; its staging is never committed
+    status = await cluster.wait("job-1")
+    assert status.state == "succeeded"
+    assert output_digest(out) == await _reference(cluster.tmp)
+    assert cluster.seen("batch_cancelled", identity="a")
+    assert not any((Path(out) / STAGING).iterdir())
+
+
+async def test_malformed_submissions_are_refused_with_a_reason(cluster: Cluster) -> None:
+    await cluster.add("a")
+    await cluster.active()
+    good = make_plan("test.fake", {}, str(cluster.tmp / "o1"), job_id="ok")
+    async with cluster.client() as d:
+        await submit_job(d, "c1", good)
+        with pytest.raises(ha.errors.ConfigurationError, match="already submitted"):
+            await submit_job(d, "c1", good)
+        # A plan no client of this version would write, and one for an unknown pipeline.
+        await d.create("/ha/c1/pipeline/inbox/junk", b"{not json")
+        unknown = make_plan("test.fake", {}, str(cluster.tmp / "o2"), job_id="gone")
+        await d.create(
+            "/ha/c1/pipeline/inbox/gone",
+            unknown.to_bytes().replace(b'"test.fake"', b'"no.such.pipeline"'),
+        )
+        await d.set("/ha/c1/pipeline/inbox", b"ring")
+    junk, gone = await cluster.wait("junk"), await cluster.wait("gone")
+    assert junk.state == "failed" and "corrupt data" in (junk.error or "")
+    assert gone.state == "failed" and "unknown pipeline 'no.such.pipeline'" in (gone.error or "")
+    assert (await cluster.wait("ok")).state == "succeeded"
+
+
+async def test_two_jobs_writing_to_one_output_are_not_both_accepted(cluster: Cluster) -> None:
+    KNOBS.release.clear()  # hold the first job so that both are known at once
+    await cluster.add("a")
+    await cluster.active()
+    first = make_plan("test.fake", {}, str(cluster.tmp / "same"), job_id="first")
+    second = make_plan("test.fake", {}, str(cluster.tmp / "same"), job_id="second")
+    async with cluster.client() as d:
+        await submit_job(d, "c1", first)
+        await cluster.wait_event("accepted", job="first")
+        await submit_job(d, "c1", second)
+    refused = await cluster.wait("second")
+    KNOBS.release.set()
+    assert refused.state == "failed" and "in use by job first" in (refused.error or "")
+    assert (await cluster.wait("first")).state == "succeeded"
+
+
+async def test_a_failing_batch_is_retried_then_the_job_fails_with_its_error(
+    cluster: Cluster,
+) -> None:
+    await cluster.add("a")
+    await cluster.active()
+    KNOBS.fail[1] = 1  # fails once: the retry succeeds
+    out = await cluster.submit("flaky")
+    assert (await cluster.wait("flaky")).state == "succeeded"
+    assert output_digest(out) == await _reference(cluster.tmp)
+
+    KNOBS.fail[2] = 5  # fails more often than max_attempts (2)
+    await cluster.submit("broken")
+    status = await cluster.wait("broken")
+    assert status.state == "failed"
+    assert status.error == "batch 2: RuntimeError: injected failure in batch 2"
+    assert status.batches_done == 2
+    assert status.detail and status.detail["failures"] == 2
+    assert len(cluster.seen("batch_failed", job="broken")) == 2
+
+
+async def test_failures_add_up_across_failovers(cluster: Cluster) -> None:
+    a = await cluster.add("a")
+    await cluster.active()
+    await cluster.add("b")
+    KNOBS.fail[("a", 0)] = 1
+    KNOBS.fail[("b", 0)] = 1
+    cluster.hold_after.add("batch_failed")  # a's retry waits: a dies before it
+    await cluster.submit("job")
+    await cluster.wait_event("batch_failed", job="job", identity="a")
+    cluster.hold_after.clear()
+    a.crash()
+    KNOBS.release.set()
+    status = await cluster.wait("job")  # one failure on a, one on b: max_attempts is 2
+    assert status.state == "failed" and status.detail and status.detail["failures"] == 2
+    assert [who for who, _ in cluster.seen("batch_failed")] == ["a", "b"]
+
+
+async def test_cancel_a_running_and_a_pending_job(cluster: Cluster) -> None:
+    await cluster.add("a")
+    await cluster.active()
+    KNOBS.pause = 0.1
+    await cluster.submit("long")
+    await cluster.submit("next")
+    await cluster.wait_event("batch_started", job="long", batch=1)
+    async with cluster.client() as d:
+        await cancel_job(d, "c1", "next")
+        await cancel_job(d, "c1", "long")
+    long, nxt = await cluster.wait("long"), await cluster.wait("next")
+    assert long.state == "cancelled" and 1 <= long.batches_done < 6
+    assert nxt.state == "cancelled" and nxt.batches_done == 0
+    async with cluster.client() as d:
+        assert await d.children("/ha/c1/pipeline/cancel") == []
+
+
+async def test_status_of_a_submitted_job_before_any_manager_runs(cluster: Cluster) -> None:
+    await cluster.submit("early")
+    async with cluster.client() as d:
+        status = await job_status(d, "c1", "early", blobs=cluster.blobs)
+        assert (status.state, status.batches) == ("submitted", 6)
+        with pytest.raises(ha.errors.ConfigurationError, match="no job 'nope'"):
+            await job_status(d, "c1", "nope", blobs=cluster.blobs)
+    await cluster.add("a")
+    assert (await cluster.wait("early")).state == "succeeded"
