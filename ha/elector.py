@@ -269,8 +269,10 @@ class Elector:
             with send, receive:
                 async with anyio.create_task_group() as tg:
                     sid = self.driver.session_id
-                    if sid is not None and self.driver.connected:
+                    if sid is not None:  # catch up with the driver's state before joining
                         self._feed(m.Connected(sid))
+                        if not self.driver.connected:
+                            self._feed(m.Disconnected(sid))
                     self._feed(m.Joined())
                     if self._quit_pending is not None:
                         self._feed(self._quit_pending)

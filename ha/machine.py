@@ -542,6 +542,8 @@ class Machine:
         """Apply one input; return the effects to execute, in order."""
         if self.phase in (Phase.DONE, Phase.FAILED):
             return []
+        if isinstance(event, Reconnected) and self.session is None:
+            event = Connected(event.session)  # we never saw this session begin: adopt it
         session = getattr(event, "session", None)
         if session is not None and not isinstance(event, Connected) and session != self.session:
             return []  # R1: stale

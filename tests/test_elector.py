@@ -338,3 +338,13 @@ async def test_electors_sharing_a_session_in_one_election() -> None:
         for e in electors:
             e.quit()
     check_history(history)
+
+
+async def test_a_driver_cut_off_before_the_elector_starts() -> None:
+    """The elector catches up with a driver that lost contact before run() subscribed."""
+    async with cluster() as c:
+        a = await c.add("a")
+        a.driver.disconnect()  # before the elector's task has run at all
+        await anyio.sleep(0.05)
+        a.driver.reconnect()
+        await wait_for(lambda: a.state is ha.State.ACTIVE)
