@@ -518,17 +518,34 @@ class HAServices:
             return
         lock = Check(f"{self.election_path}/lock", self._lock_version)
         data = info.encode()
-        for _ in range(5):
+        for attempt in range(6):
             if not lease.valid or self.driver.session_id != lease.session_id:
                 return  # leadership is going; the new leader publishes its own
             if election._confirmed is not info:
                 return  # the grant ended (or a newer confirm took over) while we looked
+            if attempt == 0:
+                # the common case after a failover: no node yet under an existing parent, so
+                # write first and look only if that fails (saves two reads per grant)
+                ops: list[Op] = [lock, Create(election.path, data, ephemeral=True)]
+                try:
+                    await writer.commit(ops)
+                    log.info("%s: published %s", election.name, info.address)
+                    return
+                except Fenced:
+                    return
+                except TransactionFailed as exc:
+                    if exc.index == 0:
+                        log.info("%s: election lock lost; not publishing", election.name)
+                        return
+                    if not isinstance(exc.cause, NodeExists | NoNode):
+                        raise exc.cause from exc
+                    continue
             stat = await self.driver.exists(election.path)
             if stat is not None and stat.ephemeral_owner == lease.session_id:
                 current, stat = await self.driver.get(election.path)
                 if current == data:
                     return
-                ops: list[Op] = [lock, SetData(election.path, data, stat.version)]
+                ops = [lock, SetData(election.path, data, stat.version)]
             elif stat is not None:  # someone else's node (an old leader's, or a stray write)
                 ops = [lock, Delete(election.path, stat.version)]
                 ops.append(Create(election.path, data, ephemeral=True))
