@@ -829,3 +829,18 @@ class Machine:
             # a failed check while leading proves nothing: the deadline and events decide
             return []
         return self._fail(error, release=True)
+
+
+def diagram() -> str:
+    """The public states and their legal transitions, as a Mermaid state diagram."""
+    lines = ["stateDiagram-v2", "    [*] --> neutral"]
+    for old, new in sorted(LEGAL, key=lambda t: (t[0].value, t[1].value)):
+        lines.append(f"    {old.value} --> {new.value}")
+    for state in State:
+        phases = ", ".join(p.value for p, s in PUBLIC.items() if s is state)
+        lines.append(f"    note right of {state.value}: phases {phases}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(diagram(), end="")

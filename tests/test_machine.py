@@ -377,3 +377,10 @@ MachineModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestMachineModel = MachineModel.TestCase
+
+
+def test_the_state_diagram_document_is_current() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "states.md").read_text()
+    assert m.diagram() in doc, "regenerate docs/states.md with python -m ha.machine"
