@@ -265,3 +265,57 @@ def test_file_system_supports_atomic_exchange(tmp_path: Path) -> None:
     (b / "f").write_text("b")
     _exchange(a, b)
     assert (a / "f").read_text() == "b" and (b / "f").read_text() == "a"
+
+
+# --- canonical Parquet footers -------------------------------------------------------------
+
+
+def _parquet(path: Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"k": [1, 2, 2, 3] * 50, "s": ["a", "b", "c", "d"] * 50})
+    pq.write_table(table, path, compression="snappy")
+    return path
+
+
+def _permute_encodings(path: Path) -> None:
+    """Reverse each encodings list in the footer, as another JVM's HashSet order would."""
+    import struct
+
+    from ha.pipeline import parquet as pqf
+
+    data = bytearray(path.read_bytes())
+    (length,) = struct.unpack("<I", data[-8:-4])
+    start = len(data) - 8 - length
+    reader = pqf._Reader(bytes(data[start:-8]))
+    reader.struct(())
+    assert reader.lists and any(len(v) > 1 for _, _, v in reader.lists)
+    for lo, hi, values in reader.lists:
+        data[start + lo : start + hi] = b"".join(pqf._zigzag_bytes(v) for v in reversed(values))
+    path.write_bytes(bytes(data))
+
+
+def test_footers_that_differ_only_in_encoding_order_become_identical(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from ha.pipeline.parquet import canonicalize_footer
+
+    a, b = _parquet(tmp_path / "a.parquet"), _parquet(tmp_path / "b.parquet")
+    _permute_encodings(b)
+    assert a.read_bytes() != b.read_bytes()
+    assert pq.read_table(b).equals(pq.read_table(a))  # still a valid file
+    canonicalize_footer(a)
+    assert canonicalize_footer(b) is True
+    assert a.read_bytes() == b.read_bytes()
+    assert canonicalize_footer(b) is False  # idempotent
+    assert pq.read_table(b).equals(pq.read_table(tmp_path / "a.parquet"))
+
+
+def test_a_file_that_is_not_parquet_is_refused(tmp_path: Path) -> None:
+    from ha.pipeline.parquet import FooterError, canonicalize_footer
+
+    bad = tmp_path / "x.parquet"
+    bad.write_bytes(b"PAR1" + b"\0" * 20 + b"\xff\xff\x00\x00PAR1")
+    with pytest.raises(FooterError):
+        canonicalize_footer(bad)

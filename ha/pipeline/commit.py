@@ -13,8 +13,9 @@ Why a batch can never be duplicated or half-visible:
   same directory; readers list ``batch-*`` directories, so there is no second copy to find.
 - The content is deterministic: rows are hash-partitioned into a fixed number of files and
   sorted inside each file, and Spark's Parquet writer puts no timestamp or random id in the
-  bytes; file names are rewritten to ``part-NNNNN...`` without Spark's per-write UUID. A redo
-  therefore produces the same bytes, so whoever commits last changes nothing.
+  bytes; file names are rewritten to ``part-NNNNN...`` without Spark's per-write UUID, and the
+  one footer list whose order depends on the JVM is sorted (``parquet``). A redo, in this
+  process or another, therefore produces the same bytes: whoever commits last changes nothing.
 - The commit is a single ``rename(2)`` of a complete, fsynced directory. If the target already
   exists, identical content is simply dropped; different content (a pipeline that is not
   deterministic) is swapped in with ``renameat2(RENAME_EXCHANGE)``, still atomic, and logged.
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from ..errors import ConfigurationError
+from .parquet import canonicalize_footer
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -151,6 +153,8 @@ def _normalize(staging: Path) -> None:
         suffix = "".join(entry.suffixes[-2:]) if entry.name.endswith(".parquet") else ""
         target = staging / f"part-{n:05d}{suffix or '.parquet'}"
         entry.rename(target)
+        if target.name.endswith(".parquet"):
+            canonicalize_footer(target)  # the one part of the bytes that varies by JVM
         _fsync_file(target)
     _fsync_dir(staging)
 

@@ -1,0 +1,131 @@
+"""A job manager process: ``python -m ha.pipeline.worker --url URL --cluster ID --id NAME ...``.
+
+It joins the cluster's job manager election and runs jobs while active. Each event of the job
+manager is printed on stdout as one JSON line (``{"event": "batch_started", "t": ..., ...}``)
+for whoever supervises it (the demo, the tests, the benchmarks). SIGTERM or SIGINT leaves the
+election gracefully. ``run_job_manager`` is the same thing as a function (for ``ha jobs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from ..drivers import connect
+from ..elector import Timing
+from .jobmanager import EventSink, JobManager
+from .registry import import_pipelines
+from .spark import SparkSettings
+
+__all__ = ("main", "run_job_manager")
+
+
+async def run_job_manager(
+    url: str,
+    cluster_id: str,
+    *,
+    identity: str,
+    blobs: str,
+    imports: Sequence[str] = (),
+    spark: SparkSettings | None = None,
+    hot_standby: bool = True,
+    journal: str | None = None,
+    checkpointing: bool = True,
+    timing: Timing | None = None,
+    prefix: str = "/ha",
+    on_event: EventSink | None = None,
+    **driver_options: Any,
+) -> None:
+    """Run one job manager until SIGTERM/SIGINT (then leave the election gracefully)."""
+    import_pipelines(imports)
+    async with connect(url, **driver_options) as driver:
+        manager = JobManager(
+            driver,
+            cluster_id,
+            identity=identity,
+            blobs=blobs,
+            spark=spark,
+            hot_standby=hot_standby,
+            prefix=prefix,
+            timing=timing,
+            journal=journal,
+            checkpointing=checkpointing,
+            on_event=on_event,
+        )
+        async with anyio.create_task_group() as tg:
+
+            async def on_signals() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for _ in signals:
+                        manager.quit()
+                        return
+
+            tg.start_soon(on_signals)
+            await manager.run()
+            tg.cancel_scope.cancel()
+
+
+def _print_event(name: str, fields: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps({"event": name, **fields}, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _die_with_parent() -> None:
+    """Linux: be killed when the process that started us dies (no orphaned job managers)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m ha.pipeline.worker", description=__doc__)
+    parser.add_argument("--url", required=True, help="backend URL, e.g. sqlite:///tmp/ha.db")
+    parser.add_argument("--cluster", required=True, help="cluster id")
+    parser.add_argument("--id", required=True, help="this job manager's identity")
+    parser.add_argument("--blobs", required=True, help="blob directory shared by the cluster")
+    parser.add_argument("--import", dest="imports", action="append", default=[],
+                        help="module that registers pipelines (repeatable)")  # fmt: skip
+    parser.add_argument("--master", default="local[2]", help="spark.master")
+    parser.add_argument("--cold", action="store_true", help="build Spark only when elected")
+    parser.add_argument("--journal", help="append election transitions to this JSON-lines file")
+    parser.add_argument("--no-checkpoints", action="store_true", help="(benchmarks only)")
+    parser.add_argument("--session-timeout", type=float, help="backend session timeout, s")
+    parser.add_argument("--die-with-parent", action="store_true")
+    args = parser.parse_args(argv)
+    if args.die_with_parent:
+        _die_with_parent()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    options = {} if args.session_timeout is None else {"session_timeout": args.session_timeout}
+    anyio.run(
+        lambda: run_job_manager(
+            args.url,
+            args.cluster,
+            identity=args.id,
+            blobs=args.blobs,
+            imports=args.imports,
+            spark=SparkSettings(master=args.master, app_name=f"ha-jobmanager-{args.id}"),
+            hot_standby=not args.cold,
+            journal=args.journal,
+            checkpointing=not args.no_checkpoints,
+            on_event=_print_event,
+            **options,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

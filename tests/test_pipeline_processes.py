@@ -1,0 +1,120 @@
+"""Job manager processes with real Spark on the sqlite backend, killed with SIGKILL and paused
+with SIGSTOP in the middle of a job: the job's output must equal, byte for byte, that of an
+uninterrupted run. One set of processes for the module (each builds a SparkSession)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import anyio
+import pytest
+
+pytest.importorskip("pyspark")
+
+from ha.pipeline.clicks import generate_clicks  # noqa: E402
+from ha.pipeline.commit import STAGING, committed_batches, output_digest  # noqa: E402
+from ha.pipeline.demo import Event, LocalJobCluster  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.anyio]
+
+SESSION_TIMEOUT = 2.0
+DAYS = 6
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"  # processes do the work: one event loop flavour is enough here
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    root = tmp_path_factory.mktemp("clicks")
+    generate_clicks(root, days=DAYS, rows_per_day=5_000, users=100, seed=5)
+    return {"input": str(root), "delay_seconds": 0.3}
+
+
+@pytest.fixture(scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    workdir = tmp_path_factory.mktemp("jobmanagers")
+    async with LocalJobCluster(workdir, session_timeout=SESSION_TIMEOUT) as c:
+        for name in ("jm-1", "jm-2", "jm-3"):
+            await c.start(name)
+        with anyio.fail_after(120):
+            await c.wait_ready(3)
+        yield c
+
+
+def _by(identity: str, job: str):  # type: ignore[no-untyped-def]
+    return lambda e: e.identity == identity and e.fields.get("job") == job
+
+
+async def _kill_after_a_commit(cluster: LocalJobCluster, job: str) -> tuple[str, float, Event]:
+    victim = cluster.active()
+    assert victim is not None
+    with anyio.fail_after(120):
+        await cluster.wait_event("batch_committed", _by(victim, job))
+    killed_at = cluster.kill(victim)
+    with anyio.fail_after(60):
+        resumed = await cluster.wait_event(
+            "batch_started", lambda e: e.identity != victim and e.t > killed_at
+        )
+    return victim, killed_at, resumed
+
+
+async def test_killed_twice_mid_job_the_output_equals_an_uninterrupted_run(
+    cluster: LocalJobCluster, data: dict[str, object], tmp_path: Path
+) -> None:
+    out, ref = tmp_path / "out", tmp_path / "reference"
+    await cluster.submit("clicks.sessionize", data, str(out), job_id="killed")
+    first = await _kill_after_a_commit(cluster, "killed")
+    second = await _kill_after_a_commit(cluster, "killed")
+    with anyio.fail_after(180):
+        status = await cluster.wait_job("killed")
+    assert status.state == "succeeded" and status.batches_done == DAYS
+
+    await cluster.submit("clicks.sessionize", data, str(ref), job_id="uninterrupted")
+    with anyio.fail_after(180):
+        assert (await cluster.wait_job("uninterrupted")).state == "succeeded"
+
+    assert committed_batches(out) == list(range(DAYS))
+    assert output_digest(out) == output_digest(ref)
+    assert not any((out / STAGING).iterdir())
+    for _victim, killed_at, resumed in (first, second):
+        # Hot standby: the next batch starts well within the session timeout plus 2 s.
+        assert resumed.t - killed_at < SESSION_TIMEOUT + 2
+        assert resumed.fields["batch"] >= 1  # resumed from a checkpoint, not from scratch
+
+
+async def test_paused_past_its_lease_the_old_active_writes_nothing(
+    cluster: LocalJobCluster, data: dict[str, object], tmp_path: Path
+) -> None:
+    # The previous test killed two of the three: bring the count of job managers back.
+    for name in ("jm-4", "jm-5"):
+        if name not in cluster.workers:
+            await cluster.start(name)
+    with anyio.fail_after(120):
+        await cluster.wait_ready(3)
+    out, ref = tmp_path / "out", tmp_path / "reference"
+    await cluster.submit("clicks.sessionize", data, str(out), job_id="paused")
+    victim = cluster.active()
+    assert victim is not None
+    with anyio.fail_after(120):
+        await cluster.wait_event("batch_committed", _by(victim, "paused"))
+    stopped_at = cluster.signal(victim, signal.SIGSTOP)
+    with anyio.fail_after(60):
+        taken = await cluster.wait_event(
+            "batch_committed", lambda e: e.identity != victim and e.t > stopped_at
+        )
+    resumed_at = cluster.signal(victim, signal.SIGCONT)
+    with anyio.fail_after(180):
+        status = await cluster.wait_job("paused")
+    assert status.state == "succeeded"
+    # Once resumed, the deposed active committed no batch and wrote no checkpoint.
+    assert not cluster.find("batch_committed", lambda e: e.identity == victim and e.t > resumed_at)
+    assert taken.t - stopped_at > SESSION_TIMEOUT * 2 / 3  # it was its lease that ran out
+
+    await cluster.submit("clicks.sessionize", data, str(ref), job_id="paused-reference")
+    with anyio.fail_after(180):
+        assert (await cluster.wait_job("paused-reference")).state == "succeeded"
+    assert output_digest(out) == output_digest(ref)
