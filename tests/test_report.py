@@ -297,3 +297,23 @@ def test_ten_million_events(spark, tmp_path: Path, request: pytest.FixtureReques
     for s in report.summary.to_dict("records"):
         assert s["failovers"] == truth.failovers[s["election"]]
     print(f"\n10M events: {report.seconds:.1f} s, {report.events_per_second:,.0f} events/s")
+
+
+def test_the_interval_analysis_is_also_a_registered_pipeline(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from ha.pipeline import get_pipeline
+    from ha.pipeline.commit import output_digest, read_output, write_batch
+
+    path = _write(tmp_path / "j.jsonl", HAND)
+    spec = get_pipeline("journal.intervals")
+    params = spec.check_params({"journals": path})
+    [batch] = spec.plan_batches(params)
+    for out in ("a", "b"):
+        write_batch(spec(spark, params, batch), tmp_path / out, 0, sort_by=spec.sort_by)
+    assert output_digest(tmp_path / "a") == output_digest(tmp_path / "b")
+    rows = read_output(spark, tmp_path / "a", order_by=["election", "start"]).collect()
+    assert [(r.identity, r.kind, r.gap) for r in rows] == [
+        ("x", "first", None),
+        ("y", "failover", 2.5),
+        ("x", "failover", 0.25),
+        ("p", "first", None),
+    ]

@@ -193,13 +193,19 @@ class LocalJobCluster:
         live = [w.identity for w in self.workers.values() if w.state == "active"]
         return live[0] if len(live) == 1 else None
 
-    async def wait_ready(self, count: int) -> str:
-        """Until one worker is active with a SparkSession and ``count - 1`` are standbys."""
+    async def wait_ready(self, count: int, *, warm: bool = True) -> str:
+        """Until one worker is active with its SparkSession and ``count - 1`` are standbys
+        (with ``warm``, standbys whose SparkSession is built: hot standbys)."""
         while True:
             ready = {e.identity for e in self.find("spark_ready")}
-            states = [w.state for w in self.workers.values()]
+            built = {e.identity for e in self.find("spark_warm")}
+            standbys = [
+                w.identity
+                for w in self.workers.values()
+                if w.state == "standby" and (not warm or w.identity in built)
+            ]
             active = self.active()
-            if active is not None and active in ready and states.count("standby") >= count - 1:
+            if active is not None and active in ready and len(standbys) >= count - 1:
                 return active
             await self._changed.wait()
 

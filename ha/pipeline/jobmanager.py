@@ -129,7 +129,18 @@ class JobManager:
         """Join the election and serve until ``quit()``."""
         self.warm.start()
         self.emit("started", hot_standby=self.warm.hot)
-        await self.elector.run(self, task_status=task_status)
+        async with anyio.create_task_group() as tg:
+            if self.warm.hot:
+                tg.start_soon(self._announce_warm)
+            await self.elector.run(self, task_status=task_status)
+            tg.cancel_scope.cancel()
+
+    async def _announce_warm(self) -> None:
+        try:
+            await self.warm.wait()
+        except Exception:  # reported when it matters: on election
+            return
+        self.emit("spark_warm")
 
     def quit(self) -> None:
         self.elector.quit()

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .journal import STATES
+from .registry import Param, pipeline
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -358,6 +359,26 @@ def _closeups(swept: DataFrame, overlaps: pd.DataFrame) -> pd.DataFrame:
         frame["ov_start"], frame["ov_end"] = float(row["start"]), float(row["end"])
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _journal_batches(params: Any) -> list[str]:
+    # One batch: an election's intervals need all of its records, from every file.
+    journals = [p.strip() for p in params["journals"].split(",") if p.strip()]
+    if not journals:
+        raise ValueError("journals: give at least one path, directory or glob")
+    return [",".join(journals)]
+
+
+@pipeline(
+    "journal.intervals",
+    batches=_journal_batches,
+    params={"journals": Param(str, help="comma-separated journal paths, directories or globs")},
+    sort_by=("election", "start", "identity"),
+)
+def journal_intervals(spark: SparkSession, params: Any, batch: Any) -> DataFrame:
+    """Leadership intervals of election journals, swept: failovers, gaps and overlaps."""
+    events = read_journals(spark, str(batch).split(",")).where("valid").drop("valid")
+    return sweep(leadership_intervals(events))
 
 
 # --- presentation ---------------------------------------------------------------------------
