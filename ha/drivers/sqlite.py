@@ -493,6 +493,12 @@ class SqliteDriver(Driver):
         self._poke: anyio.Event | None = None  # wakes the poller (after our own writes)
         self._wake: anyio.Event | None = None  # wakes the renewer (session or file gone)
         self._reopen = False  # the file was replaced: open it again
+        # the renewer and the poller run in this scope, so that _abandon() can stop them alone
+        self._loops: anyio.CancelScope | None = None
+        self._loops_done: anyio.Event | None = None
+        # test hooks (see "test hooks" below): a gate on all file access, injected errors
+        self._frozen: anyio.Event | None = None
+        self._fail: list[HAError] = []
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -538,6 +544,8 @@ class SqliteDriver(Driver):
     async def _in_thread(
         self, limiter: anyio.CapacityLimiter | None, fn: Callable[..., T], *args: Any
     ) -> T:
+        while self._frozen is not None:  # test hook: _freeze()
+            await self._frozen.wait()
         if self._state != "started" or limiter is None:
             raise ConnectionLost(f"{self._path}: the driver is {self._state}, not started")
         try:
@@ -548,9 +556,11 @@ class SqliteDriver(Driver):
             raise ConnectionLost(f"{self._path}: {exc}") from exc
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        self._injected_fault()
         return await self._in_thread(self._ops_limiter, self._with_ops, fn, args)
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        self._injected_fault()
         try:
             return await self._in_thread(self._ops_limiter, self._write_sync, fn, args)
         finally:
@@ -601,9 +611,19 @@ class SqliteDriver(Driver):
         self._wake = anyio.Event()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._tg.start_soon(self._renew_loop)
-        self._tg.start_soon(self._poll_loop)
+        self._loops, self._loops_done = anyio.CancelScope(), anyio.Event()
+        self._tg.start_soon(self._run_loops)
         self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._session_id))
+
+    async def _run_loops(self) -> None:
+        assert self._loops is not None and self._loops_done is not None
+        try:
+            with self._loops:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._renew_loop)
+                    tg.start_soon(self._poll_loop)
+        finally:
+            self._loops_done.set()
 
     def _start_error(self, exc: HAError) -> HAError:
         self._state = "closed"
@@ -653,9 +673,10 @@ class SqliteDriver(Driver):
             raise AccessDenied(f"{self._path}: cannot write in its directory {directory}")
 
     async def aclose(self) -> None:
-        if self._state != "started":
+        if self._state not in ("started", "abandoned"):
             self._state = "closed"
             return
+        abandoned = self._state == "abandoned"
         self._state = "closing"
         tg, self._tg = self._tg, None
         try:
@@ -663,16 +684,22 @@ class SqliteDriver(Driver):
                 tg.cancel_scope.cancel()
                 await tg.__aexit__(None, None, None)
         finally:
-            with anyio.CancelScope(shield=True):
-                sid = self._session_id
-                self._session_id = None
-                self._connected = False
-                try:
-                    # the ops limiter waits for any operation still running on that connection
-                    await anyio.to_thread.run_sync(self._shutdown, sid, limiter=self._ops_limiter)
-                finally:
-                    self._state = "closed"
-                    self._emit(ConnectionEvent(ConnectionState.CLOSED, sid))
+            if abandoned:  # _abandon() dropped the files; the session is left to the reapers
+                self._state = "closed"
+            else:
+                await self._close_session()
+
+    async def _close_session(self) -> None:
+        with anyio.CancelScope(shield=True):
+            sid = self._session_id
+            self._session_id = None
+            self._connected = False
+            try:
+                # the ops limiter waits for any operation still running on that connection
+                await anyio.to_thread.run_sync(self._shutdown, sid, limiter=self._ops_limiter)
+            finally:
+                self._state = "closed"
+                self._emit(ConnectionEvent(ConnectionState.CLOSED, sid))
 
     def _shutdown(self, sid: int | None) -> None:
         if sid is not None and self._bg is not None:
@@ -693,6 +720,59 @@ class SqliteDriver(Driver):
             if conn is not None:
                 conn.close()
         self._ops = self._bg = None
+
+    # --- test hooks: faults a process can meet, for the test harness only -----------------------
+
+    async def _abandon(self) -> None:
+        """Test hook: die as a killed process does, without a goodbye.
+
+        Renewals and polls stop, the connections close and the session's kernel lock is released
+        (closed, as the kernel does at exit: the lock file stays), but the session row and its
+        ephemeral nodes stay for the other drivers to reap. Every later call fails with
+        ``ConnectionLost``; ``aclose()`` then only leaves the task group.
+        """
+        if self._state != "started":
+            return
+        self._state = "abandoned"
+        self._connected = False
+        assert self._loops is not None and self._loops_done is not None
+        self._loops.cancel()
+        with anyio.CancelScope(shield=True):
+            await self._loops_done.wait()
+            assert self._ops_limiter is not None
+            async with self._ops_limiter:  # no operation runs on the connections meanwhile
+                await anyio.to_thread.run_sync(self._drop_files, limiter=self._bg_limiter)
+
+    def _drop_files(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            os.close(lock[0])  # releases the flock; a dead process does not unlink the file
+        self._close_files()
+
+    def _freeze(self) -> None:
+        """Test hook: every access to the file (renewals, polls, operations) waits for
+        ``_thaw()``, as when the file's disk stalls: no error, no contact, no renewal."""
+        if self._frozen is None:
+            self._frozen = anyio.Event()
+
+    def _thaw(self) -> None:
+        if self._frozen is not None:
+            self._frozen.set()
+            self._frozen = None
+
+    def _fail_next(self, count: int = 1, *, transient: bool = True) -> None:
+        """Test hook: the next ``count`` operations fail before reaching the file, with
+        ``ConnectionLost`` (as a busy database) or, if not transient, ``AccessDenied``."""
+        for _ in range(count):
+            self._fail.append(
+                ConnectionLost(f"{self._path}: injected fault (database is busy)")
+                if transient
+                else AccessDenied(f"{self._path}: injected fatal fault")
+            )
+
+    def _injected_fault(self) -> None:
+        if self._fail and self._state == "started":
+            raise self._fail.pop(0)
 
     # --- session ------------------------------------------------------------------------------
 
