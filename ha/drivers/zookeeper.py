@@ -486,17 +486,19 @@ class ZooKeeperDriver(Driver):
             except Exception:
                 log.warning("closing the kazoo client failed", exc_info=True)
         tg, self._tg = self._tg, None
-        if tg is not None:
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
-        for sock in (self._wake_r, self._wake_w):
-            if sock is not None:
-                sock.close()
-        self._wake_r = self._wake_w = None
-        for watch in self._watches.values():
-            watch.armed = watch.arming = False
-        if emit and had_session:
-            self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
+        try:
+            if tg is not None:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)  # raises if we are being cancelled
+        finally:
+            for sock in (self._wake_r, self._wake_w):
+                if sock is not None:
+                    sock.close()
+            self._wake_r = self._wake_w = None
+            for watch in self._watches.values():
+                watch.armed = watch.arming = False
+            if emit and had_session:
+                self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
 
     # --- session ----------------------------------------------------------------------------
 
