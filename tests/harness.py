@@ -55,6 +55,7 @@ import ha
 from ha.drivers.base import Driver
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.drivers.sqlite import SqliteDriver
+from ha.errors import Unavailable
 from ha.testing import History, Recorder, check_history
 from tests.backends.sqlite import expire_session
 
@@ -246,6 +247,11 @@ class Node:
         self.scope = anyio.CancelScope()
         self.error: BaseException | None = None
         self.done = anyio.Event()
+        self.quitting = False
+
+    def quit(self, need_fence: bool = False) -> None:
+        self.quitting = True
+        self.elector.quit(need_fence)
 
     @property
     def state(self) -> ha.State:
@@ -273,31 +279,40 @@ class Cluster:
 
         Each node's task opens and closes its own driver, as a process would: drivers that
         hold a task group (sqlite) then nest properly, and closing one never cancels another.
+        A driver that cannot start because the sqlite file stays busy past its busy timeout
+        (a loaded machine) is tried again, as a supervisor would start the process again.
         """
-        driver = self.net.driver(kw.pop("session_timeout", None))
-        elector = ha.Elector(driver, "/svc", name, timing=timing, **kw)
-        rec = Recorder(name, self.history)
-        node = Node(name, driver, elector, rec)
-        elector.add_listener(self.history.transition)
-        go = anyio.Event()
-
-        async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        session_timeout = kw.pop("session_timeout", None)
+        for attempt in itertools.count():
+            driver = self.net.driver(session_timeout)
+            elector = ha.Elector(driver, "/svc", name, timing=timing, **kw)
+            node = Node(name, driver, elector, Recorder(name, self.history))
+            go = anyio.Event()
             try:
-                async with driver:
-                    task_status.started()
-                    await go.wait()
-                    with node.scope:
-                        try:
-                            await elector.run(rec)
-                        except Exception as exc:
-                            node.error = exc
-            finally:
-                node.done.set()
-
-        await self.tg.start(run)
-        go.set()  # the elector runs at the next checkpoint of the caller
+                await self.tg.start(self._run, node, go)
+                break
+            except Unavailable:
+                if attempt == 20:
+                    raise
+                await anyio.sleep(0.05)
+        elector.add_listener(self.history.transition)
+        go.set()  # the elector runs at the caller's next checkpoint
         self.nodes.append(node)
         return node
+
+    @staticmethod
+    async def _run(node: Node, go: anyio.Event, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        try:
+            async with node.driver:
+                task_status.started()
+                await go.wait()
+                with node.scope:
+                    try:
+                        await node.elector.run(node.rec)
+                    except Exception as exc:
+                        node.error = exc
+        finally:
+            node.done.set()
 
     def live(self) -> list[Node]:
         """The nodes whose elector still runs (not crashed, not quit)."""
@@ -317,6 +332,7 @@ class Cluster:
         self.history.add(node.name, "crash")
         await self.net.crash(node.driver)
         node.scope.cancel()
+        await node.done.wait()  # the process is gone
 
     async def expire(self, node: Node) -> None:
         """Expire the node's session from outside (recorded: only fencing protects then)."""
