@@ -12,7 +12,9 @@ start-up. The active, for each leadership term:
    output (Spark), commit it (atomic rename, ``commit``), then record checkpoint ``n`` = "n
    batches committed" (fenced);
 4. records each job's result (dirty), cleans its plan, checkpoints and registry entry, and
-   marks the result clean.
+   marks the result clean. A job found with a plan but no result is run again from its
+   checkpoint, even if the registry says DONE (the result was lost with its active): batches
+   are idempotent, so running it again is how its real outcome is learned.
 
 Why nothing is lost or duplicated: a batch's checkpoint is written only after its output is
 committed, so a crash can only make a batch run again, never skip one; running it again writes
@@ -351,6 +353,10 @@ class _Term:
         recovered = await checkpoints.recover()
         index = max((c.checkpoint_id for c in recovered), default=0)
         failures = await self._failures(job_id)
+        if failures >= plan.max_attempts:  # failed for good before a failover lost its result
+            return JobOutcome.FAILED, self._detail(
+                plan, index, error=f"failed {failures} times", failures=failures
+            )
         await anyio.to_thread.run_sync(clean_staging, plan.output)
         self.jm.emit("job_started", job=job_id, from_batch=index, batches=len(plan.batches))
         while index < len(plan.batches):
@@ -387,7 +393,9 @@ class _Term:
             if self.jm.checkpointing:
                 meta = json.dumps({"next_batch": index + 1, "epoch": self.lease.epoch}).encode()
                 await checkpoints.add(CompletedCheckpoint(job_id, index + 1, meta, time.time()))
-            self.jm.emit("batch_committed", job=job_id, batch=index, commit=result)
+            self.jm.emit(
+                "batch_committed", job=job_id, batch=index, commit=result, epoch=self.lease.epoch
+            )
             index += 1
         return JobOutcome.SUCCEEDED, self._detail(
             plan, index, seconds=round(time.monotonic() - started, 3), failures=failures

@@ -72,6 +72,7 @@ async def run_job_manager(
             tg.start_soon(on_signals)
             await manager.run()
             tg.cancel_scope.cancel()
+        await anyio.to_thread.run_sync(manager.warm.stop)  # Spark's JVM goes with us anyway
 
 
 def _print_event(name: str, fields: dict[str, Any]) -> None:
