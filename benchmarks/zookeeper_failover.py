@@ -49,14 +49,14 @@ class Kind:
     prepare: Callable[[Path], list[str] | str]
 
 
-def python_kind(script: str, module: str) -> Callable[[Path], list[str] | str]:
+def python_kind(script: str, module: str, *extra: str) -> Callable[[Path], list[str] | str]:
     def prepare(_build: Path) -> list[str] | str:
         probe = subprocess.run(
-            [sys.executable, "-c", f"import {module}"], capture_output=True, text=True
+            [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, cwd=ROOT
         )
         if probe.returncode:
             return f"cannot import {module}: {probe.stderr.strip().splitlines()[-1]}"
-        return [sys.executable, str(PEERS / script)]
+        return [sys.executable, str(PEERS / script), *extra]
 
     return prepare
 
@@ -78,6 +78,10 @@ def curator(build: Path) -> list[str] | str:
 
 
 KINDS = {
+    "ha": Kind("ha (asyncio)", python_kind("ha_contender.py", "ha.drivers.zookeeper")),
+    "ha-trio": Kind(
+        "ha (trio)", python_kind("ha_contender.py", "ha.drivers.zookeeper", "--backend", "trio")
+    ),
     "kazoo": Kind("kazoo Election", python_kind("kazoo_election.py", "kazoo")),
     "curator": Kind("Curator LeaderLatch", curator),
     "tooz": Kind("tooz (kazoo driver)", python_kind("tooz_election.py", "tooz")),
@@ -230,6 +234,31 @@ def run_kind(
         election.close()
 
 
+def many_elections(hosts: str, count: int, backend: str) -> str:
+    """``ha``: one process holding ``count`` elections; settle time and memory."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(PEERS / "ha_many.py"),
+            "--hosts",
+            hosts,
+            "--count",
+            str(count),
+            "--backend",
+            backend,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PEERS,
+    )
+    words = done.stdout.split()
+    if done.returncode or len(words) < 6:
+        return f"failed: {done.stderr.strip()[-300:]}"
+    settled, rss, base = float(words[1]), float(words[3]), float(words[5])
+    return f"settled in {settled:.2f} s, RSS {rss:.0f} MiB ({rss - base:+.0f} MiB for the electors)"
+
+
 def start_server(directory: Path) -> tuple[str, Callable[[], None]]:
     sys.path.insert(0, str(ROOT))
     from tests.backends.zookeeper import ZooKeeperServer, missing_reason
@@ -251,6 +280,7 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--hosts", help="an existing ZooKeeper (default: start one)")
     parser.add_argument("--session-timeout", type=float, default=2.0)
+    parser.add_argument("--many", type=int, default=1000, help="elections in one ha process")
     args = parser.parse_args()
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = set(kinds) - set(KINDS)
@@ -265,6 +295,7 @@ def main() -> None:
         if not hosts:
             hosts, stop = start_server(Path(tmp) / "zookeeper")
         rows: list[tuple[str, str]] = []
+        many: list[str] = []
         try:
             for key in kinds:
                 kind = KINDS[key]
@@ -286,6 +317,13 @@ def main() -> None:
                         f"{g[0]:12.1f} {g[1]:9.1f} {g[2]:9.1f}   {c[0]:9.0f} {c[1]:9.0f} {c[2]:9.0f}",
                     )
                 )
+            for key, backend in (("ha", "asyncio"), ("ha-trio", "trio")):
+                if key in kinds and args.many:
+                    print(
+                        f"ha ({backend}): {args.many} elections in one process...", file=sys.stderr
+                    )
+                    result = many_elections(hosts, args.many, backend)
+                    many.append(f"ha ({backend}), {args.many} elections in one process: {result}")
         finally:
             stop()
 
@@ -298,6 +336,8 @@ def main() -> None:
     )
     for name, cells in rows:
         print(f"{name:<22} {cells}")
+    for line in many:
+        print(line)
 
 
 if __name__ == "__main__":

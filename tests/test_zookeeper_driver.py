@@ -347,6 +347,29 @@ async def test_transaction_events_and_replaced_node(zookeeper_backend: ZooKeeper
         ]
 
 
+@live
+async def test_no_event_lost_when_a_subscriber_reacts_at_once(
+    zookeeper_backend: ZooKeeperBackend,
+) -> None:
+    # a standby re-creates the lock as soon as it hears of its deletion, and so on: each
+    # reaction lands right after an event, while the watch is being set again
+    async with zookeeper_backend.driver() as zk, zookeeper_backend.driver() as other:
+        seen = Recorder()
+        zk.subscribe("/lock", seen)
+        await zk.exists("/lock")
+        for _ in range(5):
+            await other.create("/lock")
+            assert await seen.next() == NodeEvent("/lock", NodeEventKind.CREATED)
+            await zk.set("/lock", b"mine")
+            assert await seen.next() == NodeEvent("/lock", NodeEventKind.CHANGED)
+            await other.delete("/lock")
+            assert await seen.next() == NodeEvent("/lock", NodeEventKind.DELETED)
+            await zk.create("/lock")
+            assert await seen.next() == NodeEvent("/lock", NodeEventKind.CREATED)
+            await zk.delete("/lock")
+            assert await seen.next() == NodeEvent("/lock", NodeEventKind.DELETED)
+
+
 # --- chroot -----------------------------------------------------------------------------------
 
 

@@ -43,7 +43,7 @@ import anyio
 import anyio.abc
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.states import EventType, KazooState
 from kazoo.retry import KazooRetry
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
@@ -225,8 +225,9 @@ class _Watch:
         self.arming = False  # an exists request is in flight
         self.again = False  # re-arm once the in-flight one returns
         self.armed = False  # a watch is set on the server
-        self.last: Any = None  # the ZnodeStat seen at the last arming; None: absent or unknown
-        # (a first arming only records the baseline: events are changes after subscribing)
+        # what is known of the node: _UNKNOWN before the first arming (which only records the
+        # baseline: events are changes after subscribing), None if absent, else its ZnodeStat
+        self.last: Any = _UNKNOWN
 
 
 _UNKNOWN = object()
@@ -580,7 +581,6 @@ class ZooKeeperDriver(Driver):
 
     def _watch_started(self, path: str) -> None:
         watch = _Watch(path)
-        watch.last = _UNKNOWN
         self._watches[path] = watch
         if self._connected:
             self._arm(watch)
@@ -600,8 +600,8 @@ class ZooKeeperDriver(Driver):
         watch.arming = True
         watch.again = False
 
-        def fired(_event: Any) -> None:  # kazoo's callback thread
-            self._post(functools.partial(self._fired, watch))
+        def fired(event: Any) -> None:  # kazoo's callback thread
+            self._post(functools.partial(self._fired, watch, getattr(event, "type", None)))
 
         def replied(result: Any) -> None:  # kazoo's completion thread
             self._post(functools.partial(self._armed, watch, result))
@@ -612,10 +612,18 @@ class ZooKeeperDriver(Driver):
             watch.arming = False
             log.warning("could not watch %s", watch.path, exc_info=True)
 
-    def _fired(self, watch: _Watch) -> None:
+    def _fired(self, watch: _Watch, kind: str | None) -> None:
         watch.armed = False
-        if watch.active and not self._closing:
-            self._arm(watch)
+        if not watch.active or self._closing:
+            return
+        # A deletion is reported at once (a lock's deletion is what a standby waits for): the
+        # re-arming read then reports a re-creation against a known absence. Anything else is
+        # reported after the read, so that the watch is set again before the subscriber can
+        # react (and a change it then makes is not missed).
+        if kind == EventType.DELETED and watch.last is not None and watch.last is not _UNKNOWN:
+            watch.last = None
+            self._emit(NodeEvent(watch.path, NodeEventKind.DELETED))
+        self._arm(watch)
 
     def _armed(self, watch: _Watch, result: Any) -> None:
         watch.arming = False
