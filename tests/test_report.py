@@ -281,6 +281,7 @@ def test_journals_of_real_electors(spark, tmp_path: Path) -> None:  # type: igno
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_ten_million_events(spark, tmp_path: Path, request: pytest.FixtureRequest) -> None:  # type: ignore[no-untyped-def]
     # About 30 s to generate (1.4 GB of JSON) and 1-3 min to analyze on 2 cores: run it
     # with `-m slow` or HA_SLOW=1.
