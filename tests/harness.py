@@ -56,6 +56,7 @@ from ha.drivers.base import Driver
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.drivers.sqlite import SqliteDriver
 from ha.errors import Unavailable
+from ha.lease import Lease
 from ha.testing import History, Recorder, check_history
 from tests.backends.sqlite import expire_session
 
@@ -241,8 +242,35 @@ class SqliteNet:
             self._staller = None
 
 
+class NodeRecorder(Recorder):
+    """A ``Recorder`` that knows which of its sessions were expired by force (``c.expire``).
+
+    A session can be expired between the commit that wins an epoch and the start of the work
+    (the elector cannot know yet): that leadership is then under a forced expiry from its very
+    start, and the history says so right after its ``start`` (only fencing protects it, as
+    ``check_history`` allows for a forced expiry during a leadership).
+    """
+
+    def __init__(self, identity: str, history: History) -> None:
+        super().__init__(identity, history)
+        self.expired_sessions: set[int] = set()
+
+    async def become_active(self, lease: Lease) -> None:
+        self.leases.append(lease)
+        self.history.add(self.identity, "start", lease.epoch)
+        if lease.session_id in self.expired_sessions:
+            self.history.add(self.identity, "expire", session=lease.session_id, before_start=True)
+        try:
+            if self.fail_active > 0:
+                self.fail_active -= 1
+                raise RuntimeError("injected failure in become_active")
+            await anyio.sleep_forever()
+        finally:
+            self.history.add(self.identity, "stop", lease.epoch)
+
+
 class Node:
-    def __init__(self, name: str, driver: Any, elector: ha.Elector, rec: Recorder):
+    def __init__(self, name: str, driver: Any, elector: ha.Elector, rec: NodeRecorder):
         self.name, self.driver, self.elector, self.rec = name, driver, elector, rec
         self.scope = anyio.CancelScope()
         self.error: BaseException | None = None
@@ -286,7 +314,7 @@ class Cluster:
         for attempt in itertools.count():
             driver = self.net.driver(session_timeout)
             elector = ha.Elector(driver, "/svc", name, timing=timing, **kw)
-            node = Node(name, driver, elector, Recorder(name, self.history))
+            node = Node(name, driver, elector, NodeRecorder(name, self.history))
             go = anyio.Event()
             try:
                 await self.tg.start(self._run, node, go)
@@ -336,7 +364,10 @@ class Cluster:
 
     async def expire(self, node: Node) -> None:
         """Expire the node's session from outside (recorded: only fencing protects then)."""
-        self.history.add(node.name, "expire")
+        sid = node.driver.session_id
+        self.history.add(node.name, "expire", session=sid)
+        if sid is not None:
+            node.rec.expired_sessions.add(sid)
         await self.net.expire(node.driver)
 
     def fail_next(self, node: Node, count: int, *, transient: bool = True) -> None:
