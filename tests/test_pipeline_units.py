@@ -319,3 +319,14 @@ def test_a_file_that_is_not_parquet_is_refused(tmp_path: Path) -> None:
     bad.write_bytes(b"PAR1" + b"\0" * 20 + b"\xff\xff\x00\x00PAR1")
     with pytest.raises(FooterError):
         canonicalize_footer(bad)
+
+
+def test_command_line_params_become_typed_at_submission(toy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from ha.pipeline import parse_params
+
+    raw = parse_params(["parts=2", "label=a=b", "ratio=0.25"])
+    plan = make_plan("test.toy", raw, str(tmp_path / "out"))
+    assert dict(plan.params) == {"parts": 2, "label": "a=b", "ratio": 0.25}
+    for bad in (["parts"], ["=1"], ["label=a", "label=b"]):
+        with pytest.raises(ConfigurationError):
+            parse_params(bad)

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigurationError, CorruptData
 from .registry import get_pipeline
 
-__all__ = ("JobPlan", "make_plan", "output_path")
+__all__ = ("JobPlan", "make_plan", "output_path", "parse_params")
 
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 PLAN_VERSION = 1
@@ -137,3 +137,17 @@ def make_plan(
         max_attempts=max_attempts,
         submitted_at=time.time(),
     )
+
+
+def parse_params(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``["gap_seconds=900", "input=/data"]`` (command-line ``-p`` options) as a mapping; the
+    values stay strings, which ``make_plan`` converts to each parameter's declared type."""
+    params: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigurationError(f"expected NAME=VALUE, got {item!r}")
+        if name.strip() in params:
+            raise ConfigurationError(f"parameter {name.strip()!r} given twice")
+        params[name.strip()] = value
+    return params
