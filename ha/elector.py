@@ -285,9 +285,14 @@ class Elector:
             with anyio.CancelScope(shield=True):
                 await self._stop_active("elector stopped")
                 if self._machine.phase not in (m.Phase.DONE, m.Phase.FAILED):
-                    # cancelled from outside: release what we hold, quickly, best effort
-                    with anyio.move_on_after(1.0):
-                        await self._release_lock(self._machine.session)
+                    # cancelled from outside: leave as a quit that keeps our breadcrumb (the
+                    # next active fences us), releasing what we hold quickly, best effort
+                    for effect in self._machine.handle(m.QuitRequested(need_fence=True)):
+                        if isinstance(effect, m.ReleaseLock):
+                            with anyio.move_on_after(1.0):
+                                await self._release_lock(effect.session)
+                        elif isinstance(effect, m.Report):
+                            self._report(effect)
             self._send = None
             if isinstance(spec, str) and self._journal is not None:
                 self._journal.close()

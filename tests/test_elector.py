@@ -359,12 +359,6 @@ async def test_a_driver_cut_off_before_the_elector_starts() -> None:
         await wait_for(lambda: a.state is ha.State.ACTIVE)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in ha/elector.py, reported to the lead: a run() cancelled from outside "
-    "(the process's shutdown) stops the work but keeps reporting the state it had, ACTIVE, "
-    "and its lease; nothing is reported for the leaving",
-)
 async def test_an_elector_cancelled_while_active_stops_reporting_active() -> None:
     name = f"cancelled-{uuid.uuid4().hex}"
     async with MemoryDriver(name) as driver, anyio.create_task_group() as tg:
@@ -382,8 +376,8 @@ async def test_an_elector_cancelled_while_active_stops_reporting_active() -> Non
         assert lease is not None
         scope.cancel()
         await done.wait()
-        assert not lease.valid  # the work was stopped (this holds)
-        # ... but the elector still says it leads
+        assert not lease.valid  # the work was stopped
+        # ... and the elector says so
         assert (elector.state, elector.lease) == (ha.State.NEUTRAL, None)
     MemoryCluster.drop(name)
 
