@@ -20,11 +20,15 @@ Timing: ``session_timeout`` is the timeout the server granted (it may clamp the 
 arrived, which is never later than the server's view of that contact. A probe every third of
 the session timeout keeps it fresh while nothing else is asked.
 
-Watches: one-shot ``exists`` watches, re-armed after every firing and after every reconnect.
-Each arming reads the node's stat; the difference from the last stat seen becomes the events
-(created, changed, deleted, or deleted then created for a node replaced in between), so
-nothing that changed while the watch was down goes unreported, only coalesced (as ZooKeeper's
-own watches are).
+Watches: one-shot ``exists`` watches, re-armed after every firing and after every reconnect
+(kazoo 2.11 has no persistent watches). Each arming reads the node's stat; the difference from
+the last stat seen becomes the events (created, changed, deleted, or deleted then created for a
+node replaced in between), so nothing that changed while the watch was down goes unreported,
+only coalesced (as ZooKeeper's own watches are). A deletion is reported as soon as it fires.
+
+Security: digest credentials (``auth=USER:PASSWORD``), an ACL on every node the driver creates
+(``acl=open``, or ``acl=creator``: only the creating credentials), TLS through kazoo's options
+(``use_ssl``, ``certfile``, ``keyfile``, ``ca``; passed through, not tested here).
 """
 
 from __future__ import annotations
