@@ -36,7 +36,6 @@ from ha.errors import (
     TransactionFailed,
     Unavailable,
 )
-from tests.backends.zookeeper import *  # noqa: F403  (fixtures, until the plugin is registered)
 from tests.backends.zookeeper import (
     ZooKeeperBackend,
     ZooKeeperEnsemble,

@@ -25,7 +25,6 @@ from ha.drivers.base import ConnectionState
 from ha.drivers.zookeeper import ZooKeeperDriver
 from ha.errors import ElectionFailed
 from ha.testing import History, Recorder, check_history
-from tests.backends.zookeeper import *  # noqa: F403  (fixtures, until the plugin is registered)
 from tests.backends.zookeeper import (
     ZooKeeperBackend,
     ZooKeeperEnsemble,
