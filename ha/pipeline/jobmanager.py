@@ -39,17 +39,26 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import anyio.to_thread
 
 from ..drivers.base import Driver, NodeEvent
 from ..elector import Elector, Timing
-from ..errors import ConfigurationError, CorruptData, NodeExists, NoNode, NotEmpty
+from ..errors import (
+    ConfigurationError,
+    CorruptData,
+    DriverError,
+    Fenced,
+    NodeExists,
+    NoNode,
+    NotEmpty,
+)
 from ..journal import JournalWriter
 from ..lease import Lease
 from ..stores import BlobStore, CompletedCheckpoint, JobOutcome, JobResult, Stores
@@ -160,13 +169,23 @@ class JobManager:
             await _Term(self, stores, lease, spark).run()
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
-                await stores.close()  # releases our locks; every byte stays
+                try:
+                    await stores.close()  # releases our locks; every byte stays
+                except DriverError as exc:  # the session may be gone: its locks went with it
+                    log.info("store locks not released: %s", exc)
 
     async def become_standby(self) -> None:
         self.emit("standby")
 
     async def enter_neutral(self) -> None:
         self.emit("neutral")
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 class _Term:
@@ -191,12 +210,42 @@ class _Term:
         await self.driver.ensure_path(self.paths.inbox)
         sub = self.driver.subscribe(self.paths.inbox, self._on_doorbell)
         try:
-            await self._recover()
+            await self._guarded(self._recover)
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._watch_requests)
-                await self._run_jobs()
+                tg.start_soon(self._guarded, self._watch_requests)
+                await self._guarded(self._run_jobs)
+        except BaseExceptionGroup as group:
+            # The elector expects a plain error or a cancellation, not a mix of both, which
+            # is what a failed write racing with the loss of leadership leaves in our group.
+            cancelled, errors = group.split(anyio.get_cancelled_exc_class())
+            if cancelled is not None:
+                if errors is not None:
+                    log.info("stopped; the work also raised: %r", errors)
+                raise cancelled from None
+            assert errors is not None
+            raise _first(errors) from group
         finally:
             sub.close()
+
+    async def _guarded(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work``; a backend error once leadership is gone is only its echo.
+
+        While the elector cancels us (quit, lost session, newer epoch), a store write may fail
+        before the cancellation reaches it. Raising that would turn a normal stop into an
+        error (a group of it and the cancellation); waiting lets the cancellation finish it.
+        """
+        try:
+            await work()
+        except (DriverError, Fenced) as exc:
+            try:
+                await anyio.lowlevel.checkpoint()  # raises if we are being cancelled
+            except anyio.get_cancelled_exc_class():
+                log.info("stopped under a store write: %s", exc)
+                raise
+            if self.lease.valid:
+                raise
+            log.info("leadership ended under a store write: %s", exc)
+            await anyio.sleep_forever()  # the elector's cancellation is on its way
 
     def _on_doorbell(self, event: NodeEvent) -> None:
         self.wake.set()
@@ -428,9 +477,12 @@ class _Term:
             # The thread finishes on its own; what it staged is never committed.
             stop.set()
             with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
-                await anyio.to_thread.run_sync(
-                    cancel_job_group, spark, group, abandon_on_cancel=True
-                )
+                try:
+                    await anyio.to_thread.run_sync(
+                        cancel_job_group, spark, group, abandon_on_cancel=True
+                    )
+                except Exception:  # Spark stopping too: its jobs end with it
+                    log.warning("cancelling Spark job group %s failed", group, exc_info=True)
             self.jm.emit("batch_cancelled", job=plan.job_id, batch=index)
             raise
 
