@@ -300,6 +300,7 @@ class ZooKeeperDriver(Driver):
         self._first_session = anyio.Event()
         self._probe_now = anyio.Event()
         self._watches: dict[str, _Watch] = {}
+        self._fail: list[DriverError] = []  # injected by tests (_fail_next)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -367,6 +368,8 @@ class ZooKeeperDriver(Driver):
         """Issue one kazoo async request and wait for its reply on the loop."""
         if self._tg is None or self._client is None:
             raise ConnectionLost("the ZooKeeper driver is not started (or closed)")
+        if self._fail:
+            raise self._fail.pop(0)
         done = anyio.Event()
         sent = anyio.current_time()
         with map_errors(path, version):
@@ -504,6 +507,16 @@ class ZooKeeperDriver(Driver):
                 watch.armed = watch.arming = False
             if emit and had_session:
                 self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
+
+    def _fail_next(self, count: int = 1, *, transient: bool = True) -> None:
+        """Test hook: the next ``count`` operations fail before reaching ZooKeeper, with
+        ``ConnectionLost`` or, if not transient, ``AccessDenied``."""
+        for _ in range(count):
+            self._fail.append(
+                ConnectionLost("injected fault")
+                if transient
+                else AccessDenied("injected fatal fault")
+            )
 
     # --- session ----------------------------------------------------------------------------
 

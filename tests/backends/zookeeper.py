@@ -35,6 +35,7 @@ import pytest
 __all__ = (
     "ZooKeeperBackend",
     "ZooKeeperEnsemble",
+    "ZooKeeperNet",
     "ZooKeeperServer",
     "expire_session",
     "four_letter",
@@ -332,6 +333,73 @@ def zookeeper_ensemble(
             ensemble.start(index)
     for server in ensemble.servers:
         server.wait_serving()
+
+
+class ZooKeeperNet:
+    """A ``tests.harness.Net`` on one ZooKeeper server: each driver gets its own proxy link.
+
+    crash: the link refuses (no goodbye reaches the server; the session times out);
+    expire: ``expire_session``; cut_off/restore: the link pauses/resumes (a frozen network);
+    disconnect/reconnect: the link refuses/accepts again (kazoo notices at once);
+    transient/fatal: the driver's ``_fail_next`` hook.
+    """
+
+    name = "zookeeper"
+    faults = frozenset(
+        {"crash", "expire", "cut_off", "restore", "disconnect", "reconnect", "transient", "fatal"}
+    )
+    session_timeout = 1.0
+
+    def __init__(self, server: ZooKeeperServer) -> None:
+        from tests.faultproxy import FaultProxy
+
+        self.server = server
+        self.proxy = FaultProxy()
+        self.chroot = f"/ha-net-{uuid.uuid4().hex[:12]}"
+        self._links: dict[int, Any] = {}
+
+    def driver(self, session_timeout: float | None = None) -> Any:
+        from ha.drivers.zookeeper import ZooKeeperDriver
+
+        link = self.proxy.link(("127.0.0.1", self.server.port))
+        driver = ZooKeeperDriver.from_url(
+            f"zk://{link.hosts}{self.chroot}",
+            session_timeout=session_timeout or self.session_timeout,
+            connect_timeout=5.0,
+        )
+        self._links[id(driver)] = link
+        return driver
+
+    async def crash(self, driver: Any) -> None:
+        self._links[id(driver)].refuse()
+
+    async def expire(self, driver: Any) -> None:
+        if driver.session_id is not None:  # between two sessions there is nothing to expire
+            await expire_session(driver, hosts=self.server.hosts)
+
+    def fail_next(self, driver: Any, count: int, transient: bool) -> None:
+        driver._fail_next(count, transient=transient)
+
+    async def apply(self, fault: str, driver: Any) -> None:
+        link = self._links[id(driver)]
+        actions = {
+            "cut_off": link.pause,
+            "restore": link.resume,
+            "disconnect": link.refuse,
+            "reconnect": link.accept,
+        }
+        if fault not in actions:
+            raise ValueError(f"the zookeeper net has no fault {fault!r}")
+        actions[fault]()
+
+    async def heal(self, drivers: list[Any]) -> None:
+        for driver in drivers:
+            link = self._links.get(id(driver))
+            if link is not None:
+                link.accept()  # listens and forwards again: undoes pause and refuse
+
+    def close(self) -> None:
+        self.proxy.close()
 
 
 async def expire_session(driver: Any, hosts: str | None = None) -> None:
