@@ -598,10 +598,18 @@ class Elector:
                     inner.start_soon(self._watchdog, lease, scope)
                     try:
                         await contender.become_active(lease)
-                    except Exception as exc:
-                        log.exception("%s: become_active raised", self.path)
-                        self._feed(m.ActiveFailed(lease.session_id, lease.epoch, repr(exc)))
-                        inner.cancel_scope.cancel()
+                    except BaseException as exc:
+                        # a contender's own task group may raise a group mixing our
+                        # cancellation with its errors: report the errors, re-raise the rest
+                        cancelled, failed = _split_cancelled(exc)
+                        if failed is not None:
+                            log.error("%s: become_active raised", self.path, exc_info=failed)
+                            self._feed(
+                                m.ActiveFailed(lease.session_id, lease.epoch, repr(failed))
+                            )
+                            inner.cancel_scope.cancel()
+                        if cancelled is not None:
+                            raise cancelled from None
                         return
                     await anyio.sleep_forever()  # returned: keep leading until told to stop
         finally:
@@ -683,6 +691,25 @@ class Elector:
                 watcher.send_nowait(transition)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._watchers.remove(watcher)
+
+
+def _split_cancelled(
+    exc: BaseException,
+) -> tuple[BaseException | None, Exception | None]:
+    """Split what ``become_active`` raised into (cancellation to re-raise, failure to report).
+
+    Anything that is neither cancellation nor an ``Exception`` (KeyboardInterrupt, SystemExit)
+    is returned as "cancellation" so that it propagates.
+    """
+    cancelled_class = anyio.get_cancelled_exc_class()
+    if isinstance(exc, BaseExceptionGroup):
+        cancelled, rest = exc.split(cancelled_class)
+        if rest is not None and not isinstance(rest, Exception):
+            return exc, None  # a non-Exception inside: let it all propagate
+        return cancelled, rest
+    if isinstance(exc, Exception):
+        return None, exc
+    return exc, None
 
 
 def _version(result: str | Stat | None) -> int:

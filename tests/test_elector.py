@@ -436,3 +436,31 @@ async def test_sqlite_write_lock_held_elsewhere_stops_the_active_until_released(
         await wait_for(c.settled)
         [leader] = c.active()
         assert leader.elector.lease is not None and leader.elector.lease.epoch > lease.epoch
+
+
+class _TaskGroupContender(Recorder):
+    """Its work runs in a task group whose child fails while being cancelled."""
+
+    async def become_active(self, lease: ha.Lease) -> None:
+        self.leases.append(lease)
+
+        async def child() -> None:
+            try:
+                await anyio.sleep_forever()
+            finally:
+                raise ValueError("cleanup failed")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(child)
+            await anyio.sleep_forever()
+
+
+async def test_a_group_of_cancellation_and_error_from_become_active() -> None:
+    async with MemoryDriver("tg-contender") as driver:
+        elector = ha.Elector(driver, "/svc", b"a", timing=FAST)
+        contender = _TaskGroupContender("a", History())
+        async with anyio.create_task_group() as tg:
+            await tg.start(elector.run, contender)
+            await wait_for(lambda: bool(contender.leases))
+            elector.quit()  # cancels the work: its child raises while cancelled
+        assert elector.state is ha.State.NEUTRAL
