@@ -550,6 +550,19 @@ async def test_forced_expiry(zookeeper_backend: ZooKeeperBackend) -> None:
         assert (await zk.exists("/lock")).ephemeral_owner == new.session_id  # type: ignore[union-attr]
 
 
+@live
+async def test_injected_faults_hook(zookeeper_backend: ZooKeeperBackend) -> None:
+    async with zookeeper_backend.driver() as zk:
+        zk._fail_next(2)
+        for _ in range(2):
+            with pytest.raises(ConnectionLost, match="injected"):
+                await zk.exists("/")
+        zk._fail_next(1, transient=False)
+        with pytest.raises(AccessDenied, match="injected"):
+            await zk.exists("/")
+        assert await zk.exists("/") is not None
+
+
 # --- access control ---------------------------------------------------------------------------
 
 

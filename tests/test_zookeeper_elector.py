@@ -28,6 +28,7 @@ from ha.testing import History, Recorder, check_history
 from tests.backends.zookeeper import (
     ZooKeeperBackend,
     ZooKeeperEnsemble,
+    ZooKeeperNet,
     ZooKeeperServer,
     expire_session,
 )
@@ -398,6 +399,31 @@ async def test_acl_denial_is_fatal_not_a_retry_loop(
             await elector.run(Contender("a", history))
     assert len(fatal) == 1
     assert history.events == [] or all(e.kind != "start" for e in history.events)
+
+
+@live
+async def test_harness_net_faults_on_zookeeper(zookeeper_server: ZooKeeperServer) -> None:
+    # the ZooKeeperNet that lets tests/harness.py run its scenarios on ZooKeeper
+    from tests.harness import cluster as harness_cluster
+
+    net = ZooKeeperNet(zookeeper_server)
+    async with harness_cluster(net) as c:
+        nodes = [await c.add(name, session_timeout=net.session_timeout) for name in "abc"]
+        await wait_for(c.settled)
+        [first] = c.active()
+        await c.net.apply("disconnect", first.driver)
+        await wait_for(lambda: not first.driver.connected)
+        await c.net.apply("reconnect", first.driver)
+        await wait_for(lambda: first.driver.connected and c.settled())
+        [leader] = c.active()
+        await c.crash(leader)
+        await wait_for(lambda: c.settled() and leader not in c.active())
+        [leader] = c.active()
+        await c.net.apply("cut_off", leader.driver)
+        await wait_for(lambda: len(c.active()) == 1 and leader not in c.active())
+        await c.net.apply("restore", leader.driver)
+        await wait_for(lambda: leader.state is ha.State.STANDBY)
+        assert len([n for n in nodes if not n.done.is_set()]) == 2
 
 
 # --- random faults ----------------------------------------------------------------------------
