@@ -1,7 +1,8 @@
 """The ``ha`` command: run, watch and operate elections on any backend.
 
 Every error is one line on stderr and a non-zero exit code (``--debug`` shows the traceback).
-Exit codes: 0 ok; 1 error; 2 usage; 3 no active (``status``, ``failover``); 130 interrupted.
+Exit codes: 0 ok; 1 error; 2 usage; 3 no active (``status``, ``failover``); 4 overlapping
+leadership found (``report``); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import anyio
@@ -102,8 +104,13 @@ class Options:
 def _run(opts: Options, fn: Callable[[], Awaitable[T]]) -> T:
     """Run ``fn`` on the event loop; turn any failure into one line and an exit code."""
     backend = os.environ.get("HA_ASYNC_BACKEND", "asyncio")  # tests run the command on trio too
+    return _call(opts, lambda: anyio.run(fn, backend=backend))
+
+
+def _call(opts: Options, fn: Callable[[], T]) -> T:
+    """Call ``fn``; turn any failure into one line and an exit code."""
     try:
-        return anyio.run(fn, backend=backend)
+        return fn()
     except click.exceptions.Exit:
         raise
     except BaseException as exc:
@@ -284,8 +291,27 @@ def cli(ctx: click.Context, url: str | None, debug: bool) -> None:
     help="Rounds of (crash the active, hang the next one).",
 )
 @click.option("--path", default="/demo", show_default=True, help="The election's path.")
+@click.option(
+    "--pipeline",
+    "pipeline_demo",
+    is_flag=True,
+    help="The PySpark job manager demo instead (needs ha[spark] and Java).",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    help="With --pipeline: keep the data, outputs, journals and logs here"
+    " (default: a temporary directory, removed at the end).",
+)
 @click.pass_obj
-def demo(opts: Options, demo_url: str | None, rounds: int, path: str) -> None:
+def demo(
+    opts: Options,
+    demo_url: str | None,
+    rounds: int,
+    path: str,
+    pipeline_demo: bool,
+    workdir: str | None,
+) -> None:
     """Watch three contenders fail over: crash the active, then hang the next one.
 
     Three contender processes share the embedded backend (a fresh temporary file). The demo
@@ -293,12 +319,31 @@ def demo(opts: Options, demo_url: str | None, rounds: int, path: str) -> None:
     it (SIGCONT) to show it lost its leadership; it prints each failover's latency.
     With --url memory://NAME the three contenders run in this process instead.
 
+    With --pipeline: three job manager processes (each with a warm SparkSession, local[2]) on
+    a fresh embedded file, a click-stream sessionization job submitted, the active killed
+    (SIGKILL) in the middle of the job (--rounds 2: twice), the job finishing on the new
+    active, its output compared byte for byte with an uninterrupted run of the same job, and
+    the recovery time printed (from the kill to the next batch starting on the new active).
+    Exit code 0 only if the output is identical. It takes about a minute.
+
     \b
     Examples:
       ha demo
       ha demo --rounds 3
       ha demo --url memory://demo
+      ha demo --pipeline
+      ha demo --pipeline --rounds 2 --workdir ./pipeline-demo
     """
+    if pipeline_demo:
+        ctx = click.get_current_context()
+        if ctx.get_parameter_source("path") is click.core.ParameterSource.COMMANDLINE:
+            raise UsageFailure("--path does not go with --pipeline (its election is the cluster's)")
+        if demo_url or opts.url_given:
+            raise UsageFailure("--pipeline runs on a fresh embedded file: no --url")
+        _pipeline_demo(opts, rounds, workdir)
+        return
+    if workdir is not None:
+        raise UsageFailure("--workdir goes with --pipeline")
     from .demo import run_demo
 
     url = demo_url or (opts.url if opts.url_given else None)
@@ -613,6 +658,670 @@ def format_(opts: Options, path: str, force: bool, yes: bool) -> None:
     elif result.epoch is not None:
         parts.append(f"epoch {result.epoch} kept")
     click.echo(f"{path}: {'; '.join(parts)}")
+
+
+# --- pipelines on Spark: ha jobs, ha report, ha demo --pipeline -----------------------------------
+
+EXIT_OVERLAP = 4
+DEFAULT_CLUSTER = "default"
+# what `pip install 'ha[spark]'` brings: a missing one is an installation problem, said so
+SPARK_MODULES = frozenset({"pyspark", "py4j", "pandas", "pyarrow", "numpy", "matplotlib"})
+SPARK_HINT = "install ha[spark] (pip install 'ha[spark]')"
+
+
+def _need_spark(what: str) -> None:
+    """Refuse at once, in one line, when PySpark or Java is missing (not after a traceback)."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        raise Failure(
+            f"{what} needs PySpark, which is not installed ({exc}): {SPARK_HINT}"
+        ) from None
+    from .pipeline.spark import prepare_environment
+
+    try:
+        prepare_environment()  # finds Java (JAVA_HOME, or the usual place) for the JVM
+    except ConfigurationError as exc:
+        raise Failure(f"{what} needs Java for Spark: {exc}") from None
+    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
+        raise Failure(f"{what} needs Java 17 for Spark: set JAVA_HOME or put java on PATH")
+
+
+def _spark_failure(exc: BaseException) -> Failure | None:
+    """One line for a missing Spark dependency or an error raised by Spark, else None."""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in SPARK_MODULES:
+        return Failure(f"{exc}: {SPARK_HINT}")
+    if type(exc).__module__.split(".")[0] in ("pyspark", "py4j"):
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        first = lines[0] if lines else type(exc).__name__
+        if len(first) > 300:
+            first = first[:297] + "..."
+        return Failure(f"Spark: {first} (--debug shows more)")
+    return None
+
+
+def _spark_call(opts: Options, fn: Callable[[], T]) -> T:
+    """``_call`` for work on Spark (after ``_need_spark``): its errors in one line."""
+
+    def call() -> T:
+        try:
+            return fn()
+        except BaseException as exc:
+            failure = None if opts.debug else _spark_failure(_leaf(exc))
+            if failure is not None:
+                raise failure from None
+            raise
+
+    return _call(opts, call)
+
+
+def _spark_run(opts: Options, fn: Callable[[], Awaitable[T]]) -> T:
+    """``_run`` for work on Spark (see ``_spark_call``)."""
+    backend = os.environ.get("HA_ASYNC_BACKEND", "asyncio")
+    return _spark_call(opts, lambda: anyio.run(fn, backend=backend))
+
+
+def _default_blobs(url: str) -> Path:
+    """``blobs/`` next to the sqlite file of ``url``; for other backends, in the state
+    directory (beside the default sqlite file)."""
+    from urllib.parse import unquote, urlsplit
+
+    from .drivers.sqlite import default_path
+
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite" and parts.path:
+        return Path(unquote(parts.path)).expanduser().absolute().parent / "blobs"
+    return default_path().parent / "blobs"
+
+
+@dataclass(slots=True)
+class JobsOptions:
+    opts: Options
+    cluster: str
+    blobs_given: str | None
+
+    @property
+    def url(self) -> str:
+        return self.opts.backend_url()
+
+    @property
+    def blobs(self) -> str:
+        if self.blobs_given:
+            return str(Path(self.blobs_given).expanduser().absolute())
+        return str(_default_blobs(self.url))
+
+
+def _cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--cluster and --blobs, for every `ha jobs` command."""
+    fn = click.option(
+        "--blobs",
+        metavar="DIR",
+        envvar="HA_BLOBS",
+        help="The cluster's blob directory, shared by its job managers: plans and checkpoints"
+        " (env HA_BLOBS). Default: blobs/ next to the backend's sqlite file (with the default"
+        " backend: the state directory's blobs/, e.g. ~/.local/state/ha/blobs); other backends:"
+        " the state directory's blobs/ (give a shared directory when job managers run on"
+        " several hosts).",
+    )(fn)
+    fn = click.option(
+        "--cluster",
+        default=DEFAULT_CLUSTER,
+        show_default=True,
+        metavar="ID",
+        envvar="HA_CLUSTER",
+        help="The job manager cluster (env HA_CLUSTER): its election and stores live under /ha/ID.",
+    )(fn)
+    return fn
+
+
+def _jobs_options(opts: Options, cluster: str, blobs: str | None) -> JobsOptions:
+    from .stores.layout import check_name
+
+    try:
+        check_name("cluster id", cluster)
+    except ConfigurationError as exc:
+        raise UsageFailure(str(exc)) from None
+    return JobsOptions(opts, cluster, blobs)
+
+
+async def _active_manager(driver: Driver, cluster: str) -> str | None:
+    """The identity of the cluster's active job manager, if any."""
+    from .pipeline.jobs import Paths
+
+    found = await admin.election_status(driver, Paths.of(cluster).election)
+    return None if found.active is None else admin.text(found.active)
+
+
+async def _cancel_requested(driver: Driver, cluster: str, job_id: str) -> bool:
+    from .pipeline.jobs import Paths
+
+    return await driver.exists(Paths.of(cluster).cancel(job_id)) is not None
+
+
+def _batches(status: Any) -> str:
+    total = "?" if status.batches is None else str(status.batches)
+    return f"{status.batches_done}/{total}"
+
+
+def _status_json(status: Any, cancel_requested: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = status.to_json()
+    doc["cancel_requested"] = cancel_requested and not status.finished
+    return doc
+
+
+def _print_job(status: Any, cancel_requested: bool) -> None:
+    color = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}.get(status.state)
+    state = click.style(status.state, fg=color) if color else status.state
+    click.echo(f"job {status.job_id}  {state}  {status.pipeline or '?'}")
+    click.echo(f"  batches  {_batches(status)} committed")
+    if status.output:
+        click.echo(f"  output   {status.output}")
+    if status.error:
+        click.echo(f"  error    {status.error}")
+    if cancel_requested and not status.finished:
+        click.echo("  cancel requested (the active job manager acts on it)")
+
+
+@cli.group(context_settings=CONTEXT)
+def jobs() -> None:
+    """Submit, list, watch and cancel PySpark pipeline jobs; run a job manager.
+
+    Job managers (`ha jobs manager`, one per host or process) elect an active among them,
+    which runs the submitted jobs on Spark batch by batch, checkpointing after each committed
+    batch; when it dies, a standby takes over and resumes from the last checkpoint, and the
+    output is the same as that of an uninterrupted run. The commands here need no running job
+    manager: a submission waits in the cluster's inbox for the next active.
+
+    \b
+    Examples:
+      ha jobs manager --id jm-1 &              # on each host (or twice on one)
+      ha jobs submit clicks.sessionize -p input=./clicks --output ./sessions --wait
+      ha jobs list
+      ha jobs status clicks.sessionize-4f2a9c1b3e
+      ha jobs cancel clicks.sessionize-4f2a9c1b3e
+    """
+
+
+@jobs.command()
+@click.argument("pipeline")
+@click.option(
+    "-p",
+    "--param",
+    "params",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A parameter of the pipeline (repeatable); the value is converted to its type.",
+)
+@click.option(
+    "--output",
+    "-o",
+    required=True,
+    metavar="DIR",
+    help="Output directory: new or empty, local or shared (file:// URIs too).",
+)
+@click.option("--job-id", metavar="ID", help="The job's id (default: PIPELINE-<random hex>).")
+@click.option(
+    "--max-attempts",
+    type=int,
+    default=3,
+    show_default=True,
+    metavar="N",
+    help="Failed attempts (batch failures, over the whole job and its failovers)"
+    " before the job is failed for good.",
+)
+@click.option(
+    "--import",
+    "imports",
+    multiple=True,
+    metavar="MODULE",
+    help="Module that registers the pipeline (repeatable); the job managers need it too.",
+)
+@_cluster_options
+@click.option("--wait", is_flag=True, help="Wait for the job to finish; exit 1 if it fails.")
+@click.option(
+    "--timeout", type=float, metavar="S", help="With --wait: give up waiting after S seconds."
+)
+@click.pass_obj
+def submit(
+    opts: Options,
+    pipeline: str,
+    params: tuple[str, ...],
+    output: str,
+    job_id: str | None,
+    max_attempts: int,
+    imports: tuple[str, ...],
+    cluster: str,
+    blobs: str | None,
+    wait: bool,
+    timeout: float | None,
+) -> None:
+    """Submit a job: run the registered PIPELINE with parameters, writing to --output.
+
+    The job is checked in full here (pipeline known, parameters valid, batches listed, output
+    new or empty): a malformed job is refused with the reason, and never reaches a job
+    manager. The batch list is fixed now. Pipelines shipped: clicks.sessionize (input: a
+    directory of Parquet click files), journal.intervals; others come with --import or the
+    `ha.pipelines` entry point group. Prints the job id.
+
+    \b
+    Examples:
+      ha jobs submit clicks.sessionize -p input=/data/clicks --output /data/sessions
+      ha jobs submit clicks.sessionize -p input=./clicks -p gap_seconds=900 \\
+         --output ./sessions --job-id daily-2024-05-01 --max-attempts 5 --wait
+      ha jobs submit mine.etl --import mypkg.pipelines -p day=2024-05-01 -o /shared/out
+    """
+    from .pipeline import make_plan, parse_params
+    from .pipeline.jobs import submit_job
+    from .pipeline.registry import import_pipelines
+
+    jo = _jobs_options(opts, cluster, blobs)
+    try:
+        values = parse_params(params)
+    except ConfigurationError as exc:
+        raise UsageFailure(f"-p: {exc}") from None
+    if timeout is not None and not wait:
+        raise UsageFailure("--timeout goes with --wait")
+
+    def check() -> Any:
+        import_pipelines(imports)
+        try:
+            return make_plan(pipeline, values, output, job_id=job_id, max_attempts=max_attempts)
+        except ConfigurationError as exc:
+            raise Failure(f"job refused: {exc}") from None
+
+    plan = _call(opts, check)
+
+    async def go(driver: Driver) -> Any:
+        await submit_job(driver, jo.cluster, plan)
+        click.echo(
+            f"submitted job {plan.job_id} to cluster {jo.cluster!r}: {plan.pipeline},"
+            f" {len(plan.batches)} batches, output {plan.output}"
+        )
+        if await _active_manager(driver, jo.cluster) is None:
+            click.echo(
+                f"no job manager is active in cluster {jo.cluster!r}: the job waits for one"
+                " (`ha jobs manager --id NAME`)"
+            )
+        sys.stdout.flush()
+        if not wait:
+            return None
+        return await _wait_job(driver, jo, plan.job_id, timeout)
+
+    status = _with_driver(opts, go)
+    if status is not None:
+        _finished(status)
+
+
+async def _wait_job(driver: Driver, jo: JobsOptions, job_id: str, within: float | None) -> Any:
+    from .pipeline.jobs import job_status, wait_for_job
+
+    try:
+        with anyio.fail_after(within):
+            return await wait_for_job(driver, jo.cluster, job_id, blobs=jo.blobs)
+    except TimeoutError:
+        now = await job_status(driver, jo.cluster, job_id, blobs=jo.blobs)
+        raise Failure(
+            f"job {job_id} not finished after {within:g}s (still {now.state},"
+            f" {_batches(now)} batches); it goes on: `ha jobs status {job_id}`"
+        ) from None
+
+
+def _finished(status: Any) -> None:
+    line = f"job {status.job_id} {status.state}: {_batches(status)} batches"
+    if status.output:
+        line += f", output {status.output}"
+    click.echo(line)
+    if status.state != "succeeded":
+        raise Failure(
+            f"job {status.job_id} {status.state}" + (f": {status.error}" if status.error else "")
+        )
+
+
+@jobs.command(name="list")
+@_cluster_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (a list of jobs).")
+@click.pass_obj
+def list_(opts: Options, cluster: str, blobs: str | None, as_json: bool) -> None:
+    """List the cluster's jobs: submitted, pending, running and finished ones.
+
+    \b
+    Examples:
+      ha jobs list
+      ha jobs list --cluster nightly --json | jq '.[] | select(.state == "failed")'
+    """
+    from .pipeline.jobs import list_jobs
+
+    jo = _jobs_options(opts, cluster, blobs)
+
+    async def go(driver: Driver) -> list[tuple[Any, bool]]:
+        found = await list_jobs(driver, jo.cluster, blobs=jo.blobs)
+        return [(s, await _cancel_requested(driver, jo.cluster, s.job_id)) for s in found]
+
+    found = _with_driver(opts, go)
+    if as_json:
+        click.echo(json.dumps([_status_json(s, c) for s, c in found], indent=2))
+        return
+    if not found:
+        click.echo(f"no jobs in cluster {jo.cluster!r}")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    for column in ("job", "state", "pipeline", "batches", "output", "note"):
+        table.add_column(column)
+    for s, cancel in found:
+        note = s.error or ("cancel requested" if cancel and not s.finished else "")
+        table.add_row(s.job_id, s.state, s.pipeline or "", _batches(s), s.output or "", note)
+    Console(highlight=False).print(table)
+
+
+@jobs.command(name="status")
+@click.argument("job_id")
+@_cluster_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def job_status_(opts: Options, job_id: str, cluster: str, blobs: str | None, as_json: bool) -> None:
+    """Show a job's state (submitted, pending, running, succeeded, failed, cancelled), its
+    committed batches, output and error.
+
+    Exit code 0 for any known job, 1 for an unknown one.
+
+    \b
+    Examples:
+      ha jobs status daily-2024-05-01
+      ha jobs status daily-2024-05-01 --json | jq -r .state
+    """
+    from .pipeline.jobs import job_status
+
+    jo = _jobs_options(opts, cluster, blobs)
+
+    async def go(driver: Driver) -> tuple[Any, bool]:
+        found = await job_status(driver, jo.cluster, job_id, blobs=jo.blobs)
+        return found, await _cancel_requested(driver, jo.cluster, job_id)
+
+    found, cancel = _with_driver(opts, go)
+    if as_json:
+        click.echo(json.dumps(_status_json(found, cancel), indent=2))
+    else:
+        _print_job(found, cancel)
+
+
+@jobs.command()
+@click.argument("job_id")
+@_cluster_options
+@click.pass_obj
+def cancel(opts: Options, job_id: str, cluster: str, blobs: str | None) -> None:
+    """Ask the active job manager to cancel a job (a finished job stays as it is).
+
+    The running batch is abandoned (its Spark jobs cancelled, its output never committed);
+    the batches already committed stay. The request is kept until an active acts on it.
+
+    \b
+    Examples:
+      ha jobs cancel daily-2024-05-01
+      ha jobs cancel daily-2024-05-01 --cluster nightly
+    """
+    from .pipeline.jobs import cancel_job, job_status
+
+    jo = _jobs_options(opts, cluster, blobs)
+
+    async def go(driver: Driver) -> None:
+        found = await job_status(driver, jo.cluster, job_id, blobs=jo.blobs)
+        if found.finished:
+            click.echo(f"job {job_id} already {found.state}: nothing to cancel")
+            return
+        await cancel_job(driver, jo.cluster, job_id)
+        active = await _active_manager(driver, jo.cluster)
+        who = (
+            f"the active job manager ({active})"
+            if active is not None
+            else "the next active job manager (none is active now)"
+        )
+        click.echo(f"asked {who} to cancel job {job_id} ({found.state})")
+
+    _with_driver(opts, go)
+
+
+def _print_event(name: str, fields: dict[str, Any]) -> None:
+    """A job manager's event as one line: ``12:00:00.123 jm-1 batch_committed job=x batch=3``."""
+    fields = dict(fields)
+    t = float(fields.pop("t", time.time()))
+    who = fields.pop("identity", "?")
+    stamp = time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d}"
+    parts = []
+    for key, value in fields.items():
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        parts.append(f"{key}={text}")
+    click.echo(" ".join([stamp, str(who), name, *parts]))
+    sys.stdout.flush()
+
+
+def _print_event_json(name: str, fields: dict[str, Any]) -> None:
+    click.echo(json.dumps({"event": name, **fields}, default=str))
+    sys.stdout.flush()
+
+
+@jobs.command()
+@click.option(
+    "--id", "identity", required=True, help="This job manager's identity in the cluster (unique)."
+)
+@_cluster_options
+@click.option(
+    "--master",
+    default="local[2]",
+    show_default=True,
+    help="spark.master: local[N], spark://host:7077, yarn, or any master Spark accepts.",
+)
+@click.option(
+    "--hot-standby/--cold",
+    default=True,
+    show_default=True,
+    help="Build the SparkSession at start, so a takeover does not wait for Spark (hot), or"
+    " only when elected (cold: no JVM held while standby).",
+)
+@click.option(
+    "--import",
+    "imports",
+    multiple=True,
+    metavar="MODULE",
+    help="Module that registers pipelines (repeatable).",
+)
+@click.option(
+    "--journal", type=click.Path(dir_okay=False), help="Append transitions to this JSON-lines file."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print events as JSON lines.")
+@click.pass_obj
+def manager(
+    opts: Options,
+    identity: str,
+    cluster: str,
+    blobs: str | None,
+    master: str,
+    hot_standby: bool,
+    imports: tuple[str, ...],
+    journal: str | None,
+    as_json: bool,
+) -> None:
+    """Run one job manager of the cluster until SIGTERM or Ctrl-C.
+
+    It joins the cluster's job manager election; while active it runs the submitted jobs on
+    Spark, batch by batch, from their last checkpoint. Run several (on several hosts, sharing
+    the backend and the --blobs directory, and the job outputs' file system) so that one takes
+    over when the active dies. Prints one line per event (elected, batch committed, job
+    finished...). SIGTERM or Ctrl-C leaves the election gracefully: a standby takes over at
+    once.
+
+    \b
+    Examples:
+      ha jobs manager --id jm-1
+      ha jobs manager --id jm-2 --master 'local[4]' --journal jm-2.jsonl
+      ha --url zk://zk1:2181,zk2:2181/ha jobs manager --id host-a \\
+         --blobs /shared/ha-blobs --master spark://spark-master:7077 --import mypkg.pipelines
+    """
+    from .pipeline import run_job_manager
+    from .pipeline.spark import SparkSettings
+
+    jo = _jobs_options(opts, cluster, blobs)
+    _need_spark("`ha jobs manager`")
+    try:
+        settings = SparkSettings(master=master, app_name=f"ha-jobmanager-{identity}")
+    except ConfigurationError as exc:
+        raise UsageFailure(str(exc)) from None
+    _formatter.run_as = identity
+
+    def go() -> Awaitable[None]:
+        return run_job_manager(
+            jo.url,
+            jo.cluster,
+            identity=identity,
+            blobs=jo.blobs,
+            imports=imports,
+            spark=settings,
+            hot_standby=hot_standby,
+            journal=journal,
+            on_event=_print_event_json if as_json else _print_event,
+        )
+
+    _spark_run(opts, go)
+
+
+@cli.command()
+@click.argument("journals", nargs=-1, required=True, metavar="JOURNALS...")
+@click.option(
+    "--out",
+    default="report.html",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="The HTML report to write (plots embedded).",
+)
+@click.option(
+    "--master",
+    default="local[2]",
+    show_default=True,
+    help="spark.master: local[N], spark://host:7077, yarn...",
+)
+@click.option(
+    "--driver-memory",
+    default="2g",
+    show_default=True,
+    metavar="SIZE",
+    help="spark.driver.memory (the JVM's heap with local[N]).",
+)
+@click.pass_obj
+def report(
+    opts: Options, journals: tuple[str, ...], out: str, master: str, driver_memory: str
+) -> None:
+    """Analyze election journals on Spark: leadership, failovers, overlaps, availability.
+
+    JOURNALS are the JSON-lines files that `ha run --journal` and electors write: files,
+    directories, globs, or any URI Spark reads (hdfs://, s3a://...). Per election: leadership
+    intervals, each failover's gap (no active to new active), overlapping leadership between
+    identities (two actives at once: must never happen), epochs, availability, transitions per
+    hour. Prints the summary table and writes the HTML report with plots.
+
+    Exit code 0 when no overlapping leadership was found, 4 when some was (the report shows
+    where), 1 on error.
+
+    \b
+    Examples:
+      ha report journal-*.jsonl --out report.html
+      ha report /var/log/ha/ --out /tmp/ha-report.html --master 'local[4]'
+      ha report 's3a://logs/ha/*.jsonl' --master spark://spark-master:7077 || echo "overlap!"
+    """
+    import glob
+
+    from .pipeline import run_report
+
+    _need_spark("`ha report`")
+    for path in journals:  # local paths checked here, not after Spark's start-up
+        if "://" in path:
+            continue
+        local = os.path.expanduser(path)
+        if any(c in path for c in "*?["):
+            if not glob.glob(local):
+                raise Failure(f"no journal matches {path!r}")
+        elif not os.path.exists(local):
+            raise Failure(f"no such journal: {path}")
+    target = Path(out).expanduser()
+    if not target.absolute().parent.is_dir():
+        raise Failure(f"cannot write {out}: no directory {target.absolute().parent}")
+
+    from rich.console import Console
+
+    found = _spark_call(
+        opts,
+        lambda: run_report(
+            list(journals),
+            target,
+            master=master,
+            driver_memory=driver_memory,
+            console=Console(highlight=False),
+        ),
+    )
+    click.echo(f"wrote {out} ({found.events:,} events in {found.seconds:.1f} s)")
+    if found.overlap_count:
+        click.echo(
+            f"OVERLAP: {found.overlap_count:,} overlapping leadership interval(s),"
+            " two actives at once (see the report)"
+        )
+        sys.exit(EXIT_OVERLAP)
+    click.echo("no overlapping leadership")
+
+
+def _pipeline_demo(opts: Options, rounds: int, workdir: str | None) -> None:
+    """`ha demo --pipeline`: see ``ha.pipeline.demo.run_pipeline_demo``."""
+    import tempfile
+
+    from .pipeline import run_pipeline_demo
+
+    if rounds > 2:
+        raise UsageFailure("--pipeline kills the active at most twice (--rounds 1 or 2)")
+    if not opts.debug:  # the demo tells the story; the elector's warnings are part of it
+        logging.getLogger("ha").setLevel(logging.ERROR)
+
+    def say(line: str) -> None:
+        click.echo(f"{_stamp()[11:]} {line}")
+        sys.stdout.flush()
+
+    _need_spark("`ha demo --pipeline`")
+
+    def run_in(directory: str) -> Any:
+        say(f"pipeline demo in {directory}")
+        return _spark_run(
+            opts,
+            lambda: run_pipeline_demo(directory, kills=rounds, processes=3, say=say),
+        )
+
+    if workdir is not None:
+        os.makedirs(workdir, exist_ok=True)
+        result = run_in(os.path.abspath(workdir))
+    else:  # removed when the demo succeeds; kept, with the processes' logs, when it fails
+        tmp = tempfile.mkdtemp(prefix="ha-pipeline-demo-")
+        try:
+            result = run_in(tmp)
+        except Interrupted:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        except Failure as exc:
+            raise type(exc)(f"{exc.message} (the processes' logs are in {tmp})") from None
+        if result.identical:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            workdir = tmp
+    if not result.identical:
+        raise Failure(
+            f"the job's output differs from the uninterrupted run (job {result.status.state},"
+            f" reference {result.reference.state}; everything is in {workdir})"
+        )
+    kills = len(result.kills)
+    recoveries = ", ".join(f"{who} {seconds:.2f} s" for who, seconds in result.kills)
+    click.echo(
+        f"ok: the job {result.status.state} despite {kills} SIGKILL{'s' if kills > 1 else ''}"
+        f" of the active; recovery (kill to the next batch on the new active): {recoveries};"
+        f" output identical, byte for byte, to the uninterrupted run (sha256"
+        f" {result.digest[:16]}...)"
+    )
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
