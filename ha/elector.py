@@ -34,6 +34,7 @@ from .drivers.base import (
     ConnectionEvent,
     ConnectionState,
     Create,
+    Delete,
     Driver,
     NodeEvent,
     NodeEventKind,
@@ -408,8 +409,8 @@ class Elector:
                 )
             case m.ReleaseLock(session):
                 await self._release_lock(session)
-            case m.DeleteBreadcrumb(session, version):
-                await self._delete_breadcrumb(version)
+            case m.DeleteBreadcrumb(session, version, lock_version):
+                await self._resign(version, lock_version)
             case m.NotifyStandby():
                 await self._hook(contender, "become_standby")
             case m.NotifyNeutral():
@@ -458,13 +459,32 @@ class Elector:
         return m.LockOwned(session, ours, holder, stat.version)
 
     async def _read_election(self, session: int) -> m.Input:
+        crumb: tuple[bytes | None, int | None] = (None, None)
+        epoch: tuple[int, int | None] = (0, None)
+
+        async def read_crumb() -> None:
+            nonlocal crumb
+            try:
+                raw, stat = await self.driver.get(self.breadcrumb_path)
+                crumb = (raw, stat.version)
+            except NoNode:
+                pass
+
+        async def read_epoch() -> None:
+            nonlocal epoch
+            epoch = await self._read_epoch()
+
+        # both reads in flight at once: one round trip instead of two on the way to ACTIVE
         try:
-            crumb, crumb_stat = await self.driver.get(self.breadcrumb_path)
-            crumb_version: int | None = crumb_stat.version
-        except NoNode:
-            crumb, crumb_version = None, None
-        epoch, epoch_version = await self._read_epoch()
-        return m.ElectionRead(session, crumb, crumb_version, epoch, epoch_version)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read_crumb)
+                tg.start_soon(read_epoch)
+        except ExceptionGroup as group:  # hand the first error to _op as a plain exception
+            first: BaseException = group
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
+        return m.ElectionRead(session, crumb[0], crumb[1], epoch[0], epoch[1])
 
     async def _read_epoch(self) -> tuple[int, int | None]:
         try:
@@ -526,10 +546,25 @@ class Elector:
         except DriverError as exc:
             log.info("%s: releasing the lock failed: %s", self.path, exc)
 
-    async def _delete_breadcrumb(self, version: int) -> None:
+    async def _resign(self, version: int, lock_version: int) -> None:
+        """Delete our breadcrumb and our lock in one transaction (one write for a handover).
+
+        If that fails (the lock is not as we left it), the breadcrumb alone is deleted by its
+        version; the ReleaseLock that follows releases the lock if it is still ours.
+        """
         try:
             with anyio.fail_after(self.timing.op_timeout or self.driver.session_timeout):
-                await self.driver.delete(self.breadcrumb_path, version)
+                try:
+                    await self.driver.transaction(
+                        [
+                            Delete(self.breadcrumb_path, version),
+                            Delete(self.lock_path, lock_version),
+                        ]
+                    )
+                except TransactionFailed as exc:
+                    if exc.index == 0:
+                        raise exc.cause from None
+                    await self.driver.delete(self.breadcrumb_path, version)
         except (DriverError, TimeoutError) as exc:
             # not ours any more, or unreachable: the next active will fence us, which is safe
             log.info("%s: breadcrumb not deleted: %s", self.path, exc)
@@ -604,9 +639,7 @@ class Elector:
                         cancelled, failed = _split_cancelled(exc)
                         if failed is not None:
                             log.error("%s: become_active raised", self.path, exc_info=failed)
-                            self._feed(
-                                m.ActiveFailed(lease.session_id, lease.epoch, repr(failed))
-                            )
+                            self._feed(m.ActiveFailed(lease.session_id, lease.epoch, repr(failed)))
                             inner.cancel_scope.cancel()
                         if cancelled is not None:
                             raise cancelled from None

@@ -100,7 +100,7 @@ class NotEmpty(DriverError):
 
 class BadVersion(DriverError):
     def __init__(self, path: str, expected: int, actual: int | None = None) -> None:
-        got = "missing" if actual is None else str(actual)
+        got = "another version" if actual is None else str(actual)
         super().__init__(f"version conflict at {path}: expected {expected}, found {got}")
         self.path = path
         self.expected = expected

@@ -441,8 +441,11 @@ class ReleaseLock:
 
 @dataclass(frozen=True, slots=True)
 class DeleteBreadcrumb:
+    """Delete our breadcrumb (by its version) and, in the same transaction, our lock."""
+
     session: int
     version: int
+    lock_version: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -620,7 +623,9 @@ class Machine:
                 and not event.need_fence
                 and self.breadcrumb_version is not None
             ):
-                effects.append(DeleteBreadcrumb(self.session, self.breadcrumb_version))
+                effects.append(
+                    DeleteBreadcrumb(self.session, self.breadcrumb_version, self.lock_version)
+                )
             if self.phase not in (Phase.IDLE, Phase.CONNECTING, Phase.OFFLINE):
                 effects.append(ReleaseLock(self.session))
         self.epoch = None

@@ -202,7 +202,7 @@ def test_quit_from_active(need_fence: bool) -> None:
     expected = ["StopActive"] + ([] if need_fence else ["DeleteBreadcrumb"])
     assert kinds(effects) == expected + ["ReleaseLock", "Report", "Finish"]
     if not need_fence:
-        assert effects[1] == m.DeleteBreadcrumb(S1, 0)
+        assert effects[1] == m.DeleteBreadcrumb(S1, 0, 0)
 
 
 def test_lock_deleted_or_epoch_superseded_while_active_is_fenced() -> None:
