@@ -687,6 +687,15 @@ def _need_spark(what: str) -> None:
         raise Failure(f"{what} needs Java 17 for Spark: set JAVA_HOME or put java on PATH")
 
 
+def _check_master(master: str) -> None:
+    """Spark's own rule, checked before a JVM starts (a job manager whose Spark cannot start
+    would be elected again and again)."""
+    if master != "yarn" and not master.startswith(("local", "spark://", "k8s://")):
+        raise UsageFailure(
+            f"--master {master!r}: Spark takes local[N], spark://HOST:PORT, yarn or k8s://URL"
+        )
+
+
 def _spark_failure(exc: BaseException) -> Failure | None:
     """One line for a missing Spark dependency or an error raised by Spark, else None."""
     if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in SPARK_MODULES:
@@ -1163,6 +1172,7 @@ def manager(
     from .pipeline.spark import SparkSettings
 
     jo = _jobs_options(opts, cluster, blobs)
+    _check_master(master)
     _need_spark("`ha jobs manager`")
     try:
         settings = SparkSettings(master=master, app_name=f"ha-jobmanager-{identity}")
@@ -1233,6 +1243,7 @@ def report(
 
     from .pipeline import run_report
 
+    _check_master(master)
     _need_spark("`ha report`")
     for path in journals:  # local paths checked here, not after Spark's start-up
         if "://" in path:
