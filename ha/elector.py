@@ -399,6 +399,8 @@ class Elector:
                 return await self._fence(contender, session, breadcrumb)
             case m.CommitActive():
                 return await self._op("commit epoch", effect.session, self._commit(effect))
+            case m.ClaimActive():
+                return await self._op("claim", effect.session, self._claim(effect))
             case m.StartActive(session, epoch, epoch_version):
                 await self._start_active(tg, contender, session, epoch, epoch_version)
             case m.StopActive(cause):
@@ -502,24 +504,41 @@ class Elector:
         return value, stat.version
 
     async def _commit(self, effect: m.CommitActive) -> m.Input:
-        crumb = m.encode_breadcrumb(m.Breadcrumb(self.identity, effect.epoch, self.data))
-        epoch_bytes = str(effect.epoch).encode()
         ops: list[Op] = [Check(self.lock_path, effect.lock_version)]
-        ops.append(
-            Create(self.epoch_path, epoch_bytes)
-            if effect.epoch_version is None
-            else SetData(self.epoch_path, epoch_bytes, effect.epoch_version)
-        )
-        ops.append(
-            Create(self.breadcrumb_path, crumb)
-            if effect.breadcrumb_version is None
-            else SetData(self.breadcrumb_path, crumb, effect.breadcrumb_version)
+        ops += self._epoch_and_crumb_ops(
+            effect.epoch, effect.epoch_version, effect.breadcrumb_version
         )
         try:
             results = await self.driver.transaction(ops)
         except TransactionFailed as exc:
             return m.CommitConflict(effect.session, lock_lost=exc.index == 0)
         return m.Committed(effect.session, effect.epoch, _version(results[1]), _version(results[2]))
+
+    def _epoch_and_crumb_ops(
+        self, epoch: int, epoch_version: int | None, crumb_version: int | None
+    ) -> list[Op]:
+        """Bump the epoch by compare-and-set and write our breadcrumb naming it."""
+        crumb = m.encode_breadcrumb(m.Breadcrumb(self.identity, epoch, self.data))
+        epoch_bytes = str(epoch).encode()
+        return [
+            Create(self.epoch_path, epoch_bytes)
+            if epoch_version is None
+            else SetData(self.epoch_path, epoch_bytes, epoch_version),
+            Create(self.breadcrumb_path, crumb)
+            if crumb_version is None
+            else SetData(self.breadcrumb_path, crumb, crumb_version),
+        ]
+
+    async def _claim(self, effect: m.ClaimActive) -> m.Input:
+        ops: list[Op] = [Create(self.lock_path, self.identity, ephemeral=True)]
+        ops += self._epoch_and_crumb_ops(
+            effect.epoch, effect.epoch_version, effect.breadcrumb_version
+        )
+        try:
+            results = await self.driver.transaction(ops)
+        except TransactionFailed as exc:
+            return m.ClaimConflict(effect.session, lock_exists=exc.index == 0)
+        return m.Claimed(effect.session, effect.epoch, _version(results[1]), _version(results[2]))
 
     async def _verify_epoch(self, session: int, epoch: int, epoch_version: int) -> m.Input | None:
         try:

@@ -68,12 +68,42 @@ def test_retried_create_that_was_ours_is_recognised() -> None:
     assert mach.handle(m.LockOwned(S1, True, ME, 0)) == [m.ReadElection(S1)]
 
 
-def test_standby_rejoins_when_lock_deleted() -> None:
+def standby() -> Machine:
     mach = joined()
     mach.handle(m.LockExists(S1))
     mach.handle(m.LockOwned(S1, False, OTHER, 0))
+    assert mach.state is State.STANDBY
+    return mach
+
+
+def test_standby_reads_the_election_when_lock_deleted() -> None:
+    mach = standby()
     effects = mach.handle(m.LockDeleted(S1))
-    assert effects[0] == m.CreateLock(S1)
+    assert effects[0] == m.ReadElection(S1)
+
+
+def test_fast_takeover_claims_in_one_transaction_when_nothing_to_fence() -> None:
+    mach = standby()
+    mach.handle(m.LockDeleted(S1))
+    assert mach.handle(m.ElectionRead(S1, None, None, 4, 7)) == [m.ClaimActive(S1, 5, 7, None)]
+    effects = mach.handle(m.Claimed(S1, 5, 8, 0))
+    assert kinds(effects) == ["StartActive", "Report"] and mach.epoch == 5
+    assert mach.handle(m.QuitRequested())[1] == m.DeleteBreadcrumb(S1, 0, 0)
+
+
+def test_fast_takeover_falls_back_when_fencing_is_needed() -> None:
+    mach = standby()
+    mach.handle(m.LockDeleted(S1))
+    crumb = m.encode_breadcrumb(m.Breadcrumb(OTHER, 4))
+    assert mach.handle(m.ElectionRead(S1, crumb, 2, 4, 7)) == [m.CreateLock(S1)]
+
+
+@pytest.mark.parametrize(("exists", "first"), [(True, m.ReadLock(S1)), (False, m.CreateLock(S1))])
+def test_fast_takeover_conflicts(exists: bool, first: m.Effect) -> None:
+    mach = standby()
+    mach.handle(m.LockDeleted(S1))
+    mach.handle(m.ElectionRead(S1, None, None, 0, None))
+    assert mach.handle(m.ClaimConflict(S1, lock_exists=exists))[0] == first
 
 
 def test_breadcrumb_of_another_is_fenced_before_commit() -> None:
