@@ -759,6 +759,23 @@ class JobsOptions:
             return str(Path(self.blobs_given).expanduser().absolute())
         return str(_default_blobs(self.url))
 
+    def blob_hint(self) -> str:
+        return (
+            f"(plans and checkpoints are in the job managers' blob directory: is it {self.blobs}?"
+            " give it with --blobs or HA_BLOBS)"
+        )
+
+    async def reading(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """``fn()``; a missing blob (another blob directory than the job managers') says so."""
+        from .errors import CorruptData
+
+        try:
+            return await fn()
+        except CorruptData as exc:
+            if "blob" not in str(exc):
+                raise
+            raise Failure(f"{exc} {self.blob_hint()}") from None
+
 
 def _cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--cluster and --blobs, for every `ha jobs` command."""
@@ -966,9 +983,11 @@ async def _wait_job(driver: Driver, jo: JobsOptions, job_id: str, within: float 
 
     try:
         with anyio.fail_after(within):
-            return await wait_for_job(driver, jo.cluster, job_id, blobs=jo.blobs)
+            return await jo.reading(
+                lambda: wait_for_job(driver, jo.cluster, job_id, blobs=jo.blobs)
+            )
     except TimeoutError:
-        now = await job_status(driver, jo.cluster, job_id, blobs=jo.blobs)
+        now = await jo.reading(lambda: job_status(driver, jo.cluster, job_id, blobs=jo.blobs))
         raise Failure(
             f"job {job_id} not finished after {within:g}s (still {now.state},"
             f" {_batches(now)} batches); it goes on: `ha jobs status {job_id}`"
@@ -1007,6 +1026,8 @@ def list_(opts: Options, cluster: str, blobs: str | None, as_json: bool) -> None
         return [(s, await _cancel_requested(driver, jo.cluster, s.job_id)) for s in found]
 
     found = _with_driver(opts, go)
+    if any(s.error and "blob" in s.error and s.state == "unknown" for s, _ in found):
+        click.echo(f"ha: note: plans not found {jo.blob_hint()}", err=True)
     if as_json:
         click.echo(json.dumps([_status_json(s, c) for s, c in found], indent=2))
         return
@@ -1046,7 +1067,7 @@ def job_status_(opts: Options, job_id: str, cluster: str, blobs: str | None, as_
     jo = _jobs_options(opts, cluster, blobs)
 
     async def go(driver: Driver) -> tuple[Any, bool]:
-        found = await job_status(driver, jo.cluster, job_id, blobs=jo.blobs)
+        found = await jo.reading(lambda: job_status(driver, jo.cluster, job_id, blobs=jo.blobs))
         return found, await _cancel_requested(driver, jo.cluster, job_id)
 
     found, cancel = _with_driver(opts, go)
@@ -1076,7 +1097,7 @@ def cancel(opts: Options, job_id: str, cluster: str, blobs: str | None) -> None:
     jo = _jobs_options(opts, cluster, blobs)
 
     async def go(driver: Driver) -> None:
-        found = await job_status(driver, jo.cluster, job_id, blobs=jo.blobs)
+        found = await jo.reading(lambda: job_status(driver, jo.cluster, job_id, blobs=jo.blobs))
         if found.finished:
             click.echo(f"job {job_id} already {found.state}: nothing to cancel")
             return

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import ha, ha_env, popen_ha
+from tests.test_cli import ha, ha_env, popen_ha, wait_until
 
 SPARK = importlib.util.find_spec("pyspark") is not None
 needs_pyspark = pytest.mark.skipif(not SPARK, reason="PySpark is not installed (ha[spark])")
@@ -387,6 +387,30 @@ def test_a_job_manager_runs_a_submitted_job(tmp_path: Path, env: dict[str, str])
         assert cancel.stdout.strip() == "job s1 already succeeded: nothing to cancel"
         # the default blob directory: next to the default sqlite file
         assert (tmp_path / "state" / "ha" / "blobs").is_dir()
+
+        # a running job: its plan is read from the blob directory, then it is cancelled
+        slow = ha("jobs", "submit", "clicks.sessionize", "-p", f"input={tmp_path / 'clicks'}",
+                  "-p", "delay_seconds=3", "-o", str(tmp_path / "slow"), "--job-id", "s2",
+                  env=env)  # fmt: skip
+        assert slow.returncode == 0, slow.stderr
+
+        def state(*extra: str) -> str:
+            return str(
+                json.loads(ha("jobs", "status", "s2", "--json", *extra, env=env).stdout)["state"]
+            )
+
+        wait_until(lambda: state() == "running", "job s2 running", within=30)
+        elsewhere = ha("jobs", "status", "s2", "--blobs", str(tmp_path / "elsewhere"), env=env)
+        line = one_error_line(elsewhere)
+        assert "blob is missing" in line and "is it " + str(tmp_path / "elsewhere") in line
+        cancel = ha("jobs", "cancel", "s2", env=env)
+        assert cancel.returncode == 0, cancel.stderr
+        assert (
+            cancel.stdout.strip()
+            == "asked the active job manager (jm-1) to cancel job s2 (running)"
+        )
+        wait_until(lambda: state() == "cancelled", "job s2 cancelled", within=30)
+        assert committed_batches(tmp_path / "slow") in ([], [0])  # cancelled mid-job
     finally:
         manager.send_signal(signal.SIGTERM)  # leaves the election gracefully
         try:
