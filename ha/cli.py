@@ -273,6 +273,7 @@ def cli(ctx: click.Context, url: str | None, debug: bool) -> None:
       ha demo                                  # see failover happen, no server needed
       ha run /myapp --id host-a -- ./serve.sh  # run serve.sh only while active
       ha status /myapp
+      ha demo --pipeline                       # the PySpark job manager (ha[spark])
     """
     source = ctx.get_parameter_source("url")
     ctx.obj = Options(url, source is click.core.ParameterSource.COMMANDLINE, debug)
@@ -288,7 +289,8 @@ def cli(ctx: click.Context, url: str | None, debug: bool) -> None:
     type=click.IntRange(1, 1000),
     default=1,
     show_default=True,
-    help="Rounds of (crash the active, hang the next one).",
+    help="Rounds of (crash the active, hang the next one); with --pipeline, how many times"
+    " the active job manager is killed (1 or 2).",
 )
 @click.option("--path", default="/demo", show_default=True, help="The election's path.")
 @click.option(
@@ -324,7 +326,7 @@ def demo(
     (SIGKILL) in the middle of the job (--rounds 2: twice), the job finishing on the new
     active, its output compared byte for byte with an uninterrupted run of the same job, and
     the recovery time printed (from the kill to the next batch starting on the new active).
-    Exit code 0 only if the output is identical. It takes about a minute.
+    Exit code 0 only if the output is identical. It takes under a minute.
 
     \b
     Examples:
@@ -1141,7 +1143,7 @@ def _print_event_json(name: str, fields: dict[str, Any]) -> None:
     "--master",
     default="local[2]",
     show_default=True,
-    help="spark.master: local[N], spark://host:7077, yarn, or any master Spark accepts.",
+    help="spark.master: local[N], spark://HOST:PORT, yarn or k8s://URL.",
 )
 @click.option(
     "--hot-standby/--cold",
@@ -1230,7 +1232,7 @@ def manager(
     "--master",
     default="local[2]",
     show_default=True,
-    help="spark.master: local[N], spark://host:7077, yarn...",
+    help="spark.master: local[N], spark://HOST:PORT, yarn or k8s://URL.",
 )
 @click.option(
     "--driver-memory",
