@@ -554,7 +554,7 @@ class Machine:
 
     __slots__ = (
         "identity", "max_retries", "hold_on_disconnect", "phase", "session", "connected",
-        "reported", "failures", "backoff_token", "holder", "lock_version", "epoch",
+        "reported", "failures", "active_failures", "backoff_token", "holder", "lock_version", "epoch",
         "epoch_version", "breadcrumb_version", "_read",
     )  # fmt: skip
 
@@ -569,6 +569,9 @@ class Machine:
         self.connected = False
         self.reported = State.NEUTRAL  # the public state as last reported
         self.failures = 0  # consecutive failures (R5)
+        # consecutive terms whose become_active raised: winning the lock again is no progress
+        # for these, so only a term that ends otherwise resets them (R5)
+        self.active_failures = 0
         self.backoff_token = 0
         self.holder = b""  # who holds the lock, as last seen
         self.lock_version = 0
@@ -624,14 +627,14 @@ class Machine:
         """R5/R6: stop, maybe release, back off; fatal past the retry bound."""
         self.failures += 1
         effects = self._stop_if_leading(error)
-        if self.failures > self.max_retries:
+        if max(self.failures, self.active_failures) > self.max_retries:
             return self._fatal(error, effects)
         if release and self.session is not None and self.connected:
             effects.append(ReleaseLock(self.session))
         self.backoff_token += 1
         self.epoch = None
         effects = self._go(Phase.FENCED if lost else Phase.BACKOFF, error, effects)
-        effects.append(Backoff(self.failures, self.backoff_token))
+        effects.append(Backoff(max(self.failures, self.active_failures), self.backoff_token))
         return effects
 
     def _fatal(self, error: str, effects: list[Effect] | None = None) -> list[Effect]:
@@ -645,6 +648,7 @@ class Machine:
 
     def _lost(self, cause: str, *, release: bool = True) -> list[Effect]:
         """R6: authority lost while leading (release unless the lock is known not to be ours)."""
+        self.active_failures = 0  # the term ended for another reason than its work failing
         return self._fail(cause, release=release, lost=True)
 
     def _progress(self) -> None:
@@ -772,6 +776,10 @@ class Machine:
     def _on_LockDeleted(self, event: LockDeleted) -> list[Effect]:
         if self.phase is Phase.STANDBY:
             return self._go(Phase.PROBING, "lock deleted", [ReadElection(event.session)])  # R12
+        if self.phase is Phase.CHECKING:
+            # the ReadLock in flight may answer "held by another" from before this deletion:
+            # no event would ever wake that STANDBY, so create now; the stale answer is ignored
+            return self._go(Phase.CREATING, "lock deleted", [CreateLock(event.session)])
         if self.phase in LEADING:
             return self._lost("lock deleted", release=False)  # R6
         if self.phase in (Phase.READING, Phase.FENCING, Phase.COMMITTING, Phase.CLAIMING):
@@ -877,6 +885,7 @@ class Machine:
     def _on_ActiveFailed(self, event: ActiveFailed) -> list[Effect]:
         if self.phase not in LEADING or event.epoch != self.epoch:
             return []
+        self.active_failures += 1  # backs off longer each time; fatal past max_retries
         return self._fail(f"become_active failed: {event.error}", release=True)
 
     def _on_EpochChanged(self, event: EpochChanged) -> list[Effect]:

@@ -399,13 +399,6 @@ class LateReads(MemoryDriver):
         return answer
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in ha/machine.py, reported to the lead: LockDeleted is dropped while a ReadLock "
-    "is in flight (phase CHECKING), so the read's older answer 'held by another' makes the "
-    "elector STANDBY on a lock that no longer exists, and no event will ever wake it; seen on "
-    "sqlite by the cluster property test as a liveness failure",
-)
 async def test_a_lock_deleted_while_its_owner_is_being_read_is_not_missed() -> None:
     name = f"late-reads-{uuid.uuid4().hex}"
     try:

@@ -414,3 +414,25 @@ def test_the_state_diagram_document_is_current() -> None:
 
     doc = (Path(__file__).parent.parent / "docs" / "states.md").read_text()
     assert m.diagram() in doc, "regenerate docs/states.md with python -m ha.machine"
+
+
+def test_lock_deleted_while_its_owner_is_read_is_not_lost() -> None:
+    mach = joined()
+    mach.handle(m.LockExists(S1))  # ReadLock in flight
+    assert mach.handle(m.LockDeleted(S1))[0] == m.CreateLock(S1)
+    assert mach.handle(m.LockOwned(S1, False, OTHER, 0)) == []  # the older answer
+
+
+def test_become_active_failing_every_term_backs_off_longer_then_is_fatal() -> None:
+    mach = joined(max_retries=3)
+    attempts = []
+    for epoch in range(1, 5):
+        mach.handle(m.LockCreated(S1, 0))
+        mach.handle(m.ElectionRead(S1, None, None, epoch - 1, epoch - 1))
+        mach.handle(m.Committed(S1, epoch, epoch, 0))  # winning again is no progress for this
+        effects = mach.handle(m.ActiveFailed(S1, epoch, "spark will not start"))
+        if kinds(effects)[-1] == "Finish":
+            break
+        attempts.append(effects[-1].attempt)  # type: ignore[union-attr]
+        mach.handle(m.BackoffElapsed(mach.backoff_token))
+    assert attempts == [1, 2, 3] and mach.phase is Phase.FAILED
