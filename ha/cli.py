@@ -602,7 +602,9 @@ def failover(
             with anyio.fail_after(timeout):
                 found = await admin.wait_for_failover(driver, path, request)
         except TimeoutError:
-            raise Failure(f"no new active in {path} after {timeout:g}s") from None
+            now = await admin.election_status(driver, path)
+            held = f"; {admin.text(now.active)!r} is active" if now.active is not None else ""
+            raise Failure(f"{to} did not take over {path} within {timeout:g}s{held}") from None
         assert found.active is not None
         elapsed = (time.monotonic() - started) * 1000
         click.echo(

@@ -292,8 +292,10 @@ class Elector:
                         if isinstance(effect, m.ReleaseLock):
                             with anyio.move_on_after(1.0):
                                 await self._release_lock(effect.session)
-                        elif isinstance(effect, m.Report):
-                            self._report(effect)
+                        elif isinstance(effect, m.Report) and effect.new is not self._state:
+                            # the cancellation may have cut an effect list short, so report
+                            # from the state last published, not the machine's
+                            self._report(m.Report(self._state, effect.new, None, effect.cause))
             self._send = None
             if isinstance(spec, str) and self._journal is not None:
                 self._journal.close()

@@ -570,20 +570,42 @@ class Supervisor:
         except (NoNode, HAError, TimeoutError, ValueError):
             return None
 
+    async def _read_holder(self) -> bytes | None:
+        """Who holds the lock now (its node names the holder), or None."""
+        try:
+            with anyio.fail_after(self.driver.session_timeout):
+                holder, _ = await self.driver.get(f"{self.settings.path}/lock")
+            return holder
+        except (NoNode, HAError, TimeoutError):
+            return None
+
     async def _failover_loop(self) -> None:
         while True:
             self._failover_poke = anyio.Event()
             request = await self._read_failover()
             epoch = await self._read_epoch()
-            self._consider(request, epoch)
+            holder = await self._read_holder() if self._aside is not None else None
+            self._consider(request, epoch, holder)
             # events wake us; the timer covers events lost while disconnected
             with anyio.move_on_after(0.5 if self._aside is not None else 5.0):
                 await self._failover_poke.wait()
 
-    def _consider(self, request: admin.FailoverRequest | None, epoch: int | None) -> None:
+    def _consider(
+        self,
+        request: admin.FailoverRequest | None,
+        epoch: int | None,
+        holder: bytes | None = None,
+    ) -> None:
         """Act on the failover request as the protocol of ``ha/admin.py`` says."""
         aside = self._aside
-        if aside is not None and epoch is not None and epoch > aside.epoch:
+        # done when the target leads past the request's epoch (a newer epoch alone may be a
+        # non-target that won the race and is giving way); the cooldown bounds the wait
+        if (
+            aside is not None
+            and epoch is not None
+            and epoch > aside.epoch
+            and (holder is None or holder == aside.to)
+        ):
             log.info("the failover is done (epoch %d): rejoining", epoch)
             self._handled.add(aside.request_id)
             self._aside = None
