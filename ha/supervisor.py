@@ -254,6 +254,9 @@ def timing_for(session_timeout: float, grace: float) -> Timing:
 # --- the supervisor ---------------------------------------------------------------------------
 
 
+_UNKNOWN = object()  # the lock's holder was not read
+
+
 @dataclass(slots=True)
 class _Aside:
     """Stepping aside for a failover to another target, until the epoch passes ``epoch``."""
@@ -594,17 +597,18 @@ class Supervisor:
         self,
         request: admin.FailoverRequest | None,
         epoch: int | None,
-        holder: bytes | None = None,
+        holder: bytes | None | object = _UNKNOWN,
     ) -> None:
         """Act on the failover request as the protocol of ``ha/admin.py`` says."""
         aside = self._aside
-        # done when the target leads past the request's epoch (a newer epoch alone may be a
-        # non-target that won the race and is giving way); the cooldown bounds the wait
+        # done when the target holds the lock past the request's epoch: a newer epoch alone
+        # may be a non-target (even us) that won the race and gave way, leaving no lock; the
+        # cooldown bounds the wait
         if (
             aside is not None
             and epoch is not None
             and epoch > aside.epoch
-            and (holder is None or holder == aside.to)
+            and (holder is _UNKNOWN or holder == aside.to)
         ):
             log.info("the failover is done (epoch %d): rejoining", epoch)
             self._handled.add(aside.request_id)
