@@ -11,8 +11,17 @@ Sections, each one table:
 - death detection: a member process holding an ephemeral node gets SIGKILL; latency = the
   observer's DELETED event minus the kill. Hang detection: SIGSTOP instead; reported as the
   DELETED event minus the lease end the database holds (CLOCK_MONOTONIC, shared).
+- write lock at a SIGSTOP (section ``frozen``): an idle active (a process holding a session and
+  an ephemeral node, as an elected process between jobs) next to two peers. How often does a
+  SIGSTOP at a random moment leave it holding SQLite's write lock? Two measures: the share of
+  ``--frozen-seconds`` it holds the lock, sampled without taking it (``F_GETLK`` on the WAL
+  write-lock byte of the ``-shm`` file: who would block a writer, and for how long each hold
+  lasts), and ``--stops`` real SIGSTOPs at random moments, each followed by a write attempt
+  from this process that gives up after 100 ms. Once with a quiet process, once with a thread
+  of it computing in Python (holding the GIL, as a busy job manager does).
 
     .venv/bin/python benchmarks/sqlite_costs.py [--idle-seconds 10] [--count 1000] [--rounds 20]
+        [--sections ops,detection,idle,frozen] [--frozen-seconds 30] [--stops 200]
 
 Files go to a temporary directory (on the disk of /tmp). Prints tables; results are not kept.
 """
@@ -20,11 +29,14 @@ Files go to a temporary directory (on the disk of /tmp). Prints tables; results 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
 import random
 import signal
 import sqlite3
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -42,17 +54,23 @@ from ha.drivers.sqlite import SqliteDriver  # noqa: E402
 
 # a process that holds a session; in "idle" mode it also watches a path and reports its CPU
 CHILD = r"""
-import resource, sys, time
+import resource, sys, threading, time
 import anyio
 from ha.drivers.sqlite import SqliteDriver
 
+def compute():
+    while True:  # pure Python: holds the GIL but for the interpreter's switches
+        sum(i * i for i in range(1000))
+
 async def main(mode, url, name, seconds):
+    if mode == "busy":
+        threading.Thread(target=compute, daemon=True).start()
     async with SqliteDriver.from_url(url) as driver:
         await driver.ensure_path("/members")
         await driver.create("/members/" + name, ephemeral=True)
         driver.subscribe("/watched", lambda event: None)
         print("ready", driver.session_id, flush=True)
-        if mode == "hold":
+        if mode in ("hold", "busy"):
             await anyio.sleep_forever()
         await anyio.sleep(1.0)  # warm-up: start-up costs are not idle costs
         before, wall = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
@@ -256,6 +274,106 @@ def _ms(values: list[float]) -> list[str]:
     return [f"{v * 1e3:.1f}" for v in (statistics.median(values), pct(values, 0.9), max(values))]
 
 
+# --- the write lock at a SIGSTOP -----------------------------------------------------------------
+
+SHM_WRITE_LOCK = 120  # the byte of <db>-shm that SQLite's WAL write lock holds (unix VFS)
+FLOCK = "hhqqi"  # struct flock on Linux x86-64: type, whence, start, len, pid
+
+
+def write_lock_holds(
+    shm: Path, seconds: float
+) -> tuple[int, dict[int, int], dict[int, list[float]]]:
+    """Sample who holds the WAL write lock (F_GETLK: asks, never takes it).
+
+    Returns the number of samples, the samples per holding pid, and each pid's hold durations.
+    """
+    fd = os.open(shm, os.O_RDONLY)
+    query = struct.pack(FLOCK, fcntl.F_WRLCK, os.SEEK_SET, SHM_WRITE_LOCK, 1, 0)
+    samples, holder, since = 0, 0, 0.0
+    held: dict[int, int] = {}
+    holds: dict[int, list[float]] = {}
+    try:
+        end = time.monotonic() + seconds
+        while (now := time.monotonic()) < end:
+            kind, _, _, _, pid = struct.unpack(FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
+            pid = 0 if kind == fcntl.F_UNLCK else pid
+            samples += 1
+            if pid:
+                held[pid] = held.get(pid, 0) + 1
+            if pid != holder:
+                if holder:
+                    holds.setdefault(holder, []).append(now - since)
+                holder, since = pid, now
+    finally:
+        os.close(fd)
+    return samples, held, holds
+
+
+def _stopped(pid: int) -> bool:
+    states = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/stat") as f:
+            states.append(f.read().rsplit(")", 1)[1].split()[0])
+    return bool(states) and all(state in "tT" for state in states)
+
+
+def stops_holding(pid: int, database: Path, stops: int, rng: random.Random) -> int:
+    """SIGSTOP ``pid`` at random moments; count the stops after which no write got in 100 ms."""
+    blocked = 0
+    with contextlib.closing(sqlite3.connect(database, timeout=0.1, isolation_level=None)) as probe:
+        for _ in range(stops):
+            time.sleep(rng.uniform(0.05, 0.5))
+            os.kill(pid, signal.SIGSTOP)
+            while not _stopped(pid):
+                time.sleep(0.0002)
+            try:
+                probe.execute("BEGIN IMMEDIATE")
+                probe.execute("ROLLBACK")
+            except sqlite3.OperationalError:
+                blocked += 1
+            finally:
+                os.kill(pid, signal.SIGCONT)
+    return blocked
+
+
+def frozen(directory: Path, seconds: float, stops: int) -> None:
+    rng = random.Random(7)
+    rows = []
+    for mode in ("hold", "busy"):
+        path = directory / f"frozen-{mode}.db"
+        url = url_of(path, session_timeout=2)
+        active = spawn(mode, url, "active")
+        expect(active, "ready")
+        peers = [spawn("hold", url, f"peer{i}") for i in range(2)]
+        for peer in peers:
+            expect(peer, "ready")
+        try:
+            time.sleep(1.0)
+            samples, held, holds = write_lock_holds(Path(f"{path}-shm"), seconds)
+            blocked = stops_holding(active.pid, path, stops, rng)
+        finally:
+            for child in (active, *peers):
+                child.kill()
+                child.wait()
+        mine = sorted(holds.get(active.pid, []))
+        rows.append(
+            [
+                "quiet" if mode == "hold" else "computing thread",
+                f"{100 * held.get(active.pid, 0) / max(samples, 1):.4f} %",
+                str(len(mine)),
+                *(f"{pct(mine, q) * 1e6:.0f}" if mine else "-" for q in (0.5, 0.99)),
+                f"{max(mine) * 1e6:.0f}" if mine else "-",
+                f"{blocked} / {stops}",
+            ]
+        )
+    table(
+        f"the idle active's hold of the write lock ({seconds:.0f} s sampled; session 2 s,"
+        " two peers)",
+        ["active", "time held", "holds", "p50 us", "p99 us", "max us", "SIGSTOP blocks writers"],
+        rows,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--idle-seconds", type=float, default=10.0)
@@ -264,8 +382,12 @@ def main() -> None:
     parser.add_argument("--hang-rounds", type=int, default=3)
     parser.add_argument("--polls", default="0.05,0.1", help="poll intervals for detection")
     parser.add_argument(
-        "--sections", default="ops,detection,idle", help="comma-separated: ops,detection,idle"
+        "--sections",
+        default="ops,detection,idle,frozen",
+        help="comma-separated: ops,detection,idle,frozen",
     )
+    parser.add_argument("--frozen-seconds", type=float, default=30.0)
+    parser.add_argument("--stops", type=int, default=200)
     args = parser.parse_args()
     sections = args.sections.split(",")
     with tempfile.TemporaryDirectory(prefix="ha-sqlite-bench-") as tmp:
@@ -280,6 +402,8 @@ def main() -> None:
             anyio.run(detection, directory, args.rounds, args.hang_rounds, polls)
         if "idle" in sections:
             idle_cpu(directory, args.idle_seconds)
+        if "frozen" in sections:
+            frozen(directory, args.frozen_seconds, args.stops)
 
 
 if __name__ == "__main__":
