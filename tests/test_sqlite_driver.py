@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -151,6 +152,28 @@ async def increment(driver, count):
 
 async def open_only(driver, _):
     say("opened")
+
+async def member_stopping_in_reap(driver, name):
+    # a member that, told "stop" on stdin, stops itself (SIGSTOP) in its poller's next reap:
+    # after the poller read the sessions table, before the reaper reads the clock
+    import signal, threading
+    from ha.drivers.sqlite import SqliteDriver
+    armed = []
+    reap = SqliteDriver._reap
+    def stopping_reap(self, *args):
+        if armed:
+            armed.clear()
+            # this thread stops at once (os.kill would let it run on until another thread
+            # of the process takes the signal and stops the group)
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+        return reap(self, *args)
+    SqliteDriver._reap = stopping_reap
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(member, driver, name)
+        while True:
+            line = await anyio.to_thread.run_sync(sys.stdin.readline)
+            if line.strip() == "stop":
+                armed.append(True)
 
 async def main(mode, url, arg):
     try:
@@ -489,6 +512,72 @@ async def test_last_contact_is_never_later_than_the_lease_start(
 
 
 @pytest.mark.anyio
+async def test_a_renewal_that_commits_while_a_reaper_waits_for_the_lock_is_not_undone(
+    sqlite_backend: SqliteBackend,
+) -> None:
+    """a reads the clock just before its lease ends; b's poller then reads that lease as run
+    out and asks for the write lock; a's renewal commits first. b must judge the lease on the
+    table as it is once it holds the lock, and leave a's session alone. Deterministic: trace
+    callbacks (which SQLite calls as a statement starts, before it takes any lock) hold each
+    thread at its step; the drivers' own loops are parked meanwhile (_freeze)."""
+    async with (
+        sqlite_backend.driver(session_timeout=1.0) as a,
+        sqlite_backend.driver(session_timeout=1.0) as b,
+    ):
+        a._freeze()
+        b._freeze()
+        await anyio.sleep(0.3)  # a call already in a worker thread finishes meanwhile
+        sid_a, sid_b = a.session_id, b.session_id
+        assert sid_a is not None and sid_b is not None
+        end = await lease_end(sqlite_backend, sid_a)
+
+        def race() -> tuple[bool, float]:
+            assert a._bg is not None and b._bg is not None
+            a_has_read_the_clock, a_may_write = threading.Event(), threading.Event()
+            b_asks_for_the_lock, a_has_written = threading.Event(), threading.Event()
+
+            def a_step(sql: str) -> None:
+                if sql.startswith("UPDATE sessions SET expires_at"):
+                    a_has_read_the_clock.set()
+                    a_may_write.wait(5)
+
+            def b_step(sql: str) -> None:
+                if sql == "BEGIN IMMEDIATE":
+                    b_asks_for_the_lock.set()
+                    a_has_written.wait(5)
+
+            renewal: list[tuple[bool, float]] = []
+            renewer = threading.Thread(target=lambda: renewal.append(a._renew(sid_a)))
+            reaper = threading.Thread(target=b._poll, args=(sid_b, []))
+            a._bg.set_trace_callback(a_step)
+            b._bg.set_trace_callback(b_step)
+            try:
+                time.sleep(max(0.0, end - time.monotonic() - 0.05))
+                renewer.start()
+                assert a_has_read_the_clock.wait(5)
+                while time.monotonic() <= end:  # the old lease ends while a renews it
+                    time.sleep(0.001)
+                reaper.start()
+                assert b_asks_for_the_lock.wait(5), "b did not see a's lease run out"
+                a_may_write.set()
+                renewer.join()
+                a_has_written.set()
+                reaper.join()
+            finally:
+                a_may_write.set()
+                a_has_written.set()
+                a._bg.set_trace_callback(None)
+                b._bg.set_trace_callback(None)
+            return renewal[0]
+
+        alive, renewed_at = await anyio.to_thread.run_sync(race)
+        assert alive and renewed_at < end, "the renewal read the clock before the lease end"
+        assert await lease_end(sqlite_backend, sid_a) == renewed_at + 1.0, "b ended it"
+        a._thaw()
+        b._thaw()
+
+
+@pytest.mark.anyio
 async def test_held_write_lock_gives_disconnected_then_reconnected(
     sqlite_backend: SqliteBackend,
 ) -> None:
@@ -639,6 +728,41 @@ async def test_paused_process_expires_with_its_lease_and_learns_it_on_resume(
         new = int(seen[-1][2])
         assert new != sid and new in await session_ids(sqlite_backend)
         assert await observer.exists("/members/b") is None
+
+
+@pytest.mark.anyio
+async def test_resumed_process_does_not_expire_the_sessions_that_lived_on_meanwhile(
+    sqlite_backend: SqliteBackend,
+) -> None:
+    # The old active stops (SIGSTOP) as its reaper is about to judge the sessions it has just
+    # read. Its lease runs out and another process reaps it; the survivor (the new active)
+    # keeps renewing. On SIGCONT, the resumed reaper must judge by the table as it is now,
+    # not by the leases it read before the pause, which have all run out by its clock.
+    url = sqlite_backend.url() + "?session_timeout=1"
+    async with contextlib.AsyncExitStack() as stack:
+        old = await stack.enter_async_context(child("member_stopping_in_reap", url, "a"))
+        old_sid = int((await old.expect("ready"))[1])
+        new = await stack.enter_async_context(child("member", url, "b"))
+        new_sid = int((await new.expect("ready"))[1])
+        await anyio.sleep(0.3)  # a few polls: the old one's reaper has read the new session
+        await old.send("stop\n")
+        with anyio.fail_after(10):
+            while not _stopped(old.pid):
+                await anyio.sleep(0.005)
+        # what the stopped reaper read of the survivor's lease is no later than this
+        seen = await lease_end(sqlite_backend, new_sid)
+        with anyio.fail_after(20):
+            while time.monotonic() <= seen or old_sid in await session_ids(sqlite_backend):
+                await anyio.sleep(0.02)
+        old.signal(signal.SIGCONT)
+        assert (await old.expect("event"))[1:] == ["expired", str(old_sid)]
+        assert (await old.expect("event"))[1] == "connected"
+        assert new_sid in await session_ids(sqlite_backend), "the survivor's session was expired"
+        with contextlib.closing(raw(sqlite_backend)) as conn:
+            row = conn.execute(
+                "SELECT ephemeral_owner FROM nodes WHERE path = '/members/b'"
+            ).fetchone()
+        assert row == (new_sid,)
 
 
 @pytest.mark.anyio

@@ -25,9 +25,14 @@ How the driver model maps onto the file:
 
 Clock: ``expires_at`` is on CLOCK_MONOTONIC (``time.monotonic()``), which on Linux is one clock
 for every process of the host: never stepped by NTP, never reset while the host runs. A renewal
-reads it inside its write transaction, and every expiry is decided inside a later write
-transaction (SQLite's write lock serializes them), so a renewal read at ``t`` can be expired
-only at a ``now > t + session_timeout``. ``last_contact`` is that ``t`` mapped onto
+reads it just before its write, and every expiry is decided inside a later write transaction
+(SQLite's write lock serializes them) on the table as it is then, against a reading taken just
+before that transaction asked for the lock, so a renewal read at ``t`` can be expired only at
+a ``now > t + session_timeout``; a renewal that finds its lease already run out expires it
+rather than reviving it. No reading is taken while the lock is held, and no lease read before
+a transaction is judged in it: a process stopped (SIGSTOP) in between would resume with a
+clock that has moved on by its pause and would find lapsed, by that clock, every lease it had
+read, the new active's too. ``last_contact`` is that ``t`` mapped onto
 ``anyio.current_time()`` (rounded down), which keeps the timing assumption of
 ``ha.drivers.base``. After a reboot the clock restarts, but nobody holds the old sessions'
 locks, so they are expired at once. Processes in different time namespaces must not share a
@@ -35,10 +40,16 @@ file, and the driver needs a real clock (not trio's MockClock).
 
 Limits: one host, local file systems only (no NFS: its locks are not reliable).
 
-- A process stopped *inside* a write transaction (a window of tens of microseconds; renewals do
-  not wait for fsync) holds SQLite's write lock: every writer waits until it resumes or dies.
-  Everyone reports DISCONNECTED meanwhile and actives stop on their local deadline: safety
-  holds, but no one leads until then.
+- A process stopped while it holds SQLite's write lock holds it until it resumes or dies: every
+  writer waits. Everyone reports DISCONNECTED meanwhile and actives stop on their local
+  deadline: safety holds, but no one leads until then. An idle process takes the lock only to
+  renew its lease, in a single statement during which no Python code runs (no fsync either),
+  about 0.1 ms each ``renew_interval``: a SIGSTOP at a random moment leaves it held about once
+  in 10,000, whatever the process's other threads do (``benchmarks/sqlite_costs.py``, section
+  ``frozen``). Its own writes, and the reaping of dead sessions, are transactions of several
+  statements: in a process where another thread computes, each statement can wait for the GIL
+  (up to the 5 ms switch interval) with the lock held, and with ``synchronous=full`` the commit
+  waits for fsync. A process stopped while it writes is much likelier to hold the lock.
 - Never delete or replace the file while processes use it (SQLite deletes ``-wal`` files by
   name: see "How To Corrupt An SQLite Database File", 2.4); empty it through a driver. If it
   happens anyway, each driver notices within a poll, reports EXPIRED and opens a session on the
@@ -238,10 +249,17 @@ def _prepare(conn: sqlite3.Connection, path: str) -> str:
 
 @contextlib.contextmanager
 def _writing(conn: sqlite3.Connection) -> Iterator[float]:
-    """A write transaction; yields CLOCK_MONOTONIC read once the write lock is held."""
+    """A write transaction; yields CLOCK_MONOTONIC read just before asking for the write lock.
+
+    Read before, not once the lock is held: a process stopped between taking the lock and
+    reading the clock would otherwise judge leases, on resuming, by a time that includes its
+    pause, during which nobody could renew (it held the lock). A reading from before the lock
+    can only be early, which delays an expiry and never advances one.
+    """
+    now = time.monotonic()
     conn.execute("BEGIN IMMEDIATE")
     try:
-        yield time.monotonic()
+        yield now
         conn.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(sqlite3.Error):
@@ -874,8 +892,10 @@ class SqliteDriver(Driver):
         if sid not in self._peer_locks:
             try:
                 self._peer_locks[sid] = os.open(self._lock_path(sid), os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
+            except FileNotFoundError:  # removed with its session (or by a sweeper: no owner)
                 self._peer_locks[sid] = None
+            except OSError:  # out of descriptors, say: that tells nothing of the session
+                return False
         fd = self._peer_locks[sid]
         if fd is None:
             return True
@@ -894,10 +914,26 @@ class SqliteDriver(Driver):
             raise _FileReplaced(f"{self._path} was deleted or replaced; opening it again")
 
     def _renew(self, sid: int) -> tuple[bool, float]:
-        """Extend our lease (bg thread). False: the session is gone (its lock released)."""
+        """Extend our lease (bg thread). False: the session is gone (its lock released).
+
+        A live lease is extended by one statement outside any explicit transaction: SQLite
+        takes the write lock, updates, commits and releases it within one ``sqlite3_step``,
+        during which Python has released the GIL. No Python code runs while the lock is held,
+        so no wait for the GIL (another thread computing holds it for up to the interpreter's
+        switch interval, 5 ms, at each of the statements of a transaction) can keep it held,
+        and a SIGSTOP of an idle process almost never leaves it held (see "Limits").
+        """
         conn = self._bg
         assert conn is not None
         self._check_same_file()
+        now = time.monotonic()  # before the lock: see _writing
+        renewed = conn.execute(
+            "UPDATE sessions SET expires_at = ? WHERE id = ? AND expires_at >= ?",
+            (now + self._session_timeout, sid, now),
+        ).rowcount
+        if renewed == 1:
+            return True, now
+        # gone, or lapsed and not reaped yet: a lapsed lease is not renewed but expired
         with _writing(conn) as now:
             _expire_lapsed(conn, now)
             updated = conn.execute(
@@ -1053,7 +1089,11 @@ class SqliteDriver(Driver):
     def _reap(self, conn: sqlite3.Connection, own: int | None) -> bool:
         """Expire the sessions whose process died or whose lease ran out (bg thread).
 
-        Works from the sessions last read; returns whether it expired any.
+        The sessions last read only say whether to look; returns whether it wrote. Which
+        leases ran out is decided again inside the write transaction, on the table as it is
+        then: those read before may have been renewed since, and this thread may have been
+        stopped in between (SIGSTOP), after which every lease it read has run out by its clock.
+        A free kernel lock is taken as seen: it never comes back (the process is gone).
         """
         now = time.monotonic()
         present = {sid for sid, _ in self._sessions}
@@ -1061,24 +1101,27 @@ class SqliteDriver(Driver):
             fd = self._peer_locks.pop(sid)
             if fd is not None:
                 os.close(fd)
-        dead = [
-            sid
-            for sid, expires in self._sessions
-            if sid != own and (expires < now or self._peer_dead(sid))
-        ]
-        if not dead:
+        others = [(sid, expires) for sid, expires in self._sessions if sid != own]
+        lapsed = any(expires < now for _, expires in others)
+        dead = [sid for sid, _ in others if self._peer_dead(sid)]
+        if not lapsed and not dead:
             return False
         with _writing(conn) as now:
-            _expire_lapsed(conn, now)
+            ended = set(_expire_lapsed(conn, now))
             for sid in dead:
-                if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone():
+                if (
+                    sid not in ended
+                    and conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone()
+                ):
                     log.info("%s: session %s is dead; expiring it", self._path, sid)
                     _end_session(conn, sid)
-        for sid in dead:
+                    ended.add(sid)
+        gone = ended.union(dead)  # the dead that are not ended were ended by someone else
+        for sid in gone:
             fd = self._peer_locks.pop(sid, None)
             if fd is not None:  # remove the file while we still hold its lock
                 _unlock((fd, self._lock_path(sid)))
-        self._sessions = [(sid, e) for sid, e in self._sessions if sid not in dead]
+        self._sessions = [(sid, e) for sid, e in self._sessions if sid not in gone]
         self._dirty = True  # our own commit does not move data_version
         return True
 
