@@ -371,14 +371,6 @@ async def run_faults(f: Fleet, tg: anyio.abc.TaskGroup, rng: random.Random) -> N
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in ha/drivers/sqlite.py (_reap), reported to the lead: a poller decides that a "
-    "lease ran out from the sessions it read before its write transaction and ends those "
-    "sessions inside it without checking again, so a renewal that committed in between is "
-    "undone: the renewed driver goes on leading while its session and lock are gone. Seen by "
-    "the cluster property test as 'n0 started epoch 3 while n1 still ran epoch 2'",
-)
 async def test_a_renewal_that_commits_before_the_reap_is_not_undone(tmp_path: Path) -> None:
     """Deterministic: a's renewal reads the clock just before its lease ends and commits just
     after b's poller read the sessions and saw the lease ended (a trace callback on a's
