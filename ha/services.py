@@ -63,6 +63,7 @@ from .drivers.base import (
     Op,
     SetData,
     Subscription,
+    post_order,
 )
 from .drivers.memory import MemoryCluster, MemoryDriver
 from .elector import Elector, Timing
@@ -361,7 +362,7 @@ class HAServices:
         if await self.driver.exists(f"{self.election_path}/lock") is not None:
             log.warning("%s: another process leads now; its election is left", self.layout.root)
             return
-        for path in await _post_order(self.driver, self.layout.root):
+        for path in await post_order(self.driver, self.layout.root):
             try:
                 await self.driver.delete(path)
             except (NoNode, DriverError) as exc:
@@ -653,16 +654,6 @@ async def _bounded(hook: Callable[[], Awaitable[None]], limit: float, name: str)
         log.exception("%s: revoke_leadership raised", name)
 
 
-async def _post_order(driver: Driver, path: str) -> list[str]:
-    try:
-        names = await driver.children(path)
-    except NoNode:
-        return []
-    found: list[str] = []
-    for name in names:
-        found.extend(await _post_order(driver, f"{path}/{name}"))
-    found.append(path)
-    return found
 
 
 def services(

@@ -57,6 +57,7 @@ __all__ = (
     "SetData",
     "Stat",
     "Subscription",
+    "post_order",
     "validate_path",
 )
 
@@ -348,3 +349,18 @@ class Driver(ABC):
                 callback(event)
             except Exception:  # a subscriber's bug must not stop delivery to the others
                 log.exception("event subscriber raised", extra={"event": repr(event)})
+
+
+async def post_order(driver: Driver, path: str) -> list[str]:
+    """``path`` and every node under it, children before parents; [] if absent."""
+    from ..errors import NoNode
+
+    try:
+        names = await driver.children(path)
+    except NoNode:
+        return []
+    found: list[str] = []
+    for name in names:
+        found.extend(await post_order(driver, f"{path.rstrip('/')}/{name}"))
+    found.append(path)
+    return found

@@ -35,7 +35,7 @@ import os
 import uuid
 from pathlib import Path
 
-from ..drivers.base import Delete, Driver, Op
+from ..drivers.base import Delete, Driver, Op, post_order
 from ..errors import NoNode, NotEmpty, TransactionFailed
 from ..lease import Lease
 from .blobs import BlobRef, BlobStore, FileBlobStore, MemoryBlobStore
@@ -157,7 +157,7 @@ class Stores:
         for attempt in range(5):
             ops: list[Op] = []
             for top in self.layout.store_dirs():
-                ops.extend(Delete(path) for path in await _post_order(self.driver, top))
+                ops.extend(Delete(path) for path in await post_order(self.driver, top))
             try:
                 for start in range(0, len(ops), _BATCH):
                     await writer.commit(ops[start : start + _BATCH])
@@ -167,16 +167,3 @@ class Stores:
                 if attempt == 4 or not isinstance(exc.cause, NoNode | NotEmpty):
                     raise exc.cause from exc
         await self.blobs.delete_all()
-
-
-async def _post_order(driver: Driver, path: str) -> list[str]:
-    """``path`` and everything under it, children before parents; [] if absent."""
-    try:
-        names = await driver.children(path)
-    except NoNode:
-        return []
-    found: list[str] = []
-    for name in names:
-        found.extend(await _post_order(driver, f"{path}/{name}"))
-    found.append(path)
-    return found
