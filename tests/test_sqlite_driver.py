@@ -9,6 +9,7 @@ shared CLOCK_MONOTONIC against the lease the database holds.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import random
 import signal
@@ -957,3 +958,37 @@ async def test_deleted_file_makes_the_driver_expire_and_move_to_the_new_file(
             assert await other.exists("/e") is None
             stat = await other.exists("/again")
             assert stat is not None and stat.ephemeral_owner == driver.session_id
+
+
+def _open_fresh(path: str, barrier: object, results: multiprocessing.Queue[str]) -> None:
+    from ha.drivers import sqlite as driver_module
+
+    barrier.wait()  # type: ignore[attr-defined]
+    try:
+        conn = driver_module._connect(path, 5.0, "normal")
+        driver_module._prepare(conn, path)
+        conn.close()
+        results.put("ok")
+    except Exception as exc:  # reported to the test, which names it
+        results.put(repr(exc))
+
+
+def test_processes_opening_a_new_file_together_all_succeed(tmp_path: Path) -> None:
+    """Seen in CI: one of several processes starting on a new file found it 'not an ha
+    database' (the schema landed between two of its reads) or 'database is locked' (the
+    switch to WAL). Four processes open each of 15 new files at the same moment."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    failures = []
+    for round_ in range(15):
+        path = str(tmp_path / f"new-{round_}.db")
+        barrier, results = ctx.Barrier(4), ctx.Queue()
+        procs = [ctx.Process(target=_open_fresh, args=(path, barrier, results)) for _ in range(4)]
+        for proc in procs:
+            proc.start()
+        outcomes = [results.get(timeout=30) for _ in procs]
+        for proc in procs:
+            proc.join(timeout=30)
+        failures += [o for o in outcomes if o != "ok"]
+    assert failures == []

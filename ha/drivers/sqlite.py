@@ -219,13 +219,34 @@ def _connect(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connec
     return conn
 
 
+def _to_wal(conn: sqlite3.Connection, within: float = 5.0) -> None:
+    """Switch to WAL, retrying: SQLite answers a busy journal-mode change at once, without its
+    busy handler, when several processes open a new file together (a worker thread: sleeps)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def _prepare(conn: sqlite3.Connection, path: str) -> str:
     """Check that the file is an ha database (making an empty file one); return its instance."""
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    # one read transaction: another process may initialize the file between two separate
+    # reads, and "no application id yet, but tables" would then look like a foreign database
+    conn.execute("BEGIN")
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    finally:
+        conn.execute("COMMIT")
     if app_id != APPLICATION_ID:
-        if app_id != 0 or conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        if app_id != 0 or tables:
             raise ConfigurationError(f"{path} is not an ha database (it holds other data)")
-        conn.execute("PRAGMA journal_mode = WAL")
+        _to_wal(conn)
         with _writing(conn):
             # another process may have initialized it meanwhile
             if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
@@ -240,7 +261,7 @@ def _prepare(conn: sqlite3.Connection, path: str) -> str:
             f"{path} has ha schema version {version}; this ha reads version {SCHEMA_VERSION}"
         )
     if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-        conn.execute("PRAGMA journal_mode = WAL")
+        _to_wal(conn)
     row = conn.execute("SELECT value FROM meta WHERE key = 'instance'").fetchone()
     if row is None:
         raise CorruptData(path, "the meta table has no instance id")
