@@ -977,8 +977,6 @@ def test_processes_opening_a_new_file_together_all_succeed(tmp_path: Path) -> No
     """Seen in CI: one of several processes starting on a new file found it 'not an ha
     database' (the schema landed between two of its reads) or 'database is locked' (the
     switch to WAL). Four processes open each of 15 new files at the same moment."""
-    import multiprocessing
-
     ctx = multiprocessing.get_context("fork")
     failures = []
     for round_ in range(15):
