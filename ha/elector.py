@@ -156,6 +156,7 @@ class Elector:
         "_backoff_at",
         "_closed",
         "_quit_pending",
+        "_fencing",
         "counts",
     )
 
@@ -203,6 +204,8 @@ class Elector:
         self._backoff_at: tuple[float, int] | None = None
         self._closed = False
         self._quit_pending: m.QuitRequested | None = None
+        # refused fences in a row: (old active's identity, count, last error); None after success
+        self._fencing: tuple[str, int, str] | None = None
         self.counts: Counter[tuple[str, str]] = Counter()
 
     # --- public -------------------------------------------------------------------------------
@@ -223,11 +226,33 @@ class Elector:
         self._feed(m.QuitRequested(need_fence))
 
     def statistics(self) -> dict[str, Any]:
-        return {
+        stats: dict[str, Any] = {
             "state": self._state.value,
             "epoch": self._lease.epoch if self._lease else None,
             "transitions": {f"{a}->{b}": n for (a, b), n in sorted(self.counts.items())},
         }
+        if self._fencing is not None:
+            old, count, error = self._fencing
+            retry = None
+            if self._backoff_at is not None:
+                retry = max(0.0, self._backoff_at[0] - anyio.current_time())
+            stats["fencing"] = {
+                "old": old,
+                "failures": count,
+                "error": error,
+                "next_try_in": retry,
+            }
+        return stats
+
+    def fencing_note(self) -> str | None:
+        """"fencing 'x' failed 5 times, next try in 8s" while fences keep being refused."""
+        fencing = self.statistics().get("fencing")
+        if fencing is None:
+            return None
+        note = f"fencing {fencing['old']!r} failed {fencing['failures']} times"
+        if fencing["next_try_in"] is not None:
+            note += f", next try in {fencing['next_try_in']:.0f}s"
+        return f"{note} ({fencing['error']})"
 
     def add_listener(self, callback: Callable[[Transition], None]) -> None:
         """Call ``callback(transition)`` synchronously on every transition (must not block)."""
@@ -609,17 +634,23 @@ class Elector:
         if hook is None:
             log.info("%s: no fence_old_active hook; relying on epoch fencing", self.path)
             return m.FenceSucceeded(session)
+        error = None
         try:
             with anyio.fail_after(self.timing.fence_timeout):
                 await hook(breadcrumb)
         except TimeoutError:
-            return m.FenceFailed(
-                session, f"fence_old_active took over {self.timing.fence_timeout:g}s"
-            )
+            error = f"fence_old_active took over {self.timing.fence_timeout:g}s"
         except Exception as exc:
-            log.warning("%s: fence_old_active refused: %r", self.path, exc)
-            return m.FenceFailed(session, repr(exc))
-        return m.FenceSucceeded(session)
+            error = repr(exc)
+        if error is None:
+            self._fencing = None
+            return m.FenceSucceeded(session)
+        crumb = m.decode_breadcrumb(breadcrumb)
+        old = crumb.identity.decode(errors="replace") if crumb else "an unreadable breadcrumb"
+        count = 1 if self._fencing is None else self._fencing[1] + 1
+        self._fencing = (old, count, error)
+        log.warning("%s: fencing %r refused (%d in a row): %s", self.path, old, count, error)
+        return m.FenceFailed(session, error)
 
     async def _start_active(
         self,
@@ -633,6 +664,15 @@ class Elector:
         done = anyio.Event()
         self._lead_scope, self._lead_done = scope, done
 
+        # the lease is asked from any thread: keep its clock on time.monotonic(), whose offset
+        # from the loop's clock is fixed (0 on asyncio; trio's clock adds a constant)
+        offset = anyio.current_time() - time.monotonic()
+        span = self.timing.deadline_ratio * self.driver.session_timeout
+        driver = self.driver
+
+        def deadline() -> float:
+            return driver.last_contact + span - offset
+
         def valid() -> bool:
             return not scope.cancel_called and self._machine.epoch == epoch
 
@@ -641,7 +681,15 @@ class Elector:
                 self._feed(m.EpochSuperseded(session, epoch))
 
         self._lease = Lease(
-            self.path, self.identity, epoch, session, self.epoch_path, epoch_version, valid, fenced
+            self.path,
+            self.identity,
+            epoch,
+            session,
+            self.epoch_path,
+            epoch_version,
+            valid,
+            fenced,
+            deadline,
         )
         tg.start_soon(self._lead, contender, self._lease, scope, done)
 
@@ -703,6 +751,8 @@ class Elector:
 
     def _report(self, report: m.Report) -> None:
         self._state = report.new
+        if report.new in (State.ACTIVE, State.STANDBY):
+            self._fencing = None  # someone leads: our refused fences are history
         if report.new is not State.ACTIVE:
             self._lease = None
         ident = self.identity.decode(errors="replace")

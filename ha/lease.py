@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,6 +18,10 @@ def _never_valid() -> bool:
 
 def _ignore() -> None:
     return None
+
+
+def _no_deadline() -> float:
+    return math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +41,24 @@ class Lease:
     epoch_version: int
     _is_valid: Callable[[], bool] = field(default=_never_valid, repr=False, compare=False)
     _on_fenced: Callable[[], None] = field(default=_ignore, repr=False, compare=False)
+    _deadline: Callable[[], float] = field(default=_no_deadline, repr=False, compare=False)
 
     @property
     def valid(self) -> bool:
-        """True until leadership is lost (then the leadership scope is being cancelled)."""
-        return self._is_valid()
+        """True while this process may act as the leader, judged at the moment of asking.
+
+        False once leadership is lost (the leadership scope is being cancelled) and also as
+        soon as ``stop_deadline()`` has passed, even if the watchdog task has not run yet: after
+        a pause (SIGSTOP, a GC, a blocking call) the contender's own timer may wake first.
+        Safe to call from any thread.
+        """
+        return time.monotonic() < self._deadline() and self._is_valid()
+
+    def stop_deadline(self) -> float:
+        """``time.monotonic()`` after which this leader must not act: the last contact with the
+        backend plus the elector's deadline (a fraction of the session timeout). It moves later
+        with every contact; a worker about to act should leave itself a margin before it."""
+        return self._deadline()
 
     def fence_ops(self) -> list[Op]:
         """Operations to put first in a transaction so it applies only under this epoch."""

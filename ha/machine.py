@@ -19,7 +19,9 @@ R4  Winning: read breadcrumb and epoch; a breadcrumb that names another identity
     compare-and-set and writes our breadcrumb (Kafka's controller epoch); only then ACTIVE.
 R5  Any failure on the way to ACTIVE releases the lock and backs off (exponential, capped,
     jittered: the runner picks the delay from the attempt number); consecutive failures past
-    ``max_retries`` are fatal (Hadoop's ``NUM_RETRIES``). Progress resets the count.
+    ``max_retries`` are fatal (Hadoop's ``NUM_RETRIES``). Progress resets the count, except for
+    refused fences: re-creating the lock is no progress for those, so they count until a fence
+    succeeds (a real STONITH command is not hammered; Hadoop sleeps, then gives up).
 R6  Losing authority while ACTIVE (session expired, lock deleted, epoch superseded, a fenced
     write refused) -> FENCED: the leadership scope is stopped first, then back off and rejoin.
 R7  Disconnected: by default an ACTIVE stops at once and goes NEUTRAL (Hadoop
@@ -554,7 +556,7 @@ class Machine:
 
     __slots__ = (
         "identity", "max_retries", "hold_on_disconnect", "phase", "session", "connected",
-        "reported", "failures", "active_failures", "backoff_token", "holder", "lock_version", "epoch",
+        "reported", "failures", "active_failures", "fence_failures", "backoff_token", "holder", "lock_version", "epoch",
         "epoch_version", "breadcrumb_version", "_read",
     )  # fmt: skip
 
@@ -572,6 +574,7 @@ class Machine:
         # consecutive terms whose become_active raised: winning the lock again is no progress
         # for these, so only a term that ends otherwise resets them (R5)
         self.active_failures = 0
+        self.fence_failures = 0  # consecutive refused fences: only a fence that works resets it
         self.backoff_token = 0
         self.holder = b""  # who holds the lock, as last seen
         self.lock_version = 0
@@ -627,14 +630,15 @@ class Machine:
         """R5/R6: stop, maybe release, back off; fatal past the retry bound."""
         self.failures += 1
         effects = self._stop_if_leading(error)
-        if max(self.failures, self.active_failures) > self.max_retries:
+        attempt = max(self.failures, self.active_failures, self.fence_failures)
+        if attempt > self.max_retries:
             return self._fatal(error, effects)
         if release and self.session is not None and self.connected:
             effects.append(ReleaseLock(self.session))
         self.backoff_token += 1
         self.epoch = None
         effects = self._go(Phase.FENCED if lost else Phase.BACKOFF, error, effects)
-        effects.append(Backoff(max(self.failures, self.active_failures), self.backoff_token))
+        effects.append(Backoff(attempt, self.backoff_token))
         return effects
 
     def _fatal(self, error: str, effects: list[Effect] | None = None) -> list[Effect]:
@@ -851,11 +855,13 @@ class Machine:
     def _on_FenceSucceeded(self, event: FenceSucceeded) -> list[Effect]:
         if self.phase is not Phase.FENCING or self._read is None:
             return []
+        self.fence_failures = 0
         return self._commit(self._read)
 
     def _on_FenceFailed(self, event: FenceFailed) -> list[Effect]:
         if self.phase is not Phase.FENCING:
             return []
+        self.fence_failures += 1
         return self._fail(f"fencing failed: {event.error}", release=True)
 
     def _on_Committed(self, event: Committed, claimed: bool = False) -> list[Effect]:

@@ -436,3 +436,37 @@ def test_become_active_failing_every_term_backs_off_longer_then_is_fatal() -> No
         attempts.append(effects[-1].attempt)  # type: ignore[union-attr]
         mach.handle(m.BackoffElapsed(mach.backoff_token))
     assert attempts == [1, 2, 3] and mach.phase is Phase.FAILED
+
+
+def test_refused_fences_back_off_longer_each_time_then_are_fatal() -> None:
+    """Re-creating the lock after a refused fence is no progress: the backoff grows (a real
+    STONITH command is not hammered) and max_retries ends it, as Hadoop gives up."""
+    crumb = m.encode_breadcrumb(m.Breadcrumb(OTHER, 4))
+    mach = joined(max_retries=3)
+    attempts = []
+    for _ in range(3):
+        mach.handle(m.LockCreated(S1, 0))
+        assert kinds(mach.handle(m.ElectionRead(S1, crumb, 0, 4, 4))) == ["FenceOldActive"]
+        effects = mach.handle(m.FenceFailed(S1, "refused"))
+        [backoff] = [e for e in effects if isinstance(e, m.Backoff)]
+        attempts.append(backoff.attempt)
+        assert mach.handle(m.BackoffElapsed(mach.backoff_token)) == [m.CreateLock(S1)]
+    assert attempts == [1, 2, 3]
+    mach.handle(m.LockCreated(S1, 0))
+    mach.handle(m.ElectionRead(S1, crumb, 0, 4, 4))
+    assert kinds(mach.handle(m.FenceFailed(S1, "refused")))[-2:] == ["NotifyFatal", "Finish"]
+
+
+def test_a_fence_that_works_resets_the_refusals() -> None:
+    crumb = m.encode_breadcrumb(m.Breadcrumb(OTHER, 4))
+    mach = joined(max_retries=2)
+    for _ in range(2):
+        mach.handle(m.LockCreated(S1, 0))
+        mach.handle(m.ElectionRead(S1, crumb, 0, 4, 4))
+        mach.handle(m.FenceFailed(S1, "refused"))
+        mach.handle(m.BackoffElapsed(mach.backoff_token))
+    mach.handle(m.LockCreated(S1, 0))
+    mach.handle(m.ElectionRead(S1, crumb, 0, 4, 4))
+    assert kinds(mach.handle(m.FenceSucceeded(S1))) == ["CommitActive"]
+    mach.handle(m.Committed(S1, 5, 5, 1))
+    assert mach.fence_failures == 0

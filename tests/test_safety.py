@@ -1,0 +1,92 @@
+"""Regression tests for the ways a deposed leader could still act (the safety issue), in process.
+
+Each test judges from outside the elector: what the contenders did (acts recorded with the time
+of the act, on this process's monotonic clock), what the backend holds, or what a fenced write
+did. Every test runs under asyncio and trio; those taking ``net`` run on memory and sqlite.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable
+
+import anyio
+import pytest
+
+import ha
+from ha.drivers.memory import MemoryDriver
+from ha.lease import Lease
+from tests.harness import FAST, Net, cluster, net, wait_for
+
+__all__ = ("net",)  # the fixture
+
+pytestmark = pytest.mark.anyio
+
+
+class Actor:
+    """A contender whose work acts every few milliseconds, and only while ``lease.valid``.
+
+    ``acts`` holds the monotonic time of every act: what a witness outside the elector sees.
+    ``stall()``, when set, is called once after a few acts and may block the whole process.
+    """
+
+    def __init__(self, stall: Callable[[], None] | None = None) -> None:
+        self.acts: list[float] = []
+        self.leases: list[Lease] = []
+        self.stall = stall
+        self.resumed_at = math.inf
+
+    async def become_active(self, lease: Lease) -> None:
+        self.leases.append(lease)
+        while True:
+            await anyio.sleep(0.005)
+            if self.stall is not None and len(self.acts) == 3:
+                self.stall()
+                self.stall, self.resumed_at = None, time.monotonic()
+            if lease.valid:
+                self.acts.append(time.monotonic())
+
+
+async def test_a_lease_is_not_valid_past_its_deadline_after_a_pause() -> None:
+    """Item 2: a blocking call in the work past the session timeout, no contact since: the
+    work asks ``lease.valid`` before the watchdog task could run: it must say no."""
+    timeout = 0.4
+    async with MemoryDriver(f"pause-{uuid.uuid4()}", session_timeout=timeout) as driver:
+
+        def pause() -> None:
+            driver.partition()  # no contact after the pause either: the session is lost
+            time.sleep(timeout * 1.5)  # the whole process stops (a GC pause, a blocking call)
+
+        actor = Actor(pause)
+        elector = ha.Elector(driver, "/pause", "a", timing=FAST)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(elector.run, actor)
+            await wait_for(lambda: elector.state is ha.State.ACTIVE)
+            await wait_for(lambda: actor.stall is None and elector.state is not ha.State.ACTIVE)
+            late = [t for t in actor.acts if t >= actor.resumed_at]
+            assert late == [], f"acted {len(late)} times after a pause past the deadline"
+            elector.quit()
+
+
+async def test_a_refused_fence_is_not_retried_at_full_speed(net: Net) -> None:
+    """Item 10: a fence command that keeps refusing is retried with a growing backoff, the
+    elector gives up past max_retries, and the refusals are visible in its statistics."""
+    timing = ha.Timing(backoff=ha.Backoff(initial=0.02, maximum=5.0), max_retries=4)
+    async with cluster(net) as c:
+        a = await c.add("a")
+        await wait_for(c.settled)
+        b = await c.add("b", timing=timing)
+        await wait_for(lambda: b.state is ha.State.STANDBY)
+        b.rec.refuse_fence = 1000
+        notes: list[str | None] = []
+        await c.crash(a)
+        await wait_for(lambda: b.done.is_set(), within=20)
+        fences = [e.t for e in c.history.events if e.kind == "fence" and e.identity == "b"]
+        gaps = [later - earlier for earlier, later in zip(fences, fences[1:], strict=False)]
+        assert len(fences) == 5  # the first try and max_retries more, then it gives up
+        assert isinstance(b.error, ha.errors.ElectionFailed)
+        assert gaps[-1] > 2 * gaps[0]  # the backoff grew (0.02 s doubling, jittered by half)
+        notes.append(b.elector.fencing_note())
+        assert notes[0] is not None and "fencing 'a' failed 5 times" in notes[0]
