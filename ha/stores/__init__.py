@@ -26,7 +26,7 @@ blob's key, size and SHA-256.
 
 ``Stores(driver, cluster_id, blobs=..., lease=...)`` opens all of them for one leadership term;
 ``close()`` releases this instance's locks and keeps every byte; ``close_and_cleanup_all_data()``
-removes the stores' subtrees and every blob of the cluster (fenced, children first).
+removes the stores' subtrees (fenced, children first) and then the blobs their pointers named.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import uuid
 from pathlib import Path
 
 from ..drivers.base import Delete, Driver, Op, post_order
-from ..errors import NoNode, NotEmpty, TransactionFailed
+from ..errors import BadVersion, NoNode, NotEmpty, TransactionFailed
 from ..lease import Lease
 from .blobs import BlobRef, BlobStore, FileBlobStore, MemoryBlobStore
 from .checkpoints import CheckpointIdCounter, CheckpointStore, CompletedCheckpoint
@@ -45,7 +45,7 @@ from .fencing import PossiblyInconsistent, Writer
 from .job_results import JobOutcome, JobResult, JobResultEntry, JobResultStore
 from .layout import STORE_DIRS, Layout
 from .running_jobs import RunningJobsRegistry, RunStatus
-from .state_handles import StateHandle, StateHandleStore
+from .state_handles import StateHandle, StateHandleStore, pointer_blob
 
 __all__ = (
     "STORE_DIRS",
@@ -152,18 +152,43 @@ class Stores:
             await handles.close()
 
     async def close_and_cleanup_all_data(self) -> None:
-        """Remove every node of the stores and every blob of the cluster (fenced)."""
+        """Remove every node of the stores, then the blobs their pointers named (fenced).
+
+        A blob is deleted only after the fenced transaction that deleted its pointer committed:
+        a leader deposed before or during the cleanup gets ``Fenced`` and never deletes a blob
+        a newer leader wrote (never wipe the whole blob directory: that is unfenced). Blobs no
+        pointer names (orphans of a crash or of an unknown outcome) are left where they are.
+        """
         writer = Writer(self.driver, self.lease)
         for attempt in range(5):
-            ops: list[Op] = []
-            for top in self.layout.store_dirs():
-                ops.extend(Delete(path) for path in await post_order(self.driver, top))
+            listing = await self._cleanup_listing()
+            if not listing:
+                await writer.commit([])  # nothing (left) to remove; a deposed caller hears it
+                return
             try:
-                for start in range(0, len(ops), _BATCH):
-                    await writer.commit(ops[start : start + _BATCH])
-                break
+                for start in range(0, len(listing), _BATCH):
+                    batch = listing[start : start + _BATCH]
+                    await writer.commit([op for op, _ in batch])
+                    # these pointers are gone under our fence: their payloads are garbage now
+                    for _, ref in batch:
+                        if ref is not None:
+                            await self.blobs.delete(ref)
+                return
             except TransactionFailed as exc:
-                # a lock came or went between listing and deleting: list again
-                if attempt == 4 or not isinstance(exc.cause, NoNode | NotEmpty):
+                # a lock came or went, or a pointer changed, between listing and deleting
+                if attempt == 4 or not isinstance(exc.cause, NoNode | NotEmpty | BadVersion):
                     raise exc.cause from exc
-        await self.blobs.delete_all()
+
+    async def _cleanup_listing(self) -> list[tuple[Op, BlobRef | None]]:
+        """Deletes of every store node, children first, with the blob of each pointer."""
+        found: list[tuple[Op, BlobRef | None]] = []
+        for top in self.layout.store_dirs():
+            for path in await post_order(self.driver, top):
+                try:
+                    data, stat = await self.driver.get(path)
+                except NoNode:
+                    continue  # gone meanwhile (an ephemeral lock of an ended session)
+                ref = pointer_blob(path, data)
+                # a pointer's version pins the blob we read: changed meanwhile, list again
+                found.append((Delete(path, stat.version) if ref else Delete(path), ref))
+        return found

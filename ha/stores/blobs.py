@@ -92,12 +92,14 @@ class BlobStore(Protocol):
         ...
 
     async def delete_all(self) -> None:
-        """Discard every payload of this store (the cluster is being removed)."""
+        """Discard every payload of this store. Unfenced: only when no leader can write any more
+        (``Stores.close_and_cleanup_all_data`` deletes blob by blob, never calls this)."""
         ...
 
 
 class FileBlobStore:
-    """Blobs as files under ``directory`` (created on first write)."""
+    """Blobs as files under ``directory`` (created on first write; a delete removes the
+    directories it leaves empty, ``directory`` included)."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
@@ -123,7 +125,7 @@ class FileBlobStore:
 
     async def delete(self, ref: BlobRef) -> None:
         file = self._file(ref.key)
-        await anyio.to_thread.run_sync(_unlink, file)
+        await anyio.to_thread.run_sync(_unlink, file, self.directory)
 
     async def delete_all(self) -> None:
         await anyio.to_thread.run_sync(_remove_tree, self.directory)
@@ -137,7 +139,7 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _write_atomically(file: Path, data: bytes) -> None:
+def _make_parents(file: Path) -> None:
     # create missing directories one by one, so each new entry can be made durable
     created: list[Path] = []
     parent = file.parent
@@ -150,8 +152,19 @@ def _write_atomically(file: Path, data: bytes) -> None:
         except FileExistsError:
             pass
         _fsync_dir(directory.parent)
+
+
+def _write_atomically(file: Path, data: bytes) -> None:
     tmp = file.with_name(f".{file.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    for attempt in range(100):
+        try:
+            _make_parents(file)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            break
+        except FileNotFoundError:
+            # a delete pruned an empty directory of ours meanwhile; once tmp is in it, none can
+            if attempt == 99:
+                raise
     try:
         try:
             view = memoryview(data)
@@ -167,12 +180,23 @@ def _write_atomically(file: Path, data: bytes) -> None:
     _fsync_dir(file.parent)
 
 
-def _unlink(file: Path) -> None:
+def _unlink(file: Path, top: Path) -> None:
     try:
         file.unlink()
     except FileNotFoundError:
         return
-    _fsync_dir(file.parent)
+    # empty directories go too, up to the store's own (a racing put re-creates them)
+    directory = file.parent
+    while directory.is_relative_to(top):
+        try:
+            directory.rmdir()
+        except OSError:  # not empty, or gone
+            break
+        directory = directory.parent
+    try:
+        _fsync_dir(directory)
+    except FileNotFoundError:
+        pass
 
 
 def _remove_tree(directory: Path) -> None:

@@ -14,9 +14,13 @@ Each entry under the store's root is::
 - ``release_and_try_remove``: one fenced transaction deletes our lock and the locks container;
   if another owner still holds a lock, only our lock is released and the entry stays. Once the
   container is gone the entry is *marked for deletion*: readers treat it as absent, no one can
-  lock it, and the payload is discarded before the pointer node is deleted. A crash between the
-  two leaves a marked entry, which ``cleanup_marked_for_deletion`` (or a later ``add_and_lock``
-  of the same name) finishes.
+  lock it. Then the pointer node is deleted (fenced, and only while it has no locks container,
+  i.e. is still marked), and only after that commit the payload it named is discarded: a
+  deposed remover is refused before it touches any blob, and a blob is never deleted while a
+  pointer names it. A crash before the pointer's deletion leaves a marked entry, which
+  ``cleanup_marked_for_deletion`` (or a later ``add_and_lock`` of the same name) finishes; a
+  crash after it leaves an orphaned blob that no pointer names: garbage, left in the blob
+  store (nothing collects it; it is never read).
 - Releasing our own lock is the one write that is not fenced: a lock only keeps others from
   removing an entry, dropping it changes no data, and a deposed leader must be able to drop its
   locks (they would otherwise pin entries until its session ends).
@@ -48,10 +52,18 @@ from .blobs import BlobRef, BlobStore
 from .fencing import PossiblyInconsistent, Writer
 from .layout import check_name
 
-__all__ = ("StateHandle", "StateHandleStore")
+__all__ = ("StateHandle", "StateHandleStore", "pointer_blob")
 
 POINTER = "ha.state-handle"
 LOCKS = "locks"
+
+
+def pointer_blob(path: str, data: bytes) -> BlobRef | None:
+    """The blob a node's data points to if it is a readable state-handle pointer, else None."""
+    try:
+        return BlobRef.from_json(path, codec.decode(path, data, POINTER).get("blob"))
+    except CorruptData:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,21 +294,41 @@ class StateHandleStore:
         assert last is not None
         raise last  # it kept changing under us
 
-    async def _finish_removal(self, path: str) -> None:
-        """Discard the payload of an entry marked for deletion, then its pointer node."""
+    async def _finish_removal(self, path: str) -> bool:
+        """Delete the pointer node of an entry marked for deletion, then its payload.
+
+        False if the entry is no longer marked (re-added meanwhile): then nothing is touched.
+        """
         try:
             data, stat = await self._driver.get(path)
         except NoNode:
-            return
-        await self._discard(path, self._pointer(path, data), stat.version)
+            return True
+        # the entry may have been removed and re-added since we saw it marked; _discard only
+        # deletes a pointer without children, so a live entry (and its blob) stays
+        return await self._discard(path, self._pointer(path, data), stat.version, gone_ok=False)
 
-    async def _discard(self, path: str, ref: BlobRef, version: int) -> None:
-        await self._blobs.delete(ref)
+    async def _discard(
+        self, path: str, ref: BlobRef, version: int, *, gone_ok: bool = True
+    ) -> bool:
+        """Delete the marked pointer ``path`` (fenced), then the blob ``ref`` it named.
+
+        The pointer goes first: a deposed caller is refused (Fenced) before any blob is touched,
+        and a crash in between leaves garbage (an orphaned blob), never a dangling pointer.
+        ``gone_ok``: ``ref`` is known to be the marked entry's payload, so discard it even if
+        someone else deleted the pointer already. False if the pointer is live again.
+        """
         try:
             await self._writer.commit([Delete(path, version)])
         except TransactionFailed as exc:
-            if not isinstance(exc.cause, NoNode):
-                raise exc.cause from exc
+            cause = exc.cause
+            if isinstance(cause, NotEmpty | BadVersion):
+                return False  # re-added (it has locks again) or changed: not garbage any more
+            if not isinstance(cause, NoNode):
+                raise cause from exc
+            if not gone_ok:
+                return True  # whoever deleted the pointer discards the blob it read
+        await self._blobs.delete(ref)
+        return True
 
     async def cleanup_marked_for_deletion(self) -> list[str]:
         """Finish the removal of entries left marked for deletion; the names removed."""
@@ -304,8 +336,8 @@ class StateHandleStore:
         for name in await self._all_names():
             path = f"{self.root}/{name}"
             if await self._driver.exists(path) is not None and await self._marked(path):
-                await self._finish_removal(path)
-                removed.append(name)
+                if await self._finish_removal(path):
+                    removed.append(name)
         return removed
 
     async def remove_all(self) -> list[str]:
