@@ -4,7 +4,9 @@ and the data generators."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -206,6 +208,41 @@ def test_staging_is_cleaned_and_never_read(tmp_path: Path) -> None:
     assert committed_batches(out) == [0]
     assert clean_staging(out) == 1
     assert output_digest(out) == before
+    assert not any((out / "_staging").iterdir())
+
+
+def test_a_late_commit_during_clean_staging_never_hollows_a_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A deposed leader's commit_batch renames its staging directory into batch-00004 while the
+    # new leader's clean_staging is deleting that same directory: the rename lands right after
+    # the cleanup's first unlink (a hook on os.unlink, which shutil.rmtree calls per file).
+    out = tmp_path / "out"
+    manifest = {f"part-{n:05d}.parquet": f"rows {n}".encode() for n in range(4)}
+    staged = _staged(out, "batch-00004.late", manifest)
+    outcome: list[object] = []
+    real_unlink = os.unlink
+
+    def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        if not outcome:
+            try:
+                outcome.append(commit_batch(staged, out, 4))
+            except FileNotFoundError as exc:  # the cleanup moved it away first
+                outcome.append(exc)
+        real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    clean_staging(out)
+    monkeypatch.undo()
+
+    assert outcome, "the late commit never ran during the cleanup"
+    for index in committed_batches(out):  # every committed batch holds all of its manifest
+        d = batch_dir(out, index)
+        assert {p.name: p.read_bytes() for p in d.iterdir()} == manifest, d
+    if outcome[0] == "created":
+        assert committed_batches(out) == [4]
+    else:
+        assert isinstance(outcome[0], FileNotFoundError) and committed_batches(out) == []
     assert not any((out / "_staging").iterdir())
 
 

@@ -5,6 +5,7 @@ Layout of a job's output directory::
     out/batch-00000/part-00000.snappy.parquet     committed batches, one directory each
     out/batch-00001/...
     out/_staging/batch-00002.<token>/...           work in progress (ignored by readers)
+    out/_staging/.trash-<uuid>/...                 being deleted by clean_staging
 
 Why a batch can never be duplicated or half-visible:
 
@@ -196,15 +197,33 @@ def write_batch(
     return commit_batch(stage_batch(df, output, index, files=files, sort_by=sort_by), output, index)
 
 
+_TRASH = ".trash-"
+
+
 def clean_staging(output: Path | str) -> int:
-    """Remove leftover staging directories (a new leader does this before resuming)."""
+    """Remove leftover staging directories (a new leader does this before resuming).
+
+    Each is first renamed to a unique trash name beside it (atomic, same file system), and only
+    the trash is deleted: a deposed leader's late ``commit_batch`` of the same directory then
+    either renamed it into its batch before (the batch is whole; we skip it) or fails with
+    ENOENT (nothing committed, nothing lost). Deleting in place could unlink files inside what
+    the rename had just made a committed batch.
+    """
     root = Path(output) / STAGING
     if not root.is_dir():
         return 0
     removed = 0
     for entry in root.iterdir():
-        shutil.rmtree(entry, ignore_errors=True)
-        removed += 1
+        if entry.name.startswith(_TRASH):
+            trash = entry  # an earlier cleanup stopped midway: no one commits from trash
+        else:
+            trash = root / f"{_TRASH}{uuid.uuid4().hex}"
+            try:
+                os.rename(entry, trash)
+            except FileNotFoundError:
+                continue  # committed (or cleaned) meanwhile
+            removed += 1
+        shutil.rmtree(trash, ignore_errors=True)
     return removed
 
 
