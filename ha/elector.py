@@ -44,6 +44,7 @@ from .drivers.base import (
     validate_path,
 )
 from .errors import (
+    BadVersion,
     ConfigurationError,
     CorruptData,
     DriverError,
@@ -157,6 +158,7 @@ class Elector:
         "_closed",
         "_quit_pending",
         "_fencing",
+        "_released",
         "counts",
     )
 
@@ -206,6 +208,7 @@ class Elector:
         self._quit_pending: m.QuitRequested | None = None
         # refused fences in a row: (old active's identity, count, last error); None after success
         self._fencing: tuple[str, int, str] | None = None
+        self._released: int | None = None  # the session whose lock we last saw released
         self.counts: Counter[tuple[str, str]] = Counter()
 
     # --- public -------------------------------------------------------------------------------
@@ -304,6 +307,8 @@ class Elector:
                         self._feed(self._quit_pending)
                     task_status.started(self)
                     error = await self._loop(tg, contender, receive)
+                    if error is None:
+                        await self._release_after_quit()
                     tg.cancel_scope.cancel()
         finally:
             for sub in subs:
@@ -579,6 +584,7 @@ class Elector:
 
         ZooKeeper cannot check the owner inside a transaction, so this reads then deletes by
         version; the lock can only change hands in between if it was deleted by a third party.
+        ``_released`` records the session once the lock is known not to be ours.
         """
         if session is None:
             return
@@ -587,10 +593,39 @@ class Elector:
                 holder, stat = await self.driver.get(self.lock_path)
                 if stat.ephemeral_owner == session and holder == self.identity:
                     await self.driver.delete(self.lock_path, stat.version)
-        except (NoNode, TimeoutError):
+        except (NoNode, BadVersion):
             pass
+        except TimeoutError:
+            return
         except DriverError as exc:
             log.info("%s: releasing the lock failed: %s", self.path, exc)
+            return
+        self._released = session
+
+    async def _release_after_quit(self) -> None:
+        """After a quit, keep trying the owner-checked release while our session may live.
+
+        A quit while disconnected or while the backend is busy must not leave the lock held
+        by a session that lives on (``ha run --health`` keeps its session while it stays out):
+        nobody else could lead. Done once the lock is not ours, or our session is over: a new
+        session, the driver closed, or no contact for a whole session timeout.
+        """
+        session = self._machine.session
+        if session is None or self._released == session:
+            return
+        delay = 0.05
+        while True:
+            if self.driver.session_id != session or self._closed:
+                return
+            if self.driver.connected:
+                await self._release_lock(session)
+                if self._released == session:
+                    return
+            elif anyio.current_time() > self.driver.last_contact + self.driver.session_timeout:
+                return  # the backend has expired it (timing assumption, drivers/base.py)
+            log.info("%s: quit: the lock may still be ours; trying again", self.path)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, self.driver.session_timeout / 3)
 
     async def _resign(self, version: int, lock_version: int) -> None:
         """Delete our breadcrumb and our lock in one transaction (one write for a handover).

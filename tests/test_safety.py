@@ -11,14 +11,16 @@ import math
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 import pytest
 
 import ha
 from ha.drivers.memory import MemoryDriver
+from ha.drivers.sqlite import SqliteDriver
 from ha.lease import Lease
-from tests.harness import FAST, Net, cluster, net, wait_for
+from tests.harness import FAST, Net, SqliteNet, cluster, net, wait_for
 
 __all__ = ("net",)  # the fixture
 
@@ -90,3 +92,40 @@ async def test_a_refused_fence_is_not_retried_at_full_speed(net: Net) -> None:
         assert gaps[-1] > 2 * gaps[0]  # the backoff grew (0.02 s doubling, jittered by half)
         notes.append(b.elector.fencing_note())
         assert notes[0] is not None and "fencing 'a' failed 5 times" in notes[0]
+
+
+async def test_a_quit_while_disconnected_releases_the_lock_once_back() -> None:
+    """Item 9: the active quits while cut off; its session outlives the blip (as `ha run
+    --health` keeps its session while it stays out). The lock must not stay held by it."""
+    async with cluster() as c, c.probe(2.0) as driver, anyio.create_task_group() as tg:
+        assert isinstance(driver, MemoryDriver)
+        a = ha.Elector(driver, "/svc", "a", timing=FAST)
+        tg.start_soon(a.run, Actor())
+        await wait_for(lambda: a.state is ha.State.ACTIVE)
+        b = await c.add("b", session_timeout=2.0)
+        await wait_for(lambda: b.state is ha.State.STANDBY)
+        session = driver.session_id
+        driver.disconnect()
+        a.quit()
+        await anyio.sleep(0.05)
+        driver.reconnect()  # the same session: nothing expires
+        await wait_for(lambda: b.state is ha.State.ACTIVE, within=1.5)
+        assert driver.session_id == session
+
+
+async def test_a_quit_while_the_database_is_busy_releases_the_lock(tmp_path: Path) -> None:
+    """Item 9 on sqlite: the release meets a busy database and is tried again, instead of
+    leaving the lock to a session that lives on."""
+    net = SqliteNet(tmp_path)
+    async with cluster(net) as c, c.probe(3.0) as driver, anyio.create_task_group() as tg:
+        assert isinstance(driver, SqliteDriver)
+        a = ha.Elector(driver, "/svc", "a", timing=FAST)
+        tg.start_soon(a.run, Actor())
+        await wait_for(lambda: a.state is ha.State.ACTIVE)
+        b = await c.add("b", session_timeout=3.0)
+        await wait_for(lambda: b.state is ha.State.STANDBY)
+        session = driver.session_id
+        driver._fail_next(2, transient=True)  # the release meets "database is busy"
+        a.quit()
+        await wait_for(lambda: b.state is ha.State.ACTIVE, within=2.0)
+        assert driver.session_id == session  # well before a's lease could have run out
