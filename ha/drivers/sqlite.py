@@ -16,6 +16,13 @@ How the driver model maps onto the file:
   for its lease. A hung process (SIGSTOP) keeps its lock and is expired when its lease runs out.
   The lock file is opened close-on-exec; a child that was forked but did not exec keeps the
   lock (then only the lease detects the parent's death).
+- Only a free lock on the file the session made tells its death. A missing file tells nothing
+  (a tmp cleaner or an operator may remove it while its process lives), nor does a file
+  someone else put at its path (a copy, a ``touch``): each file is stamped with its own inode
+  number before it is moved into place, and a file whose stamp does not name its inode is not
+  the session's. Either way the lease decides, and the owner, which looks at its file at every
+  renewal, makes it again (and logs it), which brings the fast detection back; it keeps the
+  locks of the files it made before, which pollers that opened them before still watch.
 - Node events are polled from a change log (one row per created, changed or deleted node)
   every ``poll_interval`` seconds, and right after this driver's own writes. Every change after
   ``subscribe`` is delivered, in order; a few from just before it may be delivered too.
@@ -64,6 +71,7 @@ import fcntl
 import logging
 import math
 import os
+import re
 import secrets
 import sqlite3
 import time
@@ -519,8 +527,8 @@ class SqliteDriver(Driver):
         self._bg_limiter: anyio.CapacityLimiter | None = None
         self._instance = ""
         self._file_id: tuple[int, int] = (0, 0)
-        self._lock: tuple[int, str] | None = None  # our session's lock fd and file (bg thread)
-        self._peer_locks: dict[int, int | None] = {}  # other sessions' lock files (bg thread only)
+        self._lock: _SessionLock | None = None  # our session's lock file (bg thread)
+        self._peer_locks: dict[int, int] = {}  # other sessions' lock files (bg thread only)
         self._session_id: int | None = None
         self._last_contact = -math.inf
         self._connected = False
@@ -752,8 +760,7 @@ class SqliteDriver(Driver):
     def _close_files(self) -> None:
         self._release_own_lock()
         for fd in self._peer_locks.values():
-            if fd is not None:
-                os.close(fd)
+            os.close(fd)
         self._peer_locks.clear()
         for conn in (self._ops, self._bg):
             if conn is not None:
@@ -785,7 +792,7 @@ class SqliteDriver(Driver):
     def _drop_files(self) -> None:
         lock, self._lock = self._lock, None
         if lock is not None:
-            os.close(lock[0])  # releases the flock; a dead process does not unlink the file
+            lock.release(unlink=False)  # a dead process does not unlink its file
         self._close_files()
 
     def _freeze(self) -> None:
@@ -838,7 +845,7 @@ class SqliteDriver(Driver):
         """Insert our session row and lock its file before committing (bg thread)."""
         conn = self._bg
         assert conn is not None
-        lock: tuple[int, str] | None = None
+        lock: _SessionLock | None = None
         try:
             with _writing(conn) as now:
                 _expire_lapsed(conn, now)
@@ -849,39 +856,57 @@ class SqliteDriver(Driver):
                 assert sid is not None
                 self._sweep_lock_files(conn)
                 # others see the row only after COMMIT, by then its lock is held
-                path = self._lock_path(sid)
-                lock = (self._take_lock(path), path)
+                lock = self._take_lock(self._lock_path(sid))
         except BaseException:
             if lock is not None:
-                _unlock(lock)
+                lock.release()
             raise
         self._lock = lock
         self._session_id = sid
         self._dirty = True
         return now
 
-    def _take_lock(self, path: str) -> int:
-        for _ in range(100):
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except OSError as exc:
-                raise _os_error(exc, path, "create the session lock file") from exc
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                # a sweeper may have unlinked the file between open and flock: then retry
-                if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                    return fd
-            except OSError as exc:
-                if exc.errno not in (errno.ENOENT, errno.EWOULDBLOCK):
-                    os.close(fd)
-                    raise _os_error(exc, path, "lock the session lock file") from exc
-            os.close(fd)
-        raise ConnectionLost(f"{path}: cannot lock the session lock file (held by another)")
+    def _take_lock(self, path: str) -> _SessionLock:
+        try:
+            return _SessionLock(path)
+        except OSError as exc:
+            raise _os_error(exc, path, "create the session lock file") from exc
+
+    def _keep_lock(self, sid: int) -> None:
+        """Make our lock file again if someone removed or replaced it (bg thread).
+
+        Until then the others cannot tell our death from the file: only our lease would.
+        """
+        lock = self._lock
+        if lock is None or lock.intact():
+            return
+        try:
+            lock.restore()
+        except OSError as exc:
+            if not lock.broken:  # once, not at every renewal
+                lock.broken = True
+                log.warning(
+                    "%s: session %s: its lock file %s was removed and cannot be made again"
+                    " (%s); until it is, only the lease detects this process's death",
+                    self._path,
+                    sid,
+                    lock.path,
+                    exc.strerror or exc,
+                )
+            return
+        lock.broken = False
+        log.warning(
+            "%s: session %s: its lock file %s was removed or replaced by someone else; made it"
+            " again (meanwhile only the lease could detect this process's death)",
+            self._path,
+            sid,
+            lock.path,
+        )
 
     def _release_own_lock(self) -> None:
         lock, self._lock = self._lock, None
         if lock is not None:
-            _unlock(lock)
+            lock.release()
 
     def _sweep_lock_files(self, conn: sqlite3.Connection) -> None:
         """Remove lock files nobody holds and no session owns (left by a crash mid-open)."""
@@ -892,8 +917,8 @@ class SqliteDriver(Driver):
             names = os.listdir(self._lock_dir)
         except OSError:
             return
-        for name in names:
-            if not name.endswith(".lock") or name in live:
+        for name in names:  # and the temporary files of a restore cut short by a crash
+            if not name.endswith((".lock", ".tmp")) or name in live:
                 continue
             path = os.path.join(self._lock_dir, name)
             try:
@@ -909,17 +934,28 @@ class SqliteDriver(Driver):
                 os.close(fd)
 
     def _peer_dead(self, sid: int) -> bool:
-        """Whether the kernel lock of another session is free, or its file gone (bg thread)."""
-        if sid not in self._peer_locks:
-            try:
-                self._peer_locks[sid] = os.open(self._lock_path(sid), os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:  # removed with its session (or by a sweeper: no owner)
-                self._peer_locks[sid] = None
-            except OSError:  # out of descriptors, say: that tells nothing of the session
-                return False
-        fd = self._peer_locks[sid]
+        """Whether another session's process is known dead: the kernel lock on the file that
+        session made is free (bg thread).
+
+        A missing file, or one the session did not make (someone else's file at its path: its
+        stamp does not name its own inode), tells nothing: its lease decides, and the path is
+        opened again at the next poll (its owner makes its file again). A file opened before
+        it was removed or replaced is still the one its owner locks.
+        """
+        fd = self._peer_locks.get(sid)
         if fd is None:
-            return True
+            try:
+                fd = os.open(self._lock_path(sid), os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:  # removed (with its session, or by a tmp cleaner), out of fds...
+                return False
+            try:
+                made = _stamp_matches(fd)
+            except OSError:
+                made = False
+            if not made:
+                os.close(fd)
+                return False
+            self._peer_locks[sid] = fd
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # held until the session is reaped
         except BlockingIOError:
@@ -953,6 +989,7 @@ class SqliteDriver(Driver):
             (now + self._session_timeout, sid, now),
         ).rowcount
         if renewed == 1:
+            self._keep_lock(sid)
             return True, now
         # gone, or lapsed and not reaped yet: a lapsed lease is not renewed but expired
         with _writing(conn) as now:
@@ -964,6 +1001,8 @@ class SqliteDriver(Driver):
         self._dirty = True  # it may have expired others: the poller must look
         if updated != 1:
             self._release_own_lock()
+        else:
+            self._keep_lock(sid)
         return updated == 1, now
 
     def _reopen_file(self) -> float:
@@ -1114,14 +1153,12 @@ class SqliteDriver(Driver):
         leases ran out is decided again inside the write transaction, on the table as it is
         then: those read before may have been renewed since, and this thread may have been
         stopped in between (SIGSTOP), after which every lease it read has run out by its clock.
-        A free kernel lock is taken as seen: it never comes back (the process is gone).
+        A free kernel lock (on a file its session made) is taken as seen: it never comes back.
         """
         now = time.monotonic()
         present = {sid for sid, _ in self._sessions}
         for sid in [s for s in self._peer_locks if s not in present]:
-            fd = self._peer_locks.pop(sid)
-            if fd is not None:
-                os.close(fd)
+            os.close(self._peer_locks.pop(sid))
         others = [(sid, expires) for sid, expires in self._sessions if sid != own]
         lapsed = any(expires < now for _, expires in others)
         dead = [sid for sid, _ in others if self._peer_dead(sid)]
@@ -1229,6 +1266,85 @@ def _unlock(lock: tuple[int, str]) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
     os.close(fd)
+
+
+_STAMP = re.compile(rb"inode (\d+)\n")
+
+
+def _stamp_matches(fd: int) -> bool:
+    """Whether the open file is stamped with its own inode number (made by ``_new_lock_file``)."""
+    found = _STAMP.search(os.pread(fd, 128, 0))
+    return found is not None and int(found[1]) == os.fstat(fd).st_ino
+
+
+def _new_lock_file(path: str) -> tuple[int, tuple[int, int]]:
+    """Make a locked session lock file at ``path``, replacing whatever is there.
+
+    Returns its descriptor, which holds ``LOCK_EX``, and its (device, inode). The file is made
+    under a temporary name, locked, and stamped with its inode number before it is renamed into
+    place: a file at that path is only ever complete, and one not stamped with its own inode
+    number was made by someone else (see ``_peer_dead``).
+    """
+    directory = os.path.dirname(path)
+    for _ in range(100):
+        tmp = f"{path}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:  # its directory was removed (a tmp cleaner): make it again
+            os.makedirs(directory, exist_ok=True)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            stat = os.fstat(fd)
+            os.write(fd, b"ha session lock: pid %d, inode %d\n" % (os.getpid(), stat.st_ino))
+            os.rename(tmp, path)
+            return fd, (stat.st_dev, stat.st_ino)
+        except (BlockingIOError, FileNotFoundError):
+            pass  # a sweeper took the new file for a crash's leftover: try another
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    raise OSError(errno.EAGAIN, "cannot make the session lock file", path)
+
+
+class _SessionLock:
+    """Our session's lock file (bg thread): ``LOCK_EX`` held on every file made for it.
+
+    The files replaced by ``restore`` stay locked: a poller that opened one of them before
+    still watches it, and must not find it free while this process lives.
+    """
+
+    def __init__(self, path: str) -> None:
+        fd, self.file_id = _new_lock_file(path)
+        self.path = path
+        self.fds = [fd]
+        self.broken = False  # found removed and not made again yet (logged)
+
+    def intact(self) -> bool:
+        """Whether ``path`` still names our file."""
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return False
+        return (stat.st_dev, stat.st_ino) == self.file_id
+
+    def restore(self) -> None:
+        fd, self.file_id = _new_lock_file(self.path)
+        self.fds.append(fd)
+
+    def release(self, *, unlink: bool = True) -> None:
+        """Remove our file (not someone else's at its path), then release the locks."""
+        if unlink and self.intact():
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+        fds, self.fds = self.fds, []
+        for fd in fds:
+            os.close(fd)
 
 
 def _seconds(name: str, value: object) -> float:
