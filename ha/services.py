@@ -343,7 +343,9 @@ class HAServices:
         """Remove everything of the cluster: stores, blobs, published addresses, election.
 
         Must be called by the leader (the stores are removed under its fence) when the whole
-        cluster is shut down; the election's own nodes go last, after leaving it.
+        cluster is shut down; the election's own nodes go last, after leaving it, while this
+        process holds the lock once more. The election's epoch counter (and its parents) is
+        kept, so a cluster started again with the same id never reuses a fencing token.
         """
         lease = self._lease
         if lease is None or not lease.valid:
@@ -359,14 +361,34 @@ class HAServices:
                 prefix=self.layout.prefix,
             ).close_and_cleanup_all_data()
         await self.close()
-        if await self.driver.exists(f"{self.election_path}/lock") is not None:
+        # Hold the election's lock while the nodes go, so no standby can claim in between
+        # (it would lose its lock, and its epoch, to the wipe). The epoch counter stays:
+        # fencing tokens never go back, and a deposed leader's stale lease cannot pass a
+        # fence check against a counter recreated at its old version (ABA).
+        lock = f"{self.election_path}/lock"
+        epoch = f"{self.election_path}/epoch"
+        try:
+            ident = self.identity
+            await self.driver.create(
+                lock, ident.encode() if isinstance(ident, str) else ident, ephemeral=True
+            )
+        except NodeExists:
             log.warning("%s: another process leads now; its election is left", self.layout.root)
             return
-        for path in await post_order(self.driver, self.layout.root):
-            try:
-                await self.driver.delete(path)
-            except (NoNode, DriverError) as exc:
-                log.info("%s: not removed: %s", path, exc)
+        try:
+            for path in await post_order(self.driver, self.layout.root):
+                if path in (lock, epoch) or epoch.startswith(path + "/"):
+                    continue
+                try:
+                    await self.driver.delete(path)
+                except (NoNode, DriverError) as exc:
+                    log.info("%s: not removed: %s", path, exc)
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self.driver.delete(lock)
+                except (NoNode, DriverError) as exc:
+                    log.info("%s: not removed: %s", lock, exc)
 
     # --- election -----------------------------------------------------------------------------
 

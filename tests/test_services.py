@@ -17,7 +17,7 @@ import anyio.abc
 import pytest
 
 import ha
-from ha.drivers.base import Driver
+from ha.drivers.base import Driver, post_order
 from ha.errors import ConfigurationError, Fenced
 from ha.services import HAServices, LeaderElection, LeaderInfo, services
 from ha.stores import JobOutcome, JobResult, RunStatus
@@ -399,7 +399,12 @@ async def test_close_and_cleanup_all_data(backend: Any, tmp_path: Path) -> None:
         await a.stores().execution_plans.put("j1", b"plan")
         await a.close_and_cleanup_all_data()
         assert comp.revokes == 1
-        assert await driver.exists(a.layout.root) is None
+        # only the election's epoch counter stays: fencing tokens never go back
+        assert await post_order(driver, a.layout.root) == [
+            f"{a.election_path}/epoch",
+            a.election_path,
+            a.layout.root,
+        ]
         assert not (tmp_path / "blobs" / "c1").exists()
         with pytest.raises(Fenced):
             await a.close_and_cleanup_all_data()  # not the leader any more
