@@ -821,7 +821,7 @@ class Machine:
             if crumb is None or crumb.identity != self.identity:
                 return self._go(Phase.CREATING, "lock deleted", [CreateLock(read.session)])
         claim = ClaimActive(
-            read.session, read.epoch + 1, read.epoch_version, read.breadcrumb_version
+            read.session, _next_epoch(read), read.epoch_version, read.breadcrumb_version
         )
         return self._go(Phase.CLAIMING, "claiming the lock", [claim])
 
@@ -846,7 +846,7 @@ class Machine:
         effect = CommitActive(
             read.session,
             self.lock_version,
-            read.epoch + 1,
+            _next_epoch(read),
             read.epoch_version,
             read.breadcrumb_version,
         )
@@ -921,6 +921,13 @@ class Machine:
             # a failed check while leading proves nothing: the deadline and events decide
             return []
         return self._fail(error, release=True)
+
+
+def _next_epoch(read: ElectionRead) -> int:
+    """One above the epoch counter, and above the last active's breadcrumb: should the counter
+    ever be lost (deleted from outside), fencing tokens still never go back."""
+    crumb = decode_breadcrumb(read.breadcrumb) if read.breadcrumb is not None else None
+    return max(read.epoch, crumb.epoch if crumb is not None else 0) + 1
 
 
 def diagram() -> str:

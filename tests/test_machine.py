@@ -470,3 +470,13 @@ def test_a_fence_that_works_resets_the_refusals() -> None:
     assert kinds(mach.handle(m.FenceSucceeded(S1))) == ["CommitActive"]
     mach.handle(m.Committed(S1, 5, 5, 1))
     assert mach.fence_failures == 0
+
+
+def test_a_lost_epoch_counter_never_sends_the_epoch_back() -> None:
+    """The counter deleted from outside (epoch_version None) while the breadcrumb says 7."""
+    crumb = m.encode_breadcrumb(m.Breadcrumb(OTHER, 7))
+    mach = joined()
+    mach.handle(m.LockCreated(S1, 0))
+    mach.handle(m.ElectionRead(S1, crumb, 3, 0, None))
+    [commit] = mach.handle(m.FenceSucceeded(S1))
+    assert isinstance(commit, m.CommitActive) and commit.epoch == 8
