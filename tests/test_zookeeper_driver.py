@@ -443,9 +443,13 @@ async def test_granted_session_timeout_is_reported(zookeeper_backend: ZooKeeperB
 
 @live
 async def test_last_contact_follows_replies(zookeeper_backend: ZooKeeperBackend) -> None:
-    async with zookeeper_backend.driver() as zk:
+    # a reply dates the contact (at its request's send time) once a request through the leader
+    # (here a write) is sent at least tick_time after it: its touch then reached the leader
+    async with zookeeper_backend.driver(tick_time=0.05) as zk:
         before = anyio.current_time()
         await zk.exists("/")
+        await anyio.sleep(0.06)
+        await zk.create("/written")
         assert before <= zk.last_contact <= anyio.current_time()
 
 

@@ -16,9 +16,29 @@ CONNECTED with the same id -> RECONNECTED, LOST -> EXPIRED; kazoo then opens a n
 its own (CONNECTED with the new id).
 
 Timing: ``session_timeout`` is the timeout the server granted (it may clamp the request to its
-``maxSessionTimeout``); ``last_contact`` is the time a request was *sent* whose reply then
-arrived, which is never later than the server's view of that contact. A probe every third of
-the session timeout keeps it fresh while nothing else is asked.
+``maxSessionTimeout``). ``last_contact`` must never be later than the *leader's* view of the
+contact, since only the ZooKeeper leader expires sessions:
+
+- a follower answers reads and pings by itself, and passes its clients' session touches on to
+  the leader only in its replies to the leader's pings (every tickTime/2). A follower cut off
+  from the leader goes on answering until its sync limit runs out (syncLimit x tickTime, 10 s
+  stock), long after the leader may have expired the session. So a reply proves nothing by
+  itself. A reply that went through the leader (``sync``, or a write) sent at ``t`` proves that
+  the follower's link to the leader worked after ``t``; a request answered before
+  ``t - tick_time`` was touched at the follower at least ``tick_time`` before that, time enough
+  for a ping reply carrying the touch to go ahead of the forwarded request on the same ordered
+  link. ``last_contact`` is the send time of the latest such request. ``tick_time`` (the
+  ensemble's tickTime in seconds; default a fifth of the session timeout, which covers stock
+  ZooKeeper's 2 s tick for sessions of 10 s and more) must cover the ping interval (tickTime/2)
+  plus the jitter of the leader's pings: give the real tickTime for shorter sessions.
+- a (re)connection is dated when kazoo's thread sends the connect request: a follower grants
+  it only after the leader has touched (revalidated, or created) the session. The stamp is
+  taken on kazoo's thread and converted to the loop's clock, so a stalled loop cannot date it
+  late.
+
+A ``sync`` every ``max(tick_time / 2, session_timeout / 12)`` keeps it fresh while nothing
+else is asked: each dates a request answered a ``tick_time`` earlier, so the contact is at most
+about ``1.5 * tick_time`` (by default 0.3 session timeouts) plus a few round trips old.
 
 Watches: one-shot ``exists`` watches, re-armed after every firing and after every reconnect
 (kazoo 2.11 has no persistent watches). Each arming reads the node's stat; the difference from
@@ -37,6 +57,8 @@ import functools
 import logging
 import queue
 import socket
+import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -148,6 +170,7 @@ class _Options:
     session_timeout: float = 10.0
     connect_timeout: float = 10.0
     op_timeout: float | None = None  # default: the session timeout
+    tick_time: float | None = None  # the ensemble's tickTime; default: session timeout / 5
     acl: str = "open"  # or "creator": only the authenticated creator may touch the node
     auth: str | None = None  # "user:password" (digest)
     create_chroot: bool = True
@@ -161,7 +184,7 @@ class _Options:
     check_hostname: bool = False
 
 
-_FLOATS = {"session_timeout", "connect_timeout", "op_timeout"}
+_FLOATS = {"session_timeout", "connect_timeout", "op_timeout", "tick_time"}
 _BOOLS = {"create_chroot", "randomize_hosts", "use_ssl", "verify_certs", "check_hostname"}
 _KNOWN = set(_Options.__slots__)
 
@@ -297,6 +320,11 @@ class ZooKeeperDriver(Driver):
         self._connected = False
         self._closing = False
         self._last_contact = 0.0
+        # requests answered by the server: (sent, replied) on the loop's clock, candidates for
+        # last_contact once a reply through the leader proves their touch reached the leader
+        self._answered: deque[tuple[float, float]] = deque(maxlen=1024)
+        self._clock_offset = 0.0  # anyio.current_time() - time.monotonic(), taken on the loop
+        self._connect_sent: float | None = None  # time.monotonic(); kazoo's connection thread
         self._first_session = anyio.Event()
         self._probe_now = anyio.Event()
         self._watches: dict[str, _Watch] = {}
@@ -307,9 +335,9 @@ class ZooKeeperDriver(Driver):
         """``zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/CHROOT][?OPTION=VALUE&...]``.
 
         Options (also as keywords, which win over the URL): session_timeout, connect_timeout,
-        op_timeout (seconds); acl=open|creator; auth=USER:PASSWORD; create_chroot;
-        randomize_hosts; TLS: use_ssl, certfile, keyfile, keyfile_password, ca, verify_certs,
-        check_hostname.
+        op_timeout, tick_time (seconds; tick_time is the ensemble's tickTime, see the module's
+        doc); acl=open|creator; auth=USER:PASSWORD; create_chroot; randomize_hosts; TLS:
+        use_ssl, certfile, keyfile, keyfile_password, ca, verify_certs, check_hostname.
         """
         if not isinstance(url, str):
             raise ConfigurationError(f"not a ZooKeeper URL: {url!r}")
@@ -364,14 +392,20 @@ class ZooKeeperDriver(Driver):
                 except Exception:
                     log.exception("ZooKeeper driver callback failed")
 
-    async def _call(self, path: str, version: int, request: Callable[[], Any]) -> Any:
-        """Issue one kazoo async request and wait for its reply on the loop."""
+    async def _call(
+        self, path: str, version: int, request: Callable[[], Any], *, leader: bool = False
+    ) -> Any:
+        """Issue one kazoo async request and wait for its reply on the loop.
+
+        ``leader``: the request goes through the ZooKeeper leader (a write or a sync), so its
+        successful reply dates the contact of requests answered earlier (see the module's doc).
+        """
         if self._tg is None or self._client is None:
             raise ConnectionLost("the ZooKeeper driver is not started (or closed)")
         if self._fail:
             raise self._fail.pop(0)
         done = anyio.Event()
-        sent = anyio.current_time()
+        sent = anyio.current_time()  # before the request is queued: never later than its sending
         with map_errors(path, version):
             result = request()
             result.rawlink(lambda _: self._post(done.set))
@@ -380,18 +414,37 @@ class ZooKeeperDriver(Driver):
                 await done.wait()
             if not done.is_set():
                 raise ConnectionLost(f"no reply from ZooKeeper within {timeout:g} s")
+            # read after the reply arrived, so never earlier than the server's touch of it
+            replied = anyio.current_time()
             try:
                 value = result.get_nowait()
             except kx.KazooException as exc:
                 if not isinstance(exc, _NO_REPLY):
-                    self._touch(sent)
+                    self._answered.append((sent, replied))
                 raise
-        self._touch(sent)
+        if leader:
+            self._through_leader(sent)
+        self._answered.append((sent, replied))
         return value
 
-    def _touch(self, sent: float) -> None:
-        if sent > self._last_contact:
-            self._last_contact = sent
+    @property
+    def _tick(self) -> float:
+        """How long before a reply through the leader a request must have been answered for
+        that reply to prove its touch reached the leader (see the module's doc)."""
+        return self.options.tick_time or self._timeout / 5
+
+    def _through_leader(self, sent: float) -> None:
+        """A request sent at ``sent`` went through the leader: date the contact."""
+        cutoff = sent - self._tick
+        proven = [entry[0] for entry in self._answered if entry[1] <= cutoff]
+        if proven:  # their touches are in; later proofs need only later requests
+            kept = (entry for entry in self._answered if entry[1] > cutoff)
+            self._answered = deque(kept, maxlen=self._answered.maxlen)
+            self._stamp(max(proven))
+
+    def _stamp(self, contact: float) -> None:
+        if contact > self._last_contact:
+            self._last_contact = contact
 
     def _abs(self, path: str) -> str:
         validate_path(path)
@@ -430,6 +483,9 @@ class ZooKeeperDriver(Driver):
             check_hostname=opts.check_hostname,
         )
         self._client.add_listener(self._kazoo_state)
+        self._date_connects(self._client)
+        # trio's clock is time.monotonic() plus a constant; asyncio's has none
+        self._clock_offset = anyio.current_time() - time.monotonic()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         try:
@@ -443,6 +499,13 @@ class ZooKeeperDriver(Driver):
                     f" {opts.connect_timeout:g} s (connect_timeout)"
                 )
             await self._check_chroot()
+            if self._tick > self._timeout / 4:
+                log.warning(
+                    "tick_time %g s is long for a session timeout of %g s: contact through a"
+                    " follower is dated that much late, and an active may stop for want of it",
+                    self._tick,
+                    self._timeout,
+                )
             self._tg.start_soon(self._probe)
         except BaseException:
             await self._shutdown(emit=False)
@@ -464,6 +527,7 @@ class ZooKeeperDriver(Driver):
                 self.chroot,
                 -1,
                 lambda: self._client.create_async(self.chroot, b"", acl=self._acl, makepath=True),
+                leader=True,
             )
         except NodeExists:
             pass
@@ -539,13 +603,37 @@ class ZooKeeperDriver(Driver):
     def _granted(self, timeout: float) -> None:  # kazoo's thread
         self._granted_timeout = timeout
 
+    def _date_connects(self, client: Any) -> None:
+        """Have kazoo's connection thread note when it starts each connection attempt (before
+        the connect request is sent), to date the connection it may open."""
+        handler: Any = getattr(client, "_connection", None)
+        connect = getattr(handler, "_connect", None)
+        if connect is None:
+            log.warning("this kazoo has no ConnectionHandler._connect: reconnections not dated")
+            return
+
+        @functools.wraps(connect)
+        def dated_connect(*args: Any, **kwargs: Any) -> Any:
+            self._connect_sent = time.monotonic()
+            return connect(*args, **kwargs)
+
+        handler._connect = dated_connect
+
     def _kazoo_state(self, state: str) -> None:  # kazoo's connection thread: must not block
         client = self._client
         client_id = client.client_id if client is not None else None
         session = client_id[0] if client_id else None
-        self._post(functools.partial(self._state_changed, state, session, self._granted_timeout))
+        contact = None
+        if state == KazooState.CONNECTED and self._connect_sent is not None:
+            # CONNECTED is reported from inside the connection attempt that began then
+            contact = self._connect_sent + self._clock_offset
+        self._post(
+            functools.partial(self._state_changed, state, session, self._granted_timeout, contact)
+        )
 
-    def _state_changed(self, state: str, session: int | None, granted: float | None) -> None:
+    def _state_changed(
+        self, state: str, session: int | None, granted: float | None, contact: float | None = None
+    ) -> None:
         if self._closing:
             return
         old = self._session
@@ -559,7 +647,12 @@ class ZooKeeperDriver(Driver):
                     )
                 self._timeout = granted
             self._connected = True
-            self._last_contact = anyio.current_time()
+            # the server answered a connect request sent at ``contact`` (dated on kazoo's
+            # thread, not now: the loop may have been stalled since), having had the leader
+            # revalidate or create the session; it is later than every earlier answer
+            self._answered.clear()
+            if contact is not None:
+                self._stamp(contact)
             if session == old:
                 self._emit(ConnectionEvent(ConnectionState.RECONNECTED, session))
             else:
@@ -583,14 +676,15 @@ class ZooKeeperDriver(Driver):
                 self._emit(ConnectionEvent(ConnectionState.EXPIRED, old))
 
     async def _probe(self) -> None:
-        """Ask the server something cheap now and then, to keep ``last_contact`` fresh."""
+        """A ``sync`` now and then, to keep ``last_contact`` fresh: each one goes through the
+        leader and so dates the latest one answered at least ``tick_time`` before it."""
         while True:
-            with anyio.move_on_after(self._timeout / 3):
+            with anyio.move_on_after(max(self._tick / 2, self._timeout / 12)):
                 await self._probe_now.wait()
             self._probe_now = anyio.Event()
             if self._connected:
                 try:
-                    await self._call("/", -1, lambda: self._client.exists_async("/"))
+                    await self._call("/", -1, lambda: self._client.sync_async("/"), leader=True)
                 except DriverError:
                     pass
 
@@ -685,6 +779,7 @@ class ZooKeeperDriver(Driver):
             lambda: self._client.create_async(
                 full, value, acl=self._acl, ephemeral=ephemeral, makepath=makepath
             ),
+            leader=True,
         )
         return self._rel(str(created))
 
@@ -700,13 +795,17 @@ class ZooKeeperDriver(Driver):
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         full, value = self._abs(path), bytes(data)
-        stat = await self._call(path, version, lambda: self._client.set_async(full, value, version))
+        stat = await self._call(
+            path, version, lambda: self._client.set_async(full, value, version), leader=True
+        )
         return _stat(stat)
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         full = self._abs(path)
         if not recursive:
-            await self._call(path, version, lambda: self._client.delete_async(full, version))
+            await self._call(
+                path, version, lambda: self._client.delete_async(full, version), leader=True
+            )
             return
         # the whole subtree in one multi, children first: all or nothing; retried if the tree
         # changed between listing and deleting
@@ -763,7 +862,7 @@ class ZooKeeperDriver(Driver):
                     raise ConfigurationError(f"not a transaction operation: {op!r}")
             return tx.commit_async()
 
-        results = await self._call(ops[0].path, -1, build)
+        results = await self._call(ops[0].path, -1, build, leader=True)
         failed = [
             (index, result)
             for index, result in enumerate(results)

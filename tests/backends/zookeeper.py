@@ -6,6 +6,10 @@ Fixtures:
 - ``zookeeper_backend``: a ``tests.backends.Backend`` on that server, with a fresh chroot per test.
 - ``zookeeper_ensemble``: a 3-server ensemble (shared by a module), for server-loss tests; every
   member stopped by a test is started again before the next test.
+- ``zookeeper_proxied_ensemble``: a private 3-server ensemble whose quorum links (peer and
+  election ports) go through a fault proxy, so that a member can be cut off from another while
+  its clients still reach it; a high syncLimit (5 s) lets a cut-off follower go on serving past
+  the tests' session timeouts, as stock ZooKeeper (10 s) does.
 - ``zookeeper_server_factory``: private servers a test may restart at will.
 
 ``expire_session(driver)`` forces a driver's session to expire (the kazoo trick: connect a
@@ -43,6 +47,7 @@ __all__ = (
     "zookeeper_backend",
     "zookeeper_ensemble",
     "zookeeper_ensemble_shared",
+    "zookeeper_proxied_ensemble",
     "zookeeper_server",
     "zookeeper_server_factory",
 )
@@ -97,11 +102,13 @@ class ZooKeeperServer:
         port: int | None = None,
         server_id: int | None = None,
         peers: dict[int, tuple[int, int]] | None = None,
+        sync_limit: int = 10,
     ) -> None:
         self.directory = directory
         self.port = port or free_port()
         self.server_id = server_id
         self.peers = peers  # ensemble member id -> (quorum port, election port)
+        self.sync_limit = sync_limit  # ticks a follower serves on without hearing its leader
         self.process: subprocess.Popen[bytes] | None = None
         self.data_dir = directory / "data"
         self.config = directory / "zoo.cfg"
@@ -117,7 +124,7 @@ class ZooKeeperServer:
         lines = [
             f"tickTime={TICK_MS}",
             "initLimit=20",
-            "syncLimit=10",
+            f"syncLimit={self.sync_limit}",
             f"dataDir={self.data_dir}",
             f"clientPort={self.port}",
             "clientPortAddress=127.0.0.1",
@@ -265,14 +272,72 @@ def zookeeper_backend(zookeeper_server: ZooKeeperServer) -> ZooKeeperBackend:
 
 
 class ZooKeeperEnsemble:
-    """Three servers in one quorum; ``stop(i)`` / ``start(i)`` take member ``i`` down and up."""
+    """Three servers in one quorum; ``stop(i)`` / ``start(i)`` take member ``i`` down and up.
 
-    def __init__(self, directory: Path, size: int = 3) -> None:
-        peers = {member: (free_port(), free_port()) for member in range(1, size + 1)}
-        self.servers = [
-            ZooKeeperServer(directory / f"member{member}", server_id=member, peers=peers)
-            for member in peers
-        ]
+    ``proxied``: each server reaches every other one's quorum and election ports through links
+    of a fault proxy of its own (its zoo.cfg names the links; its own line, which it binds, the
+    real ports), so ``cut(i, j)`` / ``heal(i, j)`` freeze and unfreeze the links between
+    members ``i`` and ``j`` (both ways) without touching their clients. ZooKeeper keeps one
+    election connection per pair: when the lower id dials, the higher one dials back to the
+    address the lower one announced (its real port), and that connection bypasses the proxy.
+    The peer (data) link, by which a follower hears its leader, always goes through it.
+    """
+
+    def __init__(
+        self, directory: Path, size: int = 3, *, proxied: bool = False, sync_limit: int = 10
+    ) -> None:
+        real = {member: (free_port(), free_port()) for member in range(1, size + 1)}
+        self.proxy: Any = None
+        # (from, to) -> the links from member ``from`` to member ``to``'s quorum and election
+        self.links: dict[tuple[int, int], tuple[Any, Any]] = {}
+        if proxied:
+            from tests.faultproxy import FaultProxy
+
+            self.proxy = FaultProxy()
+            for a in real:
+                for b in real:
+                    if a != b:
+                        quorum, election = real[b]
+                        self.links[a, b] = (
+                            self.proxy.link(("127.0.0.1", quorum)),
+                            self.proxy.link(("127.0.0.1", election)),
+                        )
+        self.servers = []
+        for member in real:
+            peers = {
+                other: real[other]
+                if other == member or not proxied
+                else (self.links[member, other][0].port, self.links[member, other][1].port)
+                for other in real
+            }
+            self.servers.append(
+                ZooKeeperServer(
+                    directory / f"member{member}",
+                    server_id=member,
+                    peers=peers,
+                    sync_limit=sync_limit,
+                )
+            )
+
+    def _pair(self, i: int, j: int) -> list[Any]:
+        a, b = i + 1, j + 1  # member ids
+        return [*self.links[a, b], *self.links[b, a]]
+
+    def cut(self, i: int, j: int) -> None:
+        """Freeze every proxied link between members ``i`` and ``j`` (indexes), both ways."""
+        for link in self._pair(i, j):
+            link.pause()
+
+    def heal(self, i: int, j: int) -> None:
+        for link in self._pair(i, j):
+            link.accept()  # undoes pause and refuse
+
+    def leader(self) -> int:
+        """The index of the member that leads now (raises if none says so)."""
+        for index in range(len(self.servers)):
+            if self.mode(index) == "leader":
+                return index
+        raise RuntimeError("no member of the ensemble is leading")
 
     @property
     def hosts(self) -> str:
@@ -304,6 +369,8 @@ class ZooKeeperEnsemble:
     def stop_all(self) -> None:
         for server in self.servers:
             server.stop()
+        if self.proxy is not None:
+            self.proxy.close()
 
 
 @pytest.fixture(scope="module")
@@ -333,6 +400,25 @@ def zookeeper_ensemble(
             ensemble.start(index)
     for server in ensemble.servers:
         server.wait_serving()
+
+
+@pytest.fixture
+def zookeeper_proxied_ensemble(tmp_path: Path) -> Iterator[ZooKeeperEnsemble]:
+    """A private ensemble with proxied quorum links and syncLimit 5 s (50 ticks)."""
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"ZooKeeper tests need a local ZooKeeper: {reason}")
+    ensemble = ZooKeeperEnsemble(tmp_path / "ensemble", proxied=True, sync_limit=50)
+    try:
+        ensemble.start_all()
+        deadline = time.monotonic() + 60
+        while not any(ensemble.mode(i) == "leader" for i in range(3)):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the proxied ensemble elected no leader within 60 s")
+            time.sleep(0.1)
+        yield ensemble
+    finally:
+        ensemble.stop_all()
 
 
 class ZooKeeperNet:
