@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import os
 import secrets
 import socket
@@ -47,11 +48,13 @@ from urllib.parse import quote, unquote
 
 import anyio
 
+from . import errors
 from .drivers.base import Driver, validate_path
 from .errors import ConfigurationError, HAError, NodeExists, NoNode
 from .machine import Breadcrumb, decode_breadcrumb
 
 __all__ = (
+    "DuplicateIdentity",
     "ElectionInUse",
     "ElectionStatus",
     "FailoverError",
@@ -59,6 +62,8 @@ __all__ = (
     "FormatResult",
     "Member",
     "NoActive",
+    "claim_member",
+    "confirm_failover",
     "election_status",
     "format_election",
     "read_failover",
@@ -69,6 +74,8 @@ __all__ = (
     "watch_status",
     "write_member",
 )
+
+log = logging.getLogger("ha.admin")
 
 FAILOVER_FORMAT = "ha.failover/1"
 MEMBER_FORMAT = "ha.member/1"
@@ -173,23 +180,76 @@ def member_path(path: str, identity: bytes) -> str:
     return f"{path}/members/{quote(identity, safe='')}"
 
 
+class DuplicateIdentity(HAError):
+    """Another running supervisor already takes part with this identity."""
+
+
+async def claim_member(driver: Driver, path: str, member: Member, *, wait: float) -> None:
+    """Create our member node, refusing an identity another live supervisor holds.
+
+    A node of another session may be a dead supervisor's (a restart after a crash): it is
+    waited out for up to ``wait`` seconds (the backend removes it within its session timeout);
+    if it is still there, its owner is alive and ``DuplicateIdentity`` is raised.
+    """
+    node = member_path(path, member.identity)
+    deadline = anyio.current_time() + wait
+    waited = False
+    while True:
+        try:
+            await driver.create(node, member.encode(), ephemeral=True, makepath=True)
+            return
+        except NodeExists:
+            pass
+        except (errors.ConnectionLost, errors.SessionExpired):  # transient: the driver reconnects
+            await anyio.sleep(0.2)
+            continue
+        try:
+            raw, stat = await driver.get(node)
+        except NoNode:
+            continue
+        except (errors.ConnectionLost, errors.SessionExpired):
+            await anyio.sleep(0.2)
+            continue
+        if stat.ephemeral_owner == driver.session_id:
+            return
+        other = Member.decode(raw)
+        where = "" if other is None else f" (pid {other.pid} on {other.host}, {other.state})"
+        if not waited:
+            waited = True
+            log.info("another supervisor with this id%s: waiting %.1fs for it to go", where, wait)
+        if anyio.current_time() >= deadline:
+            raise DuplicateIdentity(
+                f"another supervisor with --id {text(member.identity)!r} is running in"
+                f" {path}{where}: give each one its own --id"
+            )
+        await anyio.sleep(0.1)
+
+
 async def write_member(driver: Driver, path: str, member: Member) -> None:
-    """Create or update our member node (ephemeral: it goes with our session)."""
+    """Create or update our member node (ephemeral: it goes with our session).
+
+    Never overwrites the node of another session (a duplicate identity's): that raises
+    ``DuplicateIdentity``.
+    """
     node = member_path(path, member.identity)
     data = member.encode()
-    try:
-        await driver.set(node, data)
-    except NoNode:
-        try:
-            await driver.create(node, data, ephemeral=True, makepath=True)
-        except NodeExists:  # a racing write of ours, or a dead session's node not reaped yet
-            await driver.set(node, data)
+    stat = await driver.exists(node)
+    if stat is None:
+        await driver.create(node, data, ephemeral=True, makepath=True)
+    elif stat.ephemeral_owner == driver.session_id:
+        await driver.set(node, data, version=stat.version)
+    else:
+        raise DuplicateIdentity(f"the member node {node} belongs to another session")
 
 
 async def remove_member(driver: Driver, path: str, identity: bytes) -> None:
+    """Delete our member node; another session's (a duplicate's) is left alone."""
+    node = member_path(path, identity)
     try:
-        await driver.delete(member_path(path, identity))
-    except NoNode:
+        stat = await driver.exists(node)
+        if stat is not None and stat.ephemeral_owner == driver.session_id:
+            await driver.delete(node, version=stat.version)
+    except (NoNode, errors.BadVersion):
         pass
 
 
@@ -530,6 +590,9 @@ async def _delete_tree(driver: Driver, path: str) -> bool:
 # --- graceful failover ----------------------------------------------------------------------------
 
 
+_READY = ("standby", "neutral")  # member states that can take over
+
+
 def _requester() -> str:
     try:
         user = os.getlogin()
@@ -544,12 +607,15 @@ async def request_failover(
     to: bytes | str | None = None,
     *,
     cooldown: float = DEFAULT_COOLDOWN,
+    force: bool = False,
 ) -> FailoverRequest:
     """Ask the active at ``path`` to cede, optionally to ``to`` (see the module docstring).
 
     Raises ``NoActive`` when nobody is active, ``FailoverError`` when the request could not be
     honoured (the target is already active or not a running supervisor, the active is not an
-    ``ha run`` supervisor). Returns the request written; ``wait_for_failover`` waits for it.
+    ``ha run`` supervisor, no standby could take over: unless ``force``, as the service would
+    only stop for the cooling period). Returns the request written; ``wait_for_failover``
+    waits for it.
     """
     _check_election(path)
     if not cooldown > 0:
@@ -566,9 +632,16 @@ async def request_failover(
             f"the active {text(status.active)!r} of {path} is not an `ha run` supervisor"
             " (it has no member node), so it cannot be asked to cede"
         )
+    standbys = [i for i, m in members.items() if i != status.active and m.state in _READY]
+    if target is None and not standbys and not force:
+        raise FailoverError(
+            f"no standby can take over {path} (members: "
+            + ", ".join(f"{text(i)} {m.state}" for i, m in sorted(members.items()))
+            + "): refusing, as it would only stop the service for the cooling period (force it)"
+        )
     if target is not None:
         member = members.get(target)
-        if member is None or member.state not in ("standby", "neutral"):
+        if member is None or member.state not in _READY:
             running = ", ".join(sorted(text(i) for i in members if i != status.active)) or "none"
             state = "not running" if member is None else f"{member.state}, not a standby"
             raise FailoverError(
@@ -601,6 +674,8 @@ async def wait_for_failover(driver: Driver, path: str, request: FailoverRequest)
     """
     async with aclosing(watch_status(driver, path, fallback=0.5)) as statuses:
         async for status in statuses:
+            if request.to is not None:
+                _check_target(status, request.to)
             leader = status.leader
             if leader is None or leader[1] <= request.epoch:
                 continue
@@ -612,4 +687,45 @@ async def wait_for_failover(driver: Driver, path: str, request: FailoverRequest)
             if request.to is not None and identity != request.to:
                 continue  # a non-target that won before it saw the request gives way
             return status
+    raise AssertionError("watch_status never ends")
+
+
+def _check_target(status: ElectionStatus, to: bytes) -> None:
+    """Raise when the target's supervisor has given up: it left, or is out (its COMMAND
+    exited or could not start, it is unhealthy), as Hadoop's failover reports a target that
+    could not become active."""
+    member = next((m for m in status.members if m.identity == to), None)
+    if member is None:
+        raise FailoverError(f"couldn't make {text(to)!r} active: its `ha run` is gone")
+    if member.state == "out":
+        raise FailoverError(f"couldn't make {text(to)!r} active: {member.note or 'it is out'}")
+
+
+async def confirm_failover(
+    driver: Driver, path: str, found: ElectionStatus, seconds: float
+) -> ElectionStatus:
+    """Check that the new active of ``found`` stays active, with its member node saying so,
+    for ``seconds``: a COMMAND that dies at once makes its supervisor leave, and that is a
+    failed failover, not a done one. Raises ``FailoverError`` otherwise."""
+    leader = found.leader
+    assert leader is not None
+    identity = leader[0]
+    started = anyio.current_time()
+    lost: float | None = None
+    async with aclosing(watch_status(driver, path, fallback=0.1)) as statuses:
+        async for status in statuses:
+            _check_target(status, identity)
+            if status.leader != leader:
+                # its member node may tell why a moment later (it is written after the quit)
+                lost = anyio.current_time() if lost is None else lost
+                if anyio.current_time() - lost < 1.0:
+                    continue
+                now = "nobody" if status.active is None else repr(text(status.active))
+                raise FailoverError(
+                    f"couldn't make {text(identity)!r} active: it lost the lead ({now} is active)"
+                )
+            lost = None
+            member = next(m for m in status.members if m.identity == identity)
+            if member.state == "active" and anyio.current_time() - started >= seconds:
+                return status
     raise AssertionError("watch_status never ends")

@@ -421,10 +421,11 @@ def run(
 ) -> None:
     """Run COMMAND only while this host is the active of the election at PATH.
 
-    COMMAND starts when this supervisor becomes active and is stopped (SIGTERM to its process
-    group, SIGKILL after --grace) before leadership can pass on. If the supervisor dies, even
-    by SIGKILL, the kernel kills COMMAND too (Linux). COMMAND gets HA_ELECTION, HA_IDENTITY
-    and HA_EPOCH (a fencing token). SIGINT/SIGTERM stop COMMAND and leave the election
+    COMMAND starts when this supervisor becomes active and is stopped, with everything it
+    started (SIGTERM, SIGKILL after --grace), before leadership can pass on. If the supervisor
+    dies, even by SIGKILL, a guard process kills COMMAND's whole tree, daemons that left its
+    process group included (Linux). An --id already running is refused. COMMAND gets
+    HA_ELECTION, HA_IDENTITY and HA_EPOCH (a fencing token). SIGINT/SIGTERM stop COMMAND and leave the election
     without fencing; `ha failover` asks the active to hand over gracefully.
 
     \b
@@ -570,15 +571,35 @@ def _print_leader(found: admin.ElectionStatus, as_json: bool) -> None:
     metavar="S",
     help="Seconds to wait for the new active.",
 )
+@click.option(
+    "--confirm",
+    type=click.FloatRange(0),
+    default=2.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds the new active must stay active (its COMMAND running) to count as done.",
+)
+@click.option(
+    "--force", is_flag=True, help="Ask the active to cede even when no standby can take over."
+)
 @click.option("--no-wait", is_flag=True, help="Ask and return at once.")
 @click.pass_obj
 def failover(
-    opts: Options, path: str, target: str | None, cooldown: float, timeout: float, no_wait: bool
+    opts: Options,
+    path: str,
+    target: str | None,
+    cooldown: float,
+    timeout: float,
+    confirm: float,
+    force: bool,
+    no_wait: bool,
 ) -> None:
     """Hand the lead over gracefully: the active cedes and a standby takes over.
 
     The active's `ha run` stops its COMMAND, leaves without fencing and stays out for the
     cooling period; with --to, the other standbys step aside so the chosen one takes over.
+    Refused when no standby could take over (unless --force); fails when the new active
+    does not stay active for --confirm seconds (e.g. its COMMAND exits at once).
     Exit code 3 when there is no active.
 
     \b
@@ -590,7 +611,9 @@ def failover(
     async def go(driver: Driver) -> None:
         started = time.monotonic()
         try:
-            request = await admin.request_failover(driver, path, target, cooldown=cooldown)
+            request = await admin.request_failover(
+                driver, path, target, cooldown=cooldown, force=force
+            )
         except admin.NoActive as exc:
             raise NoActiveFailure(str(exc)) from None
         who = admin.text(request.active)
@@ -601,12 +624,14 @@ def failover(
         try:
             with anyio.fail_after(timeout):
                 found = await admin.wait_for_failover(driver, path, request)
+                elapsed = (time.monotonic() - started) * 1000
+                if confirm > 0:
+                    await admin.confirm_failover(driver, path, found, confirm)
         except TimeoutError:
             now = await admin.election_status(driver, path)
             held = f"; {admin.text(now.active)!r} is active" if now.active is not None else ""
             raise Failure(f"{to} did not take over {path} within {timeout:g}s{held}") from None
         assert found.active is not None
-        elapsed = (time.monotonic() - started) * 1000
         click.echo(
             f"{path}: {who!r} -> {admin.text(found.active)!r}"
             f" (epoch {request.epoch} -> {found.epoch}) in {elapsed:.0f} ms"

@@ -4,8 +4,11 @@ In the spirit of Hadoop's ZKFC and ``etcdctl elect``: the supervisor is a conten
 COMMAND in ``become_active`` and stops it (SIGTERM to its process group, SIGKILL after the grace
 period) when that scope is cancelled; the elector awaits the stop before anyone else is told
 anything, and its local deadline is shortened so the stop ends before the session can expire
-(``timing_for``). If the supervisor itself dies, even by SIGKILL, the kernel kills COMMAND
-(Linux ``PR_SET_PDEATHSIG``), so two copies never run because a supervisor vanished.
+(``timing_for``). COMMAND runs under a guard process (``ha/_guard.py``, Linux): the stop reaches
+every descendant of COMMAND, even daemons that left its process group, and returns only when
+none is left; if the supervisor itself dies, even by SIGKILL, the guard kills the whole tree,
+so two copies never run because a supervisor vanished. A guard rather than a cgroup: it needs
+no privileges, delegation or cgroup v2, and works in containers as they come.
 
 Not covered: a supervisor that is *frozen* (SIGSTOP, a stuck VM) cannot stop its child; when
 its lease runs out another host takes over while the old COMMAND may still run. That is what
@@ -22,6 +25,7 @@ from __future__ import annotations
 import base64
 import ctypes
 import dataclasses
+import errno
 import json
 import logging
 import math
@@ -54,6 +58,7 @@ log = logging.getLogger("ha.supervisor")
 
 PR_SET_PDEATHSIG = 1
 RESTART_DELAY = (1.0, 30.0)  # after COMMAND exits on its own: first delay, cap
+GUARD_MARGIN = 2.0  # seconds a guard may take beyond the grace period to end the tree
 
 
 class FenceRefused(HAError):
@@ -98,11 +103,19 @@ def _deathsig_preexec() -> Callable[[], None] | None:
 
 
 class Child:
-    """A child process in its own process group; waited for without blocking the loop."""
+    """A child process in its own process group; waited for without blocking the loop.
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    With a guard (``ha/_guard.py``, the default on Linux), ``popen`` is the guard and ``pid``
+    is COMMAND's: signals and the stop reach every descendant of COMMAND, even those that left
+    its process group, and the guard exits (so ``wait`` returns) only once none is left.
+    """
+
+    def __init__(
+        self, popen: subprocess.Popen[bytes], pid: int | None = None, control: int | None = None
+    ) -> None:
         self.popen = popen
-        self.pid = popen.pid
+        self.pid = popen.pid if pid is None else pid
+        self._control = control  # write end of the guard's control pipe
         self._pidfd: int | None = None
         if hasattr(os, "pidfd_open"):
             try:
@@ -130,15 +143,34 @@ class Child:
 
     def _reap(self) -> int:
         # the process has terminated: first kill what it left in its group (the pid, hence
-        # the group id, cannot be reused before the reap), then reap (does not block)
-        self.signal_group(signal.SIGKILL)
+        # the group id, cannot be reused before the reap), then reap (does not block); a
+        # guard has killed every descendant before exiting
+        if self._control is None:
+            self.signal_group(signal.SIGKILL)
         code = self.popen.wait()
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
+        if self._control is not None:
+            os.close(self._control)
+            self._control = None
         return code
 
+    def _tell(self, line: str) -> bool:
+        """Send a line to the guard; False when it is gone."""
+        if self._control is None or self.popen.returncode is not None:
+            return False
+        try:
+            os.write(self._control, line.encode() + b"\n")
+        except OSError:  # it exited: nothing left to signal
+            return False
+        return True
+
     def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to COMMAND's process group (with a guard: to each descendant, once)."""
+        if self._control is not None:
+            self._tell(f"signal {int(sig)}")
+            return
         if self.popen.returncode is not None:
             return
         try:
@@ -147,11 +179,19 @@ class Child:
             pass
 
     async def stop(self, grace: float) -> int:
-        """SIGTERM the group, SIGKILL it after ``grace`` seconds; return once the child is dead.
+        """SIGTERM, SIGKILL after ``grace`` seconds; return once the child (with a guard: its
+        whole tree) is dead.
 
         Call it shielded: it must finish even when the caller is being cancelled.
         """
-        if self.popen.returncode is None:
+        if self.popen.returncode is None and self._control is not None:
+            self._tell(f"stop {grace!r}")
+            with anyio.move_on_after(grace + GUARD_MARGIN):
+                await self._exited()
+            if self.popen.poll() is None:  # a stuck guard: COMMAND dies with it (PDEATHSIG)
+                log.error("the guard of pid %d did not stop it in time: killing it", self.pid)
+                self.popen.kill()
+        elif self.popen.returncode is None:
             self.signal_group(signal.SIGTERM)
             with anyio.move_on_after(grace):
                 await self._exited()
@@ -159,34 +199,83 @@ class Child:
         return await self.wait()
 
 
+def _guard_argv() -> list[str] | None:
+    """How to start a guard, or None where there is none (off Linux, no interpreter path)."""
+    if not sys.platform.startswith("linux") or not sys.executable:
+        return None
+    return [sys.executable, "-I", "-S", os.path.join(os.path.dirname(__file__), "_guard.py")]
+
+
+def _start_guarded(
+    guard: list[str], argv: list[str], env: dict[str, str], stdin: int
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """Start COMMAND under a guard; (guard, COMMAND's pid, control fd). In the spawner thread."""
+    ctl_r, ctl_w = os.pipe()  # the write end stays here only (close-on-exec): EOF = we died
+    report_r, report_w = os.pipe()
+    try:
+        popen: subprocess.Popen[bytes] = subprocess.Popen(
+            [*guard, str(ctl_r), str(report_w), *argv],
+            env=env,
+            stdin=stdin,
+            process_group=0,  # Ctrl-C reaches the supervisor only, as for COMMAND itself
+            close_fds=True,
+            pass_fds=(ctl_r, report_w),
+        )
+    except BaseException:
+        os.close(ctl_w)
+        raise
+    finally:
+        os.close(ctl_r)
+        os.close(report_w)
+    with os.fdopen(report_r, "rb") as report:
+        line = report.readline().split()
+    if len(line) == 2 and line[0] == b"pid":
+        return popen, int(line[1]), ctl_w
+    os.close(ctl_w)
+    popen.wait()
+    code = int(line[1]) if len(line) == 2 and line[0] == b"error" else errno.EIO
+    raise OSError(code, os.strerror(code), argv[0])
+
+
 async def spawn(
-    argv: Sequence[str], env: Mapping[str, str] | None = None, *, stdin: int | None = None
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    stdin: int | None = None,
+    guard: bool = True,
 ) -> Child:
-    """Start ``argv`` (never through a shell) in its own process group, bound to our life."""
+    """Start ``argv`` (never through a shell) in its own process group, bound to our life.
+
+    With ``guard`` (on Linux), every descendant of ``argv`` dies with us too, even when we are
+    SIGKILLed, and ``stop`` returns only when none is left; it costs an interpreter start.
+    """
     if not argv:
         raise ConfigurationError("empty command")
-    options: dict[str, object] = {}
-    preexec = _deathsig_preexec()
-    if preexec is not None:
-        options["preexec_fn"] = preexec
     full_env = dict(os.environ)
     full_env.update(env or {})
+    guard_argv = _guard_argv() if guard else None
+    options: dict[str, object] = {}
+    preexec = _deathsig_preexec() if guard_argv is None else None
+    if preexec is not None:
+        options["preexec_fn"] = preexec
+    stdin_fd = subprocess.DEVNULL if stdin is None else stdin
 
-    def start() -> subprocess.Popen[bytes]:
+    def start() -> Child:
+        if guard_argv is not None:
+            return Child(*_start_guarded(guard_argv, list(argv), full_env, stdin_fd))
         popen: subprocess.Popen[bytes] = subprocess.Popen(
             list(argv),
             env=full_env,
-            stdin=subprocess.DEVNULL if stdin is None else stdin,
+            stdin=stdin_fd,
             process_group=0,  # signals for the group reach what COMMAND starts too
             close_fds=True,
             **options,  # type: ignore[call-overload]
         )
-        return popen
+        return Child(popen)
 
     future = _spawner_pool().submit(start)
     # not cancellable on purpose: once forked, the child must be handed back to be stopped
-    popen = await anyio.to_thread.run_sync(future.result)
-    return Child(popen)
+    return await anyio.to_thread.run_sync(future.result)
 
 
 def describe_exit(code: int) -> str:
@@ -324,6 +413,14 @@ class Supervisor:
         self._poke()
 
     async def run(self) -> None:
+        # refuse a duplicate --id before anything else: two electors of one identity would
+        # each take the other's lock for its own, and its exit would delete our member node
+        await admin.claim_member(
+            self.driver,
+            self.settings.path,
+            self._member(),
+            wait=1.5 * self.driver.session_timeout,
+        )
         async with anyio.create_task_group() as tg:
             subs = [
                 self.driver.subscribe(f"{self.settings.path}/{name}", self._on_failover_node)
@@ -489,8 +586,12 @@ class Supervisor:
                     child.pid,
                     describe_exit(code),
                 )
-        log.warning("%s exited while active (%s)", self.settings.command[0], describe_exit(code))
-        self._leave_after_exit(f"{self.settings.command[0]} exited", anyio.current_time() - started)
+        how = describe_exit(code)
+        log.warning("%s exited while active (%s)", self.settings.command[0], how)
+        # the note (in our member node) tells `ha failover` why we could not stay active
+        self._leave_after_exit(
+            f"{self.settings.command[0]} exited ({how})", anyio.current_time() - started
+        )
 
     def _leave_after_exit(self, note: str, ran: float) -> None:
         """COMMAND ended by itself while we lead: leave, back off, rejoin (a crash loop must
@@ -643,7 +744,7 @@ class Supervisor:
         env = {"HA_ELECTION": self.settings.path, "HA_IDENTITY": self.settings.identity}
         env["HA_STATE"] = self._state
         try:
-            child = await spawn(self.settings.health, env)
+            child = await spawn(self.settings.health, env, guard=False)  # often: cheap
         except OSError as exc:
             return False, f"cannot run {self.settings.health[0]}: {exc.strerror}"
         code: int | None = None
@@ -686,20 +787,23 @@ class Supervisor:
         self._state = state
         self._member_poke.set()
 
+    def _member(self) -> admin.Member:
+        note = "" if self._state != "out" else (self._out_reason() or "")
+        return admin.Member(
+            self.identity,
+            self._state,
+            self._epoch if self._state == State.ACTIVE.value else None,
+            socket.gethostname(),
+            os.getpid(),
+            time.time(),
+            note,
+        )
+
     async def _member_loop(self) -> None:
         """Publish our state in our member node (latest value wins; best effort)."""
         while True:
             self._member_poke = anyio.Event()
-            note = "" if self._state != "out" else (self._out_reason() or "")
-            member = admin.Member(
-                self.identity,
-                self._state,
-                self._epoch if self._state == State.ACTIVE.value else None,
-                socket.gethostname(),
-                os.getpid(),
-                time.time(),
-                note,
-            )
+            member = self._member()
             try:
                 with anyio.fail_after(self.driver.session_timeout):
                     await admin.write_member(self.driver, self.settings.path, member)

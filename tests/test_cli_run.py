@@ -48,8 +48,11 @@ class Hosts:
         self.script.write_text(CHILD)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, identity: str, *extra: str) -> subprocess.Popen[bytes]:
+    def start(self, identity: str, *extra: str, wrap: bool = False) -> subprocess.Popen[bytes]:
+        """``wrap``: COMMAND is a shell that forks the child and waits (a service wrapper)."""
         argv = ["run", "/svc", "--id", identity, *extra, "--"]
+        if wrap:
+            argv += ["sh", "-c", '"$0" "$@" & wait']
         argv += [sys.executable, str(self.script), str(self.directory)]
         proc = popen_ha(*argv, env=self.env, log=self.directory / f"{identity}.log")
         self.procs[identity] = proc
@@ -114,9 +117,9 @@ def hosts(tmp_path: Path) -> Iterator[Hosts]:
 def test_kill_9_of_the_active_supervisor_kills_its_command(tmp_path: Path, loop: str) -> None:
     h = Hosts(tmp_path, ha_env(tmp_path, HA_URL=sqlite_url(tmp_path), HA_ASYNC_BACKEND=loop))
     try:
-        h.start("a")
+        h.start("a", wrap=True)  # the child is COMMAND's child: PDEATHSIG alone misses it
         h.settled()
-        h.start("b")
+        h.start("b", wrap=True)
         doc = h.settled()
         assert doc["active"] == "a" and doc["epoch"] == 1
         assert doc["breadcrumb"]["identity"] == "a"
@@ -125,7 +128,7 @@ def test_kill_9_of_the_active_supervisor_kills_its_command(tmp_path: Path, loop:
         assert a_child is not None and alive(a_child[0])
         assert h.child("b") is None  # the standby runs nothing
 
-        h.procs["a"].kill()  # SIGKILL: no cleanup; the kernel kills COMMAND (PDEATHSIG)
+        h.procs["a"].kill()  # SIGKILL: no cleanup; a's guard kills COMMAND's whole tree
         h.procs["a"].wait()
         wait_until(lambda: not alive(a_child[0]), "a's COMMAND to die with its supervisor")
         wait_until(lambda: h.child("b"), "b's COMMAND")

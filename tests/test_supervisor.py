@@ -320,29 +320,97 @@ async def test_failover_requests_that_cannot_be_honoured(tmp_path: Path) -> None
                 await admin.request_failover(driver, "/svc", "nobody")
             with pytest.raises(admin.FailoverError, match="already the active"):
                 await admin.request_failover(driver, "/svc", "a")
+            # no standby: refused up front, rather than stopping the only COMMAND for nothing
+            with pytest.raises(admin.FailoverError, match="no standby can take over /svc"):
+                await admin.request_failover(driver, "/svc")
+            assert g.members["a"].state == "active" and not (tmp_path / "a.term").exists()
+            await admin.request_failover(driver, "/svc", force=True, cooldown=30)
+            await wait_until(lambda: g.members["a"].state == "out", "a to cede when forced")
             g.members["a"].supervisor.stop()
             await wait_until(lambda: g.members["a"].state != "active", "a to leave")
             with pytest.raises(admin.NoActive):
                 await admin.request_failover(driver, "/svc")
 
 
-async def test_stop_escalates_to_sigkill_after_the_grace_period(tmp_path: Path) -> None:
-    # a COMMAND that ignores SIGTERM and leaves a grandchild in its process group
+async def test_a_duplicate_identity_is_refused(tmp_path: Path) -> None:
+    async with group(tmp_path) as g:
+        a = await g.start("a")
+        await g.settled()
+        pid_a = child_pid(tmp_path, "a")
+        settings = Settings("/svc", "a", (sys.executable, "-c", CHILD, str(tmp_path)))
+        async with MemoryDriver(g.cluster, session_timeout=1.0) as driver:
+            duplicate = Supervisor(driver, settings)
+            with pytest.raises(admin.DuplicateIdentity, match="another supervisor with --id 'a'"):
+                await duplicate.run()
+        # the running one is untouched: its member node, its lead, its COMMAND
+        status = await g.status()
+        assert [(m.identity, m.state) for m in status.members] == [(b"a", "active")]
+        assert a.state == "active" and child_pid(tmp_path, "a") == pid_a
+        assert pid_a is not None and alive(pid_a)
+
+
+@pytest.mark.parametrize("leaves", [False, True], ids=["in-group", "setsid"])
+async def test_stop_escalates_to_sigkill_after_the_grace_period(
+    tmp_path: Path, leaves: bool
+) -> None:
+    # a COMMAND that ignores SIGTERM and leaves a grandchild that ignores it too, in its
+    # process group or in a session of its own (a daemon)
     script = (
         "import os, signal, subprocess, sys, time\n"
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        "p = subprocess.Popen(['sleep', '60'])\n"
+        "p = subprocess.Popen(['sleep', '60'], start_new_session=sys.argv[2] == '1')\n"
         "open(sys.argv[1], 'w').write(str(p.pid))\n"
         "while True: time.sleep(0.05)\n"
     )
     pidfile = tmp_path / "grandchild"
-    child = await spawn([sys.executable, "-c", script, str(pidfile)])
+    child = await spawn([sys.executable, "-c", script, str(pidfile), str(int(leaves))])
     await wait_until(lambda: pidfile.exists() and pidfile.read_text(), "the grandchild")
     grandchild = int(pidfile.read_text())
-    code = await child.stop(0.1)
-    assert code == -signal.SIGKILL
-    assert not alive(child.pid)
-    await wait_until(lambda: not alive(grandchild), "the grandchild to be killed")
+    try:
+        assert (os.getsid(grandchild) != os.getsid(child.pid)) == leaves
+        code = await child.stop(0.1)
+        assert code == -signal.SIGKILL
+        # stop returns only once the whole tree is dead: the lock may pass on right after
+        assert not alive(child.pid) and not alive(grandchild)
+    finally:
+        if alive(grandchild):  # an escapee
+            os.kill(grandchild, signal.SIGKILL)
+
+
+async def test_the_whole_tree_gets_sigterm_and_the_grace_period(tmp_path: Path) -> None:
+    # a wrapper that forks a server and a double-forked daemon, then waits
+    record = tmp_path / "terms"
+    server = (
+        "import os, signal, sys, time\n"
+        "def term(*_):\n"
+        "    time.sleep(0.2)  # a graceful shutdown takes a while\n"
+        "    open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, term)\n"
+        "if sys.argv[2] == 'daemon':\n"
+        "    if os.fork(): os._exit(0)\n"
+        "    os.setsid()\n"
+        "    if os.fork(): os._exit(0)\n"
+        "pidfile = sys.argv[1] + '.' + sys.argv[2] + '.pid'\n"
+        "open(pidfile + '.tmp', 'w').write(str(os.getpid()))\n"
+        "os.replace(pidfile + '.tmp', pidfile)\n"
+        "while True: time.sleep(0.05)\n"
+    )
+    (tmp_path / "server.py").write_text(server)
+    run = f'"{sys.executable}" "{tmp_path}/server.py" "{record}"'
+    child = await spawn(["sh", "-c", f"{run} child & {run} daemon; wait"])
+    pids = [
+        await wait_until(lambda: child_pid(tmp_path, f"terms.{role}"), role)  # noqa: B023
+        for role in ("child", "daemon")
+    ]
+    try:
+        await child.stop(5.0)
+        assert sorted(record.read_text().split()) == ["child", "daemon"]  # both shut down cleanly
+        assert not any(alive(pid) for pid in [child.pid, *pids])
+    finally:
+        for pid in pids:
+            if alive(pid):  # an escapee
+                os.kill(pid, signal.SIGKILL)
 
 
 async def test_stop_of_a_child_that_obeys_sigterm(tmp_path: Path) -> None:
