@@ -50,7 +50,7 @@ import anyio
 
 from . import errors
 from .drivers.base import Driver, validate_path
-from .errors import ConfigurationError, HAError, NodeExists, NoNode
+from .errors import ConfigurationError, HAError, NodeExists, NoNode, NotEmpty
 from .machine import Breadcrumb, decode_breadcrumb
 
 __all__ = (
@@ -530,24 +530,33 @@ class FormatResult:
     removed: tuple[str, ...] = ()  # nodes cleared (with force)
     epoch: int | None = None  # the epoch counter, kept across a format
     epoch_reset: bool = False  # it was unreadable and was reset to 0
-    holder: bytes | None = None  # the lock holder that was deposed (with force)
+    holder: bytes | None = None  # a live lock holder left in place (with force)
 
 
 async def format_election(driver: Driver, path: str, force: bool = False) -> FormatResult:
     """Prepare the election at ``path``, like Hadoop's ``zkfc -formatZK``.
 
     Creates the election's node and its parents. Refuses (``ElectionInUse``) while the lock is
-    held, unless ``force``. With ``force`` it also clears the election's nodes: the lock (its
-    holder is deposed: its elector sees the lock go and stops its work), the breadcrumb (so
-    nobody is fenced), members and failover requests. The epoch counter is kept, so fencing
-    tokens never go back and deposed leaders' fenced writes keep failing; an unreadable counter
-    is rewritten as 0 (with a higher node version, which still fences old writers).
+    held, unless ``force``. With ``force`` it clears what no live session holds: a lock node
+    that is not ephemeral (left by a foreign tool), members that are not ephemeral, and
+    failover requests. It never removes what safety rests on: a lock held by a live session
+    stays (deleting it would let a standby start while the deposed active may still be
+    stopping, or is cut off and does not know), and so does the breadcrumb (without it the next
+    active would skip fencing an old active that may still run). To end a live active's term,
+    stop it or ask it to hand over (``ha failover``). The epoch counter is kept, so fencing
+    tokens never go back; an unreadable counter is rewritten as 0 (with a higher node
+    version, which still fences old writers).
     """
     _check_election(path)
     created = await driver.exists(path) is None
     await driver.ensure_path(path)
-    lock = await _read(driver, f"{path}/lock")
-    holder = None if lock is None else lock[0]
+    holder = None
+    live_lock = False
+    try:
+        holder, lock_stat = await driver.get(f"{path}/lock")
+        live_lock = lock_stat.ephemeral_owner is not None
+    except NoNode:
+        pass
     if holder is not None and not force:
         raise ElectionInUse(
             f"election {path} is in use: {text(holder)!r} holds its lock"
@@ -563,13 +572,38 @@ async def format_election(driver: Driver, path: str, force: bool = False) -> For
     if not force:
         return FormatResult(path, created, epoch=epoch, holder=None)
     removed = []
-    for name in ("lock", "breadcrumb", "failover", "members"):
-        if await _delete_tree(driver, f"{path}/{name}"):
-            removed.append(name)
+    if holder is not None and not live_lock and await _delete_tree(driver, f"{path}/lock"):
+        removed.append("lock")
+    if await _delete_tree(driver, f"{path}/failover"):
+        removed.append("failover")
+    if await _delete_persistent(driver, f"{path}/members"):
+        removed.append("members")
     if epoch_reset:
         await driver.set(f"{path}/epoch", b"0")
         epoch = 0
-    return FormatResult(path, created, tuple(removed), epoch, bool(epoch_reset), holder)
+    kept = holder if live_lock else None
+    return FormatResult(path, created, tuple(removed), epoch, bool(epoch_reset), kept)
+
+
+async def _delete_persistent(driver: Driver, path: str) -> bool:
+    """Delete the children of ``path`` that no live session holds, then ``path`` if empty."""
+    found = False
+    try:
+        names = await driver.children(path)
+    except NoNode:
+        return False
+    for name in names:
+        try:
+            _, stat = await driver.get(f"{path}/{name}")
+        except NoNode:
+            continue
+        if stat.ephemeral_owner is None and await _delete_tree(driver, f"{path}/{name}"):
+            found = True
+    try:
+        await driver.delete(path)
+    except (NoNode, NotEmpty):
+        pass
+    return found
 
 
 async def _delete_tree(driver: Driver, path: str) -> bool:

@@ -645,8 +645,8 @@ def failover(
 @click.option(
     "--force",
     is_flag=True,
-    help="Clear the election's nodes (lock, breadcrumb, members, failover), even"
-    " while an active holds the lock. The epoch counter is kept.",
+    help="Clear what no live process holds (a stale lock, old members, failover requests)"
+    " even while an active runs; its lock, the breadcrumb and the epoch counter stay.",
 )
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
@@ -665,9 +665,7 @@ def format_(opts: Options, path: str, force: bool, yes: bool) -> None:
         if found.exists:
             what = []
             if found.holder is not None:
-                what.append(f"deposes {admin.text(found.holder)!r}, which holds the lock")
-            if found.breadcrumb_raw is not None:
-                what.append("removes the breadcrumb (the next active will not fence)")
+                what.append(f"leaves the lock of {admin.text(found.holder)!r} if it is live")
             detail = "; ".join(what) or "the election holds nothing"
             if not sys.stdin.isatty():
                 raise Failure(
@@ -678,10 +676,12 @@ def format_(opts: Options, path: str, force: bool, yes: bool) -> None:
     result = _with_driver(opts, lambda driver: admin.format_election(driver, path, force=force))
     parts = ["created" if result.created else "exists"]
     if result.removed:
-        cleared = ", ".join(result.removed)
-        if result.holder is not None:
-            cleared += f" (deposed {admin.text(result.holder)!r})"
-        parts.append(f"cleared {cleared}")
+        parts.append(f"cleared {', '.join(result.removed)}")
+    if result.holder is not None:
+        parts.append(
+            f"{admin.text(result.holder)!r} holds the lock and stays active"
+            " (stop it, or `ha failover`, to end its term)"
+        )
     if result.epoch_reset:
         parts.append("the epoch was unreadable: reset to 0")
     elif result.epoch is not None:

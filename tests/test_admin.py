@@ -126,18 +126,31 @@ async def test_format_creates_and_refuses_while_the_lock_is_held() -> None:
             await admin.format_election(driver, "relative")
 
 
-async def test_format_with_force_deposes_the_active_and_keeps_the_epoch() -> None:
+async def test_format_with_force_keeps_a_live_lock_and_the_breadcrumb() -> None:
+    """Item 4 of the safety issue: a forced format deposed the active by deleting its lock and
+    breadcrumb, so a standby started at once, without fencing, while the old active could still
+    be stopping. Now it clears only what no live session holds."""
     async with cluster() as name, MemoryDriver(name) as driver:
         async with elector(name, "a") as a:
             await wait_until(lambda: a.state is State.ACTIVE, "a active")
             await admin.write_member(driver, "/svc", admin.Member(b"x", "standby"))
+            await driver.create("/svc/failover", b"{}")
+            crumb = await driver.get("/svc/breadcrumb")
             result = await admin.format_election(driver, "/svc", force=True)
             assert result.holder == b"a" and result.epoch == 1 and not result.epoch_reset
-            assert set(result.removed) == {"lock", "breadcrumb", "members"}
-            # a saw its lock go: it stopped, rejoined and won again with a higher epoch
-            await wait_until(lambda: a.lease is not None and a.lease.epoch == 2, "epoch 2")
-            status = await admin.election_status(driver, "/svc")
-            assert status.active == b"a" and status.epoch == 2
+            assert set(result.removed) == {"failover"}  # x's member node is ephemeral: kept
+            assert await driver.get("/svc/breadcrumb") == crumb
+            await anyio.sleep(0.1)
+            assert a.state is State.ACTIVE and a.lease is not None and a.lease.epoch == 1
+
+
+async def test_format_with_force_clears_a_lock_no_session_holds() -> None:
+    async with cluster() as name, MemoryDriver(name) as driver:
+        await driver.create("/svc/lock", b"foreign", makepath=True)  # persistent: nobody's
+        await driver.create("/svc/members/gone", b"{}", makepath=True)
+        result = await admin.format_election(driver, "/svc", force=True)
+        assert set(result.removed) == {"lock", "members"} and result.holder is None
+        assert await driver.exists("/svc/lock") is None
 
 
 async def test_format_with_force_resets_an_unreadable_epoch() -> None:

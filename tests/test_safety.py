@@ -10,17 +10,24 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import pytest
 
 import ha
+from ha import admin
+from ha.drivers.base import Create, Driver
 from ha.drivers.memory import MemoryDriver
 from ha.drivers.sqlite import SqliteDriver
+from ha.errors import TransactionFailed
 from ha.lease import Lease
+from ha.services import services
 from tests.harness import FAST, Net, SqliteNet, cluster, net, wait_for
+from tests.test_services import FAST as SERVICES_FAST
+from tests.test_services import SESSION, join, process
+from tests.test_stores import ProxyDriver
 
 __all__ = ("net",)  # the fixture
 
@@ -129,3 +136,108 @@ async def test_a_quit_while_the_database_is_busy_releases_the_lock(tmp_path: Pat
         a.quit()
         await wait_for(lambda: b.state is ha.State.ACTIVE, within=2.0)
         assert driver.session_id == session  # well before a's lease could have run out
+
+
+class SlowStopper:
+    """A contender whose work takes a while to stop (flushing, draining): ``spans`` holds the
+    monotonic (start, end) of each term's work, end being when the work had really stopped."""
+
+    def __init__(self, spans: list[tuple[str, float, float]], name: str) -> None:
+        self.spans, self.name = spans, name
+
+    async def become_active(self, lease: Lease) -> None:
+        started = time.monotonic()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.3)
+            self.spans.append((self.name, started, time.monotonic()))
+
+
+def overlaps(spans: list[tuple[str, float, float]]) -> list[str]:
+    ordered = sorted(spans, key=lambda s: s[1])
+    return [
+        f"{a[0]} worked until {a[2]:.3f}, {b[0]} started at {b[1]:.3f}"
+        for a, b in zip(ordered, ordered[1:], strict=False)
+        if b[1] < a[2] and a[0] != b[0]
+    ]
+
+
+async def test_format_force_never_starts_a_standby_while_the_active_works(net: Net) -> None:
+    """Item 4: ``ha format --force`` during a run must not let a standby start, unfenced, while
+    the old active is still stopping."""
+    spans: list[tuple[str, float, float]] = []
+    async with cluster(net) as c, c.probe() as da, c.probe() as db, c.probe() as admin_driver:
+        async with anyio.create_task_group() as tg:
+            a = ha.Elector(da, "/svc", "a", timing=FAST)
+            b = ha.Elector(db, "/svc", "b", timing=FAST)
+            tg.start_soon(a.run, SlowStopper(spans, "a"))
+            await wait_for(lambda: a.state is ha.State.ACTIVE)
+            tg.start_soon(b.run, SlowStopper(spans, "b"))
+            await wait_for(lambda: b.state is ha.State.STANDBY)
+            await admin.format_election(admin_driver, "/svc", force=True)
+            await anyio.sleep(1.0)
+            a.quit()
+            b.quit()
+    assert overlaps(spans) == []
+
+
+class BeforeFirstDelete(ProxyDriver):
+    """Runs ``action`` once, before the first single-node delete (the cleanup's wipe)."""
+
+    def __init__(self, inner: Driver, action: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(inner)
+        self.action, self.fired = action, False
+
+    async def before(self, name: str, arg: object) -> None:
+        if name == "delete" and not self.fired:
+            self.fired = True
+            await self.action()
+
+
+@pytest.mark.parametrize("backend_name", ["memory", "sqlite"])
+async def test_cleanup_all_data_never_sends_fencing_tokens_back(
+    backend_name: str, request: pytest.FixtureRequest
+) -> None:
+    """Item 5: the leader removes the cluster's data while a standby runs; a standby that
+    claims during the wipe lost its lock and the epoch node, epochs restarted, and a stale
+    epoch-1 lease passed the fence again. Now tokens only grow and the stale write fails."""
+    backend = request.getfixturevalue(f"{backend_name}_backend")
+    log: list[tuple[str, str]] = []
+    epochs: list[int] = []
+    async with (
+        process(backend, "y") as (y, _),
+        backend.driver(session_timeout=SESSION) as inner,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def y_may_claim() -> None:
+            with anyio.move_on_after(1.0):
+                await wait_for(lambda: y.lease is not None)
+
+        driver = BeforeFirstDelete(inner, y_may_claim)
+        async with services(driver, "c1", identity="x", timing=SERVICES_FAST) as x:
+            await join(x, "dispatcher", log)
+            await wait_for(lambda: x.lease is not None)
+            stale = x.lease
+            assert stale is not None and stale.epoch == 1
+            await join(y, "dispatcher", log)
+
+            async def watch_y() -> None:
+                while True:
+                    lease = y.lease
+                    if lease is not None and (not epochs or epochs[-1] != lease.epoch):
+                        epochs.append(lease.epoch)
+                    await anyio.sleep(0.002)
+
+            tg.start_soon(watch_y)
+            await anyio.sleep(0.2)  # y is a standby now
+            await x.close_and_cleanup_all_data()
+            await wait_for(lambda: y.lease is not None)
+            await anyio.sleep(0.3)
+            tg.cancel_scope.cancel()
+            with pytest.raises(TransactionFailed):
+                await inner.transaction([*stale.fence_ops(), Create("/stale-write", b"x")])
+    assert epochs and epochs[0] > 1, f"y was granted {epochs} after x's epoch 1"
+    assert epochs == sorted(set(epochs)), f"fencing tokens went back: {epochs}"
