@@ -631,6 +631,7 @@ class Supervisor:
                 code = await child.stop(0.0)
         if code != 0:
             log.warning("fence command %s: takeover refused", describe_exit(code))
+            self._member_poke.set()  # publish the refusal (the elector counts it first)
             raise FenceRefused(f"fence command {self.settings.fence[0]} {describe_exit(code)}")
 
     async def on_fatal_error(self, error: Exception) -> None:
@@ -787,8 +788,12 @@ class Supervisor:
         self._state = state
         self._member_poke.set()
 
+    def _fencing_note(self) -> str | None:
+        return None if self._elector is None else self._elector.fencing_note()
+
     def _member(self) -> admin.Member:
         note = "" if self._state != "out" else (self._out_reason() or "")
+        note = note or self._fencing_note() or ""
         return admin.Member(
             self.identity,
             self._state,
@@ -809,4 +814,6 @@ class Supervisor:
                     await admin.write_member(self.driver, self.settings.path, member)
             except (DriverError, HAError, TimeoutError) as exc:
                 log.debug("member node not written: %s", exc)
-            await self._member_poke.wait()
+            # while fences are refused, refresh the note ("next try in 8s") now and then
+            with anyio.move_on_after(1.0 if member.note and self._fencing_note() else math.inf):
+                await self._member_poke.wait()

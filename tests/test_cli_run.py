@@ -265,3 +265,23 @@ def test_run_status_and_format_on_zookeeper(
         assert doc["active"] == "b" and doc["epoch"] == 2
     finally:
         h.stop_all()
+
+
+def test_a_refused_fence_is_shown_by_status_and_backs_off(hosts: Hosts) -> None:
+    """Item 10 of the safety issue: a fence command that keeps refusing is tried again with a
+    growing backoff (it was run ~20 times a second, forever) and `ha status` says so."""
+    hosts.start("a")
+    hosts.settled()
+    hosts.start("b", "--fence", "false")
+    hosts.settled()
+    hosts.procs["a"].kill()
+
+    def noted() -> str | None:
+        members = {m["identity"]: m for m in hosts.status()["members"]}
+        note = members.get("b", {}).get("note", "")
+        return note if "fencing 'a' failed" in note else None
+
+    note = wait_until(noted, "b's member note to show the refused fences")
+    assert "next try in" in note or "times" in note
+    refusals = hosts.log("b").count("takeover refused")
+    assert 1 <= refusals <= 8  # not hundreds: the backoff grows from 0.05 s to its 2 s cap
