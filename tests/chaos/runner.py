@@ -1,0 +1,55 @@
+"""Runs rounds of one backend: the environment (servers) lives across its rounds."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.chaos import RoundResult
+from tests.chaos.memory import memory_round
+from tests.chaos.procs import process_round
+
+BACKENDS = ("memory", "sqlite", "supervised", "zookeeper", "ensemble")
+
+
+def zookeeper_missing() -> str | None:
+    from tests.backends.zookeeper import missing_reason
+
+    return missing_reason()
+
+
+async def run_backend(
+    backend: str,
+    seeds: list[int],
+    loop: str,
+    workdir: Path,
+    on_round: Callable[[RoundResult], None] = lambda r: None,
+) -> list[RoundResult]:
+    for name in ("ha", "kazoo"):  # their warnings are the faults we cause
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    results = []
+    if backend == "memory":
+        for seed in seeds:
+            results.append(await memory_round(seed, workdir, loop))
+            on_round(results[-1])
+        return results
+    from tests.chaos.envs import EnsembleEnv, SqliteEnv, ZooKeeperEnv
+
+    env = {
+        "sqlite": SqliteEnv,
+        "supervised": SqliteEnv,
+        "zookeeper": lambda: ZooKeeperEnv(workdir),
+        "ensemble": lambda: EnsembleEnv(workdir),
+    }[backend]()
+    try:
+        for seed in seeds:
+            results.append(
+                await process_round(env, seed, workdir, loop, supervised=backend == "supervised")
+            )
+            on_round(results[-1])
+    finally:
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
+    return results
