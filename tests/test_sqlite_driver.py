@@ -621,8 +621,10 @@ async def test_lease_running_out_while_cut_off_gives_expired(
                     ConnectionState.DISCONNECTED, sid
                 )
                 expires = await lease_end(sqlite_backend, sid)
-                # the lease runs out while the driver is locked out
-                await anyio.sleep(expires - time.monotonic() + 0.02)
+                # the lease runs out while the driver is locked out, long enough before the
+                # COMMIT that a renewal in flight then read its clock after the lease's end
+                # (one reading before it, waiting out busy_timeout, would renew it in time)
+                await anyio.sleep(expires - time.monotonic() + 0.2)
                 assert time.monotonic() > expires
                 await anyio.to_thread.run_sync(blocker.execute, "COMMIT")
                 assert await next_event(states) == ConnectionEvent(ConnectionState.EXPIRED, sid)
