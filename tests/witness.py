@@ -73,6 +73,7 @@ class Witness:
             identity=self.identity,
             pid=self.pid,
             epoch=lease.epoch,
+            sid=lease.session_id,
             begin=begin,
             end=end,
         )

@@ -27,6 +27,9 @@ from tests.witness import Figures, Violation
 SPAN = 3.0  # seconds of faults per round
 FAULTS = 5  # faults per round
 LENGTHS = (0.3, 0.7, 1.5)  # a fault's length in session timeouts: within the lease, or past it
+# twice as long: a cut follower serves its clients until syncLimit (5 s) runs out, a cut-off
+# client's session must have time to expire and the others to take over
+LONGER = ("follower_cut", "leader_isolated", "link_pause")
 
 KINDS: dict[str, dict[str, int]] = {
     "memory": {
@@ -82,13 +85,14 @@ def schedule(backend: str, seed: int, faults: int = FAULTS, span: float = SPAN) 
     rng = random.Random(f"{backend}-{seed}")
     kinds = list(KINDS[backend])
     weights = list(KINDS[backend].values())
-    times = sorted(rng.uniform(0, span) for _ in range(faults))
-    return [
-        Fault(
-            round(t, 3), rng.choices(kinds, weights)[0], round(rng.random(), 3), rng.choice(LENGTHS)
-        )
-        for t in times
-    ]
+    faults_: list[Fault] = []
+    for t in sorted(rng.uniform(0, span) for _ in range(faults)):
+        kind = rng.choices(kinds, weights)[0]
+        pick, length = round(rng.random(), 3), rng.choice(LENGTHS)
+        if kind in LONGER:
+            length *= 2
+        faults_.append(Fault(round(t, 3), kind, pick, length))
+    return faults_
 
 
 def choose(pick: float, items: list) -> object:  # type: ignore[type-arg]

@@ -11,6 +11,8 @@ or in-process (the memory backend) through ``ChaosContender``.
 
 from __future__ import annotations
 
+import logging
+import os
 import random
 import sys
 import time
@@ -132,6 +134,11 @@ async def main(url: str, identity: str, witness_file: str, seed: str) -> None:
 
 
 if __name__ == "__main__":
+    if os.environ.get("HA_CHAOS_DEBUG"):
+        handler = logging.StreamHandler()  # stamped with the witness's clock
+        handler.addFilter(lambda r: setattr(r, "mono", time.monotonic()) or True)
+        handler.setFormatter(logging.Formatter("%(mono).3f %(name)s %(message)s"))
+        logging.basicConfig(level=logging.DEBUG, handlers=[handler])
     url, identity, witness_file, backend, seed = sys.argv[1:6]
     args: Any = (url, identity, witness_file, seed)
     anyio.run(main, *args, backend=backend)

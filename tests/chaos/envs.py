@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import uuid
@@ -150,6 +151,7 @@ class EnsembleEnv:
             self.proxied = False
         self.ensemble.start_all()
         self.cuts: set[tuple[int, int]] = set()
+        self._starting = anyio.Lock()
         self.chroot = ""
 
     async def begin(self, seed: int, workdir: Path) -> None:
@@ -165,13 +167,14 @@ class EnsembleEnv:
         length = fault.length * SESSION
         if fault.kind == "server_restart":
             member = int(choose(fault.pick, [0, 1, 2]))  # type: ignore[call-overload]
-            if not self.ensemble.servers[member].running:
-                return None
-            self.ensemble.stop(member)
+            async with self._starting:  # not while it is being started again
+                if not self.ensemble.servers[member].running:
+                    return None
+                self.ensemble.stop(member)
 
             async def restart() -> None:
                 await anyio.sleep(length)
-                await anyio.to_thread.run_sync(self.ensemble.start, member)
+                await self._start(member)
 
             tg.start_soon(restart)
             return f"restart server {member + 1} after {length:.2f}s"
@@ -182,8 +185,13 @@ class EnsembleEnv:
         except RuntimeError:
             return None
         others = [i for i in range(3) if i != leader]
+        home = None
         if fault.kind == "follower_cut":
-            pairs = [(leader, int(choose(fault.pick, others)))]  # type: ignore[call-overload]
+            # most of the time the follower the active is connected to
+            sid = fleet.acting_session()
+            home = await anyio.to_thread.run_sync(self._home, sid) if sid else None
+            follower = home if home in others and fault.pick < 0.7 else choose(fault.pick, others)
+            pairs = [(leader, int(follower))]  # type: ignore[call-overload]
         else:
             pairs = [(leader, i) for i in others]
         for pair in pairs:
@@ -197,15 +205,15 @@ class EnsembleEnv:
                 self.cuts.discard(pair)
 
         tg.start_soon(later)
-        return f"{fault.kind}: cut {[(a + 1, b + 1) for a, b in pairs]} {length:.2f}s"
+        where = f"; the active is on server {home + 1}" if home is not None else ""
+        return f"{fault.kind}: cut {[(a + 1, b + 1) for a, b in pairs]} {length:.2f}s{where}"
 
     async def heal(self) -> None:
         for pair in list(self.cuts):
             self.ensemble.heal(*pair)
         self.cuts.clear()
-        for member, server in enumerate(self.ensemble.servers):
-            if not server.running:
-                await anyio.to_thread.run_sync(self.ensemble.start, member)
+        for member in range(3):
+            await self._start(member)
         with anyio.move_on_after(30):  # a quorum again before the liveness clock runs
             while True:
                 try:
@@ -213,6 +221,23 @@ class EnsembleEnv:
                     break
                 except RuntimeError:
                     await anyio.sleep(0.1)
+
+    def _home(self, sid: int) -> int | None:
+        """The member a client session is connected to."""
+        from tests.backends.zookeeper import four_letter
+
+        for member, server in enumerate(self.ensemble.servers):
+            if f"sid=0x{sid:x}," in four_letter(server.port, "cons"):
+                return member
+        return None
+
+    async def _start(self, member: int) -> None:
+        async with self._starting:  # one start at a time: two would fight over the ports
+            for _ in range(3):
+                if self.ensemble.servers[member].running:
+                    return
+                with contextlib.suppress(RuntimeError):  # it exited: start it again
+                    await anyio.to_thread.run_sync(self.ensemble.start, member)
 
     async def describe(self) -> str:
         modes = [await anyio.to_thread.run_sync(self.ensemble.mode, i) for i in range(3)]

@@ -150,6 +150,13 @@ class Fleet:
             if a["kind"] == "act" and a["end"] > now - within
         }
 
+    def acting_session(self) -> int | None:
+        """The session of whoever acted last, if lately."""
+        acts = [a for a in self.tail.read()[-50:] if a["kind"] == "act"]
+        if acts and acts[-1]["end"] > time.monotonic() - 0.5:
+            return int(acts[-1].get("sid") or 0) or None
+        return None
+
     def target(self, pick: float) -> Proc | None:
         """The active most of the time, else any live unpaused process."""
         live = [p for p in self.live() if not p.paused]
