@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+import ha
+from ha.drivers.memory import MemoryCluster, MemoryDriver
 from tests.chaos import RoundResult, table
 from tests.chaos.memory import memory_round
 from tests.chaos.runner import BACKENDS, run_backend, zookeeper_missing
@@ -134,6 +138,79 @@ async def test_a_broken_contender_is_caught(anyio_backend: str, tmp_path: Path) 
         if {"overlap", "deposed write"} <= found:
             return
     pytest.fail(f"the witness missed a broken contender: found only {sorted(found)}")
+
+
+# --- a bug the rounds found, made deterministic ------------------------------------------------
+
+
+class LateToNotice(MemoryDriver):
+    """Notices lost contact only when told: kazoo's read timeout outlasts the local deadline."""
+
+    quiet = False
+
+    def _lose_contact(self) -> None:
+        if not self.quiet:
+            super()._lose_contact()
+
+
+class HealsWhileNeutral:
+    """Stopped on its deadline, it lets the driver notice the loss; the contact comes back
+    while the elector runs the enter_neutral hook (ZooKeeper reconnects within milliseconds)."""
+
+    def __init__(self, driver: LateToNotice) -> None:
+        self.driver, self.armed = driver, False
+
+    async def become_active(self, lease: ha.Lease) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            if self.armed:
+                self.driver.quiet = False
+                self.driver._wake.set()
+
+    async def enter_neutral(self) -> None:
+        if self.armed:
+            self.armed = False
+            self.driver.heal()
+            while not self.driver.connected:
+                await anyio.sleep(0.001)
+
+
+@pytest.mark.anyio
+@pytest.mark.xfail(strict=True, reason="a stale Disconnected outcome strands the elector OFFLINE")
+async def test_reconnecting_while_a_lock_read_fails_does_not_strand_the_elector() -> None:
+    """Found by the ensemble rounds (seed 5011, trio; seed 6015, asyncio): the local deadline
+    passes while the driver still says connected, so the elector reads the lock; the read
+    fails once the driver has noticed the loss, and ``Elector._op`` turns that failure into
+    a ``Disconnected`` outcome. The driver's own Disconnected and Reconnected are handled
+    first (driver events before outcomes): the second lock read finds the lock ours. Then the
+    stale Disconnected moves the machine OFFLINE, the answer is ignored, and nothing ever
+    wakes it: no active while the session lives (its lock blocks everyone else)."""
+    name = f"stale-disconnect-{uuid.uuid4().hex[:6]}"
+    driver = LateToNotice(name, session_timeout=1.0)
+    contender = HealsWhileNeutral(driver)
+    try:
+        async with driver, anyio.create_task_group() as tg:
+            elector = ha.Elector(driver, "/svc", "a")
+            tg.start_soon(elector.run, contender)
+            with anyio.fail_after(3):
+                while elector.state is not ha.State.ACTIVE:
+                    await anyio.sleep(0.01)
+            driver.quiet = contender.armed = True
+            driver.partition()
+            driver.delay = 0.2  # the lock read is in flight when the loss is noticed
+            with anyio.fail_after(3):
+                while elector.state is ha.State.ACTIVE or contender.armed:
+                    await anyio.sleep(0.005)
+            driver.delay = 0
+            try:
+                with anyio.fail_after(2):  # it holds the lock and is connected: active at once
+                    while elector.state is not ha.State.ACTIVE:
+                        await anyio.sleep(0.01)
+            finally:
+                elector.quit()
+    finally:
+        MemoryCluster.drop(name)
 
 
 # --- chaos rounds ---------------------------------------------------------------------------------
