@@ -407,7 +407,16 @@ class Elector:
         except anyio.WouldBlock:
             pass
         if outcomes:
-            return outcomes.pop(0)
+            outcome = outcomes.pop(0)
+            if (
+                isinstance(outcome, m.Disconnected)
+                and self.driver.connected
+                and self.driver.session_id == outcome.session
+            ):
+                # the contact this failed call lost is back already (the driver's events came
+                # first): tell the machine so, or it waits OFFLINE for a reconnection it missed
+                outcomes.insert(0, m.Reconnected(outcome.session))
+            return outcome
         if self._backoff_at is None:
             return await receive.receive()
         when, token = self._backoff_at

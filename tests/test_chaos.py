@@ -177,7 +177,6 @@ class HealsWhileNeutral:
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(strict=True, reason="a stale Disconnected outcome strands the elector OFFLINE")
 async def test_reconnecting_while_a_lock_read_fails_does_not_strand_the_elector() -> None:
     """Found by the ensemble rounds (seed 5011, trio; seed 6015, asyncio): the local deadline
     passes while the driver still says connected, so the elector reads the lock; the read
