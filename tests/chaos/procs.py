@@ -61,8 +61,8 @@ class Tail:
     """The witness file's new lines, read incrementally."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.lines = path, 0, []  # type: ignore[var-annotated]
-        self.buffer = b""
+        self.path, self.offset, self.buffer = path, 0, b""
+        self.lines: list[dict[str, Any]] = []
 
     def read(self) -> list[dict[str, Any]]:
         try:
