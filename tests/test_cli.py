@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -54,6 +55,20 @@ def popen_ha(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen[byt
             stdin=subprocess.DEVNULL,
             env=env,
         )
+
+
+def stop_procs(procs: Iterable[subprocess.Popen[bytes]], timeout: float = 10) -> None:
+    """SIGTERM every process still running, then wait; SIGKILL what outlives ``timeout``."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def alive(pid: int) -> bool:

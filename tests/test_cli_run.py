@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.backends.zookeeper import ZooKeeperBackend, zookeeper_backend, zookeeper_server
-from tests.test_cli import alive, ha, ha_env, popen_ha, sqlite_url, wait_until
+from tests.test_cli import alive, ha, ha_env, popen_ha, sqlite_url, stop_procs, wait_until
 
 __all__ = ("zookeeper_backend", "zookeeper_server")  # fixtures, until the plugin is registered
 
@@ -93,15 +93,7 @@ class Hosts:
         return (self.directory / f"{identity}.log").read_text()
 
     def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_procs(self.procs.values())
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_cli import ha, ha_env, popen_ha, sqlite_url, wait_until
+from tests.test_cli import ha, ha_env, popen_ha, sqlite_url, stop_procs, wait_until
 
 SERVER = r"""
 import json, os, signal, sys, time
@@ -148,15 +148,7 @@ class Hosts:
         )
 
     def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_procs(self.procs.values(), timeout=20)
         for path in self.directory.glob("*.proc"):  # nothing may outlive the test, even failed
             pid = json.loads(path.read_text())["pid"]
             if alive(pid):
