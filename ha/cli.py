@@ -625,13 +625,18 @@ def failover(
             with anyio.fail_after(timeout):
                 found = await admin.wait_for_failover(driver, path, request)
                 elapsed = (time.monotonic() - started) * 1000
-                if confirm > 0:
-                    await admin.confirm_failover(driver, path, found, confirm)
         except TimeoutError:
             now = await admin.election_status(driver, path)
             held = f"; {admin.text(now.active)!r} is active" if now.active is not None else ""
             raise Failure(f"{to} did not take over {path} within {timeout:g}s{held}") from None
         assert found.active is not None
+        if confirm > 0:  # a bound of its own: the confirmation must not eat into --timeout
+            new = admin.text(found.active)
+            try:
+                with anyio.fail_after(confirm + max(confirm, 5.0)):
+                    await admin.confirm_failover(driver, path, found, confirm)
+            except TimeoutError:
+                raise Failure(f"couldn't confirm that {new!r} stays active on {path}") from None
         click.echo(
             f"{path}: {who!r} -> {admin.text(found.active)!r}"
             f" (epoch {request.epoch} -> {found.epoch}) in {elapsed:.0f} ms"

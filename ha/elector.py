@@ -158,7 +158,7 @@ class Elector:
         "_closed",
         "_quit_pending",
         "_fencing",
-        "_released",
+        "_may_hold",
         "counts",
     )
 
@@ -206,9 +206,11 @@ class Elector:
         self._backoff_at: tuple[float, int] | None = None
         self._closed = False
         self._quit_pending: m.QuitRequested | None = None
-        # refused fences in a row: (old active's identity, count, last error); None after success
-        self._fencing: tuple[str, int, str] | None = None
-        self._released: int | None = None  # the session whose lock we last saw released
+        # the last refused fence: (old active's identity, error); None after success
+        self._fencing: tuple[str, str] | None = None
+        # the session that may hold our lock: set before every create, cleared once a release
+        # finds the lock not (or no longer) ours
+        self._may_hold: int | None = None
         self.counts: Counter[tuple[str, str]] = Counter()
 
     # --- public -------------------------------------------------------------------------------
@@ -235,7 +237,8 @@ class Elector:
             "transitions": {f"{a}->{b}": n for (a, b), n in sorted(self.counts.items())},
         }
         if self._fencing is not None:
-            old, count, error = self._fencing
+            old, error = self._fencing
+            count = self._machine.fence_failures
             retry = None
             if self._backoff_at is not None:
                 retry = max(0.0, self._backoff_at[0] - anyio.current_time())
@@ -485,6 +488,7 @@ class Elector:
             return m.OperationFailed(session, name, str(exc), transient)
 
     async def _create_lock(self, session: int) -> m.Input:
+        self._may_hold = session
         try:
             await self.driver.create(self.lock_path, self.identity, ephemeral=True, makepath=True)
         except NodeExists:
@@ -571,6 +575,7 @@ class Elector:
         ]
 
     async def _claim(self, effect: m.ClaimActive) -> m.Input:
+        self._may_hold = effect.session
         ops: list[Op] = [Create(self.lock_path, self.identity, ephemeral=True)]
         ops += self._epoch_and_crumb_ops(
             effect.epoch, effect.epoch_version, effect.breadcrumb_version
@@ -593,7 +598,7 @@ class Elector:
 
         ZooKeeper cannot check the owner inside a transaction, so this reads then deletes by
         version; the lock can only change hands in between if it was deleted by a third party.
-        ``_released`` records the session once the lock is known not to be ours.
+        Once the lock is known not to be ours, ``_may_hold`` is cleared.
         """
         if session is None:
             return
@@ -609,7 +614,8 @@ class Elector:
         except DriverError as exc:
             log.info("%s: releasing the lock failed: %s", self.path, exc)
             return
-        self._released = session
+        if self._may_hold == session:
+            self._may_hold = None
 
     async def _release_after_quit(self) -> None:
         """After a quit, keep trying the owner-checked release while our session may live.
@@ -617,24 +623,35 @@ class Elector:
         A quit while disconnected or while the backend is busy must not leave the lock held
         by a session that lives on (``ha run --health`` keeps its session while it stays out):
         nobody else could lead. Done once the lock is not ours, or our session is over: a new
-        session, the driver closed, or no contact for a whole session timeout.
+        session, the driver closed, or no contact for a whole session timeout. Bounded by two
+        session timeouts of failing releases, then said loudly (closing the driver ends it).
         """
         session = self._machine.session
-        if session is None or self._released == session:
+        if session is None or self._may_hold != session:
             return
+        timeout = self.driver.session_timeout
+        give_up = anyio.current_time() + 2 * timeout
         delay = 0.05
-        while True:
+        while self._may_hold == session:
             if self.driver.session_id != session or self._closed:
+                return
+            now = anyio.current_time()
+            if not self.driver.connected and now > self.driver.last_contact + timeout:
+                return  # the backend has expired it (timing assumption, drivers/base.py)
+            if now > give_up:
+                log.error(
+                    "%s: quit, but the lock may still be held by this session: close the"
+                    " driver to release it",
+                    self.path,
+                )
                 return
             if self.driver.connected:
                 await self._release_lock(session)
-                if self._released == session:
+                if self._may_hold != session:
                     return
-            elif anyio.current_time() > self.driver.last_contact + self.driver.session_timeout:
-                return  # the backend has expired it (timing assumption, drivers/base.py)
             log.info("%s: quit: the lock may still be ours; trying again", self.path)
             await anyio.sleep(delay)
-            delay = min(delay * 2, self.driver.session_timeout / 3)
+            delay = min(delay * 2, timeout / 3)
 
     async def _resign(self, version: int, lock_version: int) -> None:
         """Delete our breadcrumb and our lock in one transaction (one write for a handover).
@@ -691,8 +708,8 @@ class Elector:
             return m.FenceSucceeded(session)
         crumb = m.decode_breadcrumb(breadcrumb)
         old = crumb.identity.decode(errors="replace") if crumb else "an unreadable breadcrumb"
-        count = 1 if self._fencing is None else self._fencing[1] + 1
-        self._fencing = (old, count, error)
+        self._fencing = (old, error)
+        count = self._machine.fence_failures + 1  # the machine counts it on FenceFailed
         log.warning("%s: fencing %r refused (%d in a row): %s", self.path, old, count, error)
         return m.FenceFailed(session, error)
 

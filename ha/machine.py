@@ -21,7 +21,8 @@ R5  Any failure on the way to ACTIVE releases the lock and backs off (exponentia
     jittered: the runner picks the delay from the attempt number); consecutive failures past
     ``max_retries`` are fatal (Hadoop's ``NUM_RETRIES``). Progress resets the count, except for
     refused fences: re-creating the lock is no progress for those, so they count until a fence
-    succeeds (a real STONITH command is not hammered; Hadoop sleeps, then gives up).
+    succeeds or another breadcrumb needs fencing (a real STONITH command is not hammered;
+    Hadoop sleeps, then gives up).
 R6  Losing authority while ACTIVE (session expired, lock deleted, epoch superseded, a fenced
     write refused) -> FENCED: the leadership scope is stopped first, then back off and rejoin.
 R7  Disconnected: by default an ACTIVE stops at once and goes NEUTRAL (Hadoop
@@ -556,7 +557,8 @@ class Machine:
 
     __slots__ = (
         "identity", "max_retries", "hold_on_disconnect", "phase", "session", "connected",
-        "reported", "failures", "active_failures", "fence_failures", "backoff_token", "holder", "lock_version", "epoch",
+        "reported", "failures", "active_failures", "fence_failures", "fence_target",
+        "backoff_token", "holder", "lock_version", "epoch",
         "epoch_version", "breadcrumb_version", "_read",
     )  # fmt: skip
 
@@ -574,7 +576,10 @@ class Machine:
         # consecutive terms whose become_active raised: winning the lock again is no progress
         # for these, so only a term that ends otherwise resets them (R5)
         self.active_failures = 0
-        self.fence_failures = 0  # consecutive refused fences: only a fence that works resets it
+        # consecutive refused fences of one breadcrumb: only a fence that works, or another
+        # breadcrumb to fence (a new incident), resets the count
+        self.fence_failures = 0
+        self.fence_target: bytes | None = None
         self.backoff_token = 0
         self.holder = b""  # who holds the lock, as last seen
         self.lock_version = 0
@@ -807,6 +812,8 @@ class Machine:
             crumb = decode_breadcrumb(event.breadcrumb)
             if crumb is None or crumb.identity != self.identity:
                 # R4: someone else (or something unreadable) was active: fence it first
+                if event.breadcrumb != self.fence_target:
+                    self.fence_target, self.fence_failures = event.breadcrumb, 0
                 return self._go(
                     Phase.FENCING,
                     "fencing old active",

@@ -367,26 +367,38 @@ class HAServices:
         # fence check against a counter recreated at its old version (ABA).
         lock = f"{self.election_path}/lock"
         epoch = f"{self.election_path}/epoch"
+        ident = self.identity
         try:
-            ident = self.identity
             await self.driver.create(
                 lock, ident.encode() if isinstance(ident, str) else ident, ephemeral=True
             )
         except NodeExists:
             log.warning("%s: another process leads now; its election is left", self.layout.root)
             return
+        session = self.driver.session_id
         try:
+            # every claim bumps the epoch, and the counter is never deleted: checking its
+            # version stops the wipe if our session ended and someone claimed (a lock check
+            # would not: a recreated lock has version 0 again)
+            guard = Check(epoch, (await self.driver.get(epoch))[1].version)
             for path in await post_order(self.driver, self.layout.root):
                 if path in (lock, epoch) or epoch.startswith(path + "/"):
                     continue
                 try:
-                    await self.driver.delete(path)
-                except (NoNode, DriverError) as exc:
+                    await self.driver.transaction([guard, Delete(path)])
+                except TransactionFailed as exc:
+                    if exc.index == 0:
+                        log.warning("%s: someone claimed during the cleanup: stopped", lock)
+                        return
+                    log.info("%s: not removed: %s", path, exc)
+                except DriverError as exc:
                     log.info("%s: not removed: %s", path, exc)
         finally:
             with anyio.CancelScope(shield=True):
-                try:
-                    await self.driver.delete(lock)
+                try:  # owner-checked: never a lock a newer session made
+                    _, stat = await self.driver.get(lock)
+                    if stat.ephemeral_owner == session:
+                        await self.driver.delete(lock, stat.version)
                 except (NoNode, DriverError) as exc:
                     log.info("%s: not removed: %s", lock, exc)
 

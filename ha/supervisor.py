@@ -223,6 +223,7 @@ def _start_guarded(
         )
     except BaseException:
         os.close(ctl_w)
+        os.close(report_r)
         raise
     finally:
         os.close(ctl_r)
@@ -328,6 +329,9 @@ def timing_for(session_timeout: float, grace: float) -> Timing:
     The elector stops the active work at ``deadline_ratio * session_timeout`` after the last
     contact; stopping takes up to ``grace`` (then SIGKILL), plus a margin for the loop.
     """
+    # Not counted: a guard stuck past the grace (a descendant in uninterruptible sleep) is
+    # killed GUARD_MARGIN later, COMMAND with it (PDEATHSIG) but not daemons that left its
+    # group; counting 2 s here would forbid the short sessions tests and demos use.
     margin = max(0.1 * session_timeout, 0.05)
     ratio = min(2 / 3, (session_timeout - grace - margin) / session_timeout)
     if ratio < 0.1:

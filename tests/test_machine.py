@@ -480,3 +480,15 @@ def test_a_lost_epoch_counter_never_sends_the_epoch_back() -> None:
     mach.handle(m.ElectionRead(S1, crumb, 3, 0, None))
     [commit] = mach.handle(m.FenceSucceeded(S1))
     assert isinstance(commit, m.CommitActive) and commit.epoch == 8
+
+
+def test_refused_fences_of_another_breadcrumb_count_afresh() -> None:
+    """Separate incidents (a new breadcrumb to fence) do not add up to a fatal error."""
+    mach = joined(max_retries=2)
+    for epoch in (4, 4, 5, 5, 6, 6):
+        crumb = m.encode_breadcrumb(m.Breadcrumb(OTHER, epoch))
+        mach.handle(m.LockCreated(S1, 0))
+        mach.handle(m.ElectionRead(S1, crumb, 0, epoch, 4))
+        effects = mach.handle(m.FenceFailed(S1, "refused"))
+        assert kinds(effects)[-1] == "Backoff"
+        mach.handle(m.BackoffElapsed(mach.backoff_token))

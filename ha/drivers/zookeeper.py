@@ -322,7 +322,7 @@ class ZooKeeperDriver(Driver):
         self._last_contact = 0.0
         # requests answered by the server: (sent, replied) on the loop's clock, candidates for
         # last_contact once a reply through the leader proves their touch reached the leader
-        self._answered: deque[tuple[float, float]] = deque(maxlen=1024)
+        self._answered: deque[tuple[float, float]] = deque()
         self._clock_offset = 0.0  # anyio.current_time() - time.monotonic(), taken on the loop
         self._connect_sent: float | None = None  # time.monotonic(); kazoo's connection thread
         self._first_session = anyio.Event()
@@ -420,12 +420,21 @@ class ZooKeeperDriver(Driver):
                 value = result.get_nowait()
             except kx.KazooException as exc:
                 if not isinstance(exc, _NO_REPLY):
-                    self._answered.append((sent, replied))
+                    self._remember(sent, replied)
                 raise
         if leader:
             self._through_leader(sent)
-        self._answered.append((sent, replied))
+        self._remember(sent, replied)
         return value
+
+    def _remember(self, sent: float, replied: float) -> None:
+        """Keep an answered request until a sync proves it. Under heavy load the oldest two
+        become one (latest send, latest reply): proven later, never earlier, and the oldest
+        are the ones the next sync can prove, so they must not be dropped."""
+        if len(self._answered) >= 1024:
+            a, b = self._answered.popleft(), self._answered.popleft()
+            self._answered.appendleft((max(a[0], b[0]), max(a[1], b[1])))
+        self._answered.append((sent, replied))
 
     @property
     def _tick(self) -> float:
@@ -438,8 +447,7 @@ class ZooKeeperDriver(Driver):
         cutoff = sent - self._tick
         proven = [entry[0] for entry in self._answered if entry[1] <= cutoff]
         if proven:  # their touches are in; later proofs need only later requests
-            kept = (entry for entry in self._answered if entry[1] > cutoff)
-            self._answered = deque(kept, maxlen=self._answered.maxlen)
+            self._answered = deque(entry for entry in self._answered if entry[1] > cutoff)
             self._stamp(max(proven))
 
     def _stamp(self, contact: float) -> None:

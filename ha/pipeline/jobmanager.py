@@ -251,12 +251,9 @@ class _Term:
         self.wake.set()
 
     def may_act(self) -> bool:
-        """Still the active, and within the contact deadline (a paused process may wake late)."""
-        if not self.lease.valid:
-            return False
-        timing, driver = self.jm.elector.timing, self.driver
-        deadline = driver.last_contact + timing.deadline_ratio * driver.session_timeout
-        return anyio.current_time() < deadline
+        """Still the active, and within the contact deadline (``Lease.valid`` checks both: a
+        paused process may wake late)."""
+        return self.lease.valid
 
     # --- recovery -------------------------------------------------------------------------------
 
