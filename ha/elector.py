@@ -508,7 +508,10 @@ class Elector:
     async def _read_election(self, session: int) -> m.Input:
         crumb: tuple[bytes | None, int | None] = (None, None)
         epoch: tuple[int, int | None] = (0, None)
+        errors: list[Exception] = []
 
+        # the children never raise: an error beside a cancellation (the op's timeout) would
+        # leave the task group as a BaseExceptionGroup that nothing above can handle (trio)
         async def read_crumb() -> None:
             nonlocal crumb
             try:
@@ -516,21 +519,22 @@ class Elector:
                 crumb = (raw, stat.version)
             except NoNode:
                 pass
+            except Exception as exc:
+                errors.append(exc)
 
         async def read_epoch() -> None:
             nonlocal epoch
-            epoch = await self._read_epoch()
+            try:
+                epoch = await self._read_epoch()
+            except Exception as exc:
+                errors.append(exc)
 
         # both reads in flight at once: one round trip instead of two on the way to ACTIVE
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(read_crumb)
-                tg.start_soon(read_epoch)
-        except ExceptionGroup as group:  # hand the first error to _op as a plain exception
-            first: BaseException = group
-            while isinstance(first, BaseExceptionGroup):
-                first = first.exceptions[0]
-            raise first from None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_crumb)
+            tg.start_soon(read_epoch)
+        if errors:
+            raise errors[0]
         return m.ElectionRead(session, crumb[0], crumb[1], epoch[0], epoch[1])
 
     async def _read_epoch(self) -> tuple[int, int | None]:

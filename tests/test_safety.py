@@ -241,3 +241,38 @@ async def test_cleanup_all_data_never_sends_fencing_tokens_back(
                 await inner.transaction([*stale.fence_ops(), Create("/stale-write", b"x")])
     assert epochs and epochs[0] > 1, f"y was granted {epochs} after x's epoch 1"
     assert epochs == sorted(set(epochs)), f"fencing tokens went back: {epochs}"
+
+
+class SlowFailingCrumb(ProxyDriver):
+    """The epoch read hangs until the op's timeout cancels it; the breadcrumb read outlives
+    that timeout (shielded), then fails: an error and the cancellation meet in one group."""
+
+    def __init__(self, inner: Driver) -> None:
+        super().__init__(inner)
+        self.armed = {"breadcrumb", "epoch"}
+
+    async def before(self, name: str, arg: object) -> None:
+        node = str(arg).rsplit("/", 1)[-1]
+        if name != "get" or node not in self.armed:
+            return
+        self.armed.discard(node)
+        if node == "epoch":
+            await anyio.sleep(1.0)  # cancelled by the op's timeout
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(0.2)
+        raise ha.errors.SessionExpired("injected: the session ended during the read")
+
+
+async def test_a_read_error_meeting_the_op_timeout_does_not_crash_run() -> None:
+    """Found by the memory chaos rounds (trio): SessionExpired from the breadcrumb read beside
+    the op timeout's cancellation left the read's task group as a BaseExceptionGroup that
+    escaped run() and killed the elector."""
+    timing = ha.Timing(op_timeout=0.05, backoff=FAST.backoff)
+    async with MemoryDriver(f"group-{uuid.uuid4()}", session_timeout=1.0) as inner:
+        driver = SlowFailingCrumb(inner)
+        elector = ha.Elector(driver, "/svc", "a", timing=timing)
+        actor = Actor()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(elector.run, actor)
+            await wait_for(lambda: elector.state is ha.State.ACTIVE)
+            elector.quit()
