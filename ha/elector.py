@@ -28,6 +28,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from . import machine as m
+from ._clock import monotonic_minus_loop
 from .contender import check_contender
 from .drivers.base import (
     Check,
@@ -729,14 +730,13 @@ class Elector:
         done = anyio.Event()
         self._lead_scope, self._lead_done = scope, done
 
-        # the lease is asked from any thread: keep its clock on time.monotonic(), whose offset
-        # from the loop's clock is fixed (0 on asyncio; trio's clock adds a constant)
-        offset = anyio.current_time() - time.monotonic()
+        # the lease is asked from any thread: its deadline is on time.monotonic()
+        to_monotonic = monotonic_minus_loop()
         span = self.timing.deadline_ratio * self.driver.session_timeout
         driver = self.driver
 
         def deadline() -> float:
-            return driver.last_contact + span - offset
+            return driver.last_contact + span + to_monotonic
 
         def valid() -> bool:
             return not scope.cancel_called and self._machine.epoch == epoch

@@ -84,6 +84,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from .._clock import loop_minus_monotonic
 from ..errors import (
     AccessDenied,
     BadVersion,
@@ -629,9 +630,7 @@ class SqliteDriver(Driver):
 
     def _loop_time(self, monotonic: float) -> float:
         """Map a CLOCK_MONOTONIC reading onto anyio.current_time(), never later than it was."""
-        # reading the loop clock first makes the offset, hence the result, err low
-        offset = anyio.current_time() - time.monotonic()
-        return monotonic + offset
+        return monotonic + loop_minus_monotonic()
 
     # --- lifecycle ----------------------------------------------------------------------------
 

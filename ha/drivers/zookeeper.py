@@ -73,6 +73,7 @@ from kazoo.protocol.states import EventType, KazooState
 from kazoo.retry import KazooRetry
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
+from .._clock import loop_minus_monotonic
 from ..errors import (
     AccessDenied,
     BadVersion,
@@ -492,8 +493,7 @@ class ZooKeeperDriver(Driver):
         )
         self._client.add_listener(self._kazoo_state)
         self._date_connects(self._client)
-        # trio's clock is time.monotonic() plus a constant; asyncio's has none
-        self._clock_offset = anyio.current_time() - time.monotonic()
+        self._clock_offset = loop_minus_monotonic()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         try:
