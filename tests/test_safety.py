@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import pytest
 
 import ha
@@ -24,7 +25,7 @@ from ha.drivers.sqlite import SqliteDriver
 from ha.errors import TransactionFailed
 from ha.lease import Lease
 from ha.services import services
-from tests.harness import FAST, Net, SqliteNet, cluster, net, wait_for
+from tests.harness import FAST, Cluster, Net, Node, SqliteNet, cluster, net, wait_for
 from tests.test_services import FAST as SERVICES_FAST
 from tests.test_services import SESSION, join, process
 from tests.test_stores import ProxyDriver
@@ -101,16 +102,24 @@ async def test_a_refused_fence_is_not_retried_at_full_speed(net: Net) -> None:
         assert notes[0] is not None and "fencing 'a' failed 5 times" in notes[0]
 
 
+async def active_beside_standby(
+    c: Cluster, driver: Driver, tg: anyio.abc.TaskGroup, session_timeout: float
+) -> tuple[ha.Elector, Node]:
+    """``a`` leads on ``driver`` (a session the test keeps open after a quit), ``b`` waits."""
+    a = ha.Elector(driver, "/svc", "a", timing=FAST)
+    tg.start_soon(a.run, Actor())
+    await wait_for(lambda: a.state is ha.State.ACTIVE)
+    b = await c.add("b", session_timeout=session_timeout)
+    await wait_for(lambda: b.state is ha.State.STANDBY)
+    return a, b
+
+
 async def test_a_quit_while_disconnected_releases_the_lock_once_back() -> None:
     """Item 9: the active quits while cut off; its session outlives the blip (as `ha run
     --health` keeps its session while it stays out). The lock must not stay held by it."""
     async with cluster() as c, c.probe(2.0) as driver, anyio.create_task_group() as tg:
         assert isinstance(driver, MemoryDriver)
-        a = ha.Elector(driver, "/svc", "a", timing=FAST)
-        tg.start_soon(a.run, Actor())
-        await wait_for(lambda: a.state is ha.State.ACTIVE)
-        b = await c.add("b", session_timeout=2.0)
-        await wait_for(lambda: b.state is ha.State.STANDBY)
+        a, b = await active_beside_standby(c, driver, tg, 2.0)
         session = driver.session_id
         driver.disconnect()
         a.quit()
@@ -126,11 +135,7 @@ async def test_a_quit_while_the_database_is_busy_releases_the_lock(tmp_path: Pat
     net = SqliteNet(tmp_path)
     async with cluster(net) as c, c.probe(3.0) as driver, anyio.create_task_group() as tg:
         assert isinstance(driver, SqliteDriver)
-        a = ha.Elector(driver, "/svc", "a", timing=FAST)
-        tg.start_soon(a.run, Actor())
-        await wait_for(lambda: a.state is ha.State.ACTIVE)
-        b = await c.add("b", session_timeout=3.0)
-        await wait_for(lambda: b.state is ha.State.STANDBY)
+        a, b = await active_beside_standby(c, driver, tg, 3.0)
         session = driver.session_id
         driver._fail_next(2, transient=True)  # the release meets "database is busy"
         a.quit()

@@ -7,7 +7,6 @@ ProxyDriver hook on a real backend, then checks B's pointers and blobs directly.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,23 +26,13 @@ from ha.stores import (
     Stores,
 )
 from ha.stores.blobs import BlobRef
-from tests.test_stores import ProxyDriver, checkpoint, files_under, win
+from tests.test_stores import ProxyDriver, checkpoint, driver, files_under, other, win
+
+__all__ = ("driver", "other")  # fixtures
 
 pytestmark = pytest.mark.anyio
 
 LAYOUT = Layout("c1")
-
-
-@pytest.fixture
-async def driver(backend: Any) -> AsyncIterator[Driver]:
-    async with backend.driver() as d:
-        yield d
-
-
-@pytest.fixture
-async def other(backend: Any) -> AsyncIterator[Driver]:
-    async with backend.driver() as d:
-        yield d
 
 
 @pytest.fixture(params=["memory", "file"])
