@@ -819,5 +819,5 @@ class Supervisor:
             except (DriverError, HAError, TimeoutError) as exc:
                 log.debug("member node not written: %s", exc)
             # while fences are refused, refresh the note ("next try in 8s") now and then
-            with anyio.move_on_after(1.0 if member.note and self._fencing_note() else math.inf):
+            with anyio.move_on_after(1.0 if self._fencing_note() else math.inf):
                 await self._member_poke.wait()
