@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ha.pipeline.journal import generate_journal
-from ha.pipeline.report import analyze, render_html
 from ha.pipeline.spark import SparkSettings, build_session
+from ha.report import analyze, render_html
+from ha.report.synthetic import generate_journal
 
 
 def main() -> None:

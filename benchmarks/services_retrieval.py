@@ -247,7 +247,7 @@ async def measure_zookeeper(hosts: str, count: int, backend: str) -> list[Sample
 
 
 def start_server(directory: Path) -> tuple[str, Callable[[], None]]:
-    from tests.backends.zookeeper import ZooKeeperServer, missing_reason
+    from tests.support.backends.zookeeper import ZooKeeperServer, missing_reason
 
     reason = missing_reason()
     if reason:

@@ -50,13 +50,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ha.drivers.base import Check, DriverEvent, NodeEvent, NodeEventKind, SetData  # noqa: E402
-from ha.drivers.sqlite import SqliteDriver  # noqa: E402
+from ha.drivers.sqlite.driver import SqliteDriver  # noqa: E402
 
 # a process that holds a session; in "idle" mode it also watches a path and reports its CPU
 CHILD = r"""
 import resource, sys, threading, time
 import anyio
-from ha.drivers.sqlite import SqliteDriver
+from ha.drivers.sqlite.driver import SqliteDriver
 
 def compute():
     while True:  # pure Python: holds the GIL but for the interpreter's switches

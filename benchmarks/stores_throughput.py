@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ha.drivers import connect  # noqa: E402
 from ha.drivers.base import Check, Driver, Op, SetData  # noqa: E402
-from ha.lease import Lease  # noqa: E402
+from ha.election.lease import Lease  # noqa: E402
 from ha.stores import (  # noqa: E402
     BlobStore,
     CheckpointStore,

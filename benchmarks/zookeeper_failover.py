@@ -261,7 +261,7 @@ def many_elections(hosts: str, count: int, backend: str) -> str:
 
 def start_server(directory: Path) -> tuple[str, Callable[[], None]]:
     sys.path.insert(0, str(ROOT))
-    from tests.backends.zookeeper import ZooKeeperServer, missing_reason
+    from tests.support.backends.zookeeper import ZooKeeperServer, missing_reason
 
     reason = missing_reason()
     if reason:

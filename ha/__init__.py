@@ -8,12 +8,12 @@ async with ha.connect("memory://cluster-a") as driver:
 from __future__ import annotations
 
 from . import errors
-from .contender import Contender
 from .drivers import connect
-from .elector import Backoff, Elector, Timing
-from .journal import JournalWriter, Transition
-from .lease import Lease
-from .machine import State
+from .election.contender import Contender
+from .election.elector import Backoff, Elector, Timing
+from .election.journal import JournalWriter, Transition
+from .election.lease import Lease
+from .election.machine import State
 from .services import LeaderInfo, services
 
 __all__ = (

@@ -50,8 +50,8 @@ import anyio
 
 from . import errors
 from .drivers.base import Driver, validate_path
+from .election.machine import Breadcrumb, decode_breadcrumb
 from .errors import ConfigurationError, HAError, NodeExists, NoNode, NotEmpty
-from .machine import Breadcrumb, decode_breadcrumb
 
 __all__ = (
     "DuplicateIdentity",

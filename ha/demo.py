@@ -35,11 +35,11 @@ from rich.text import Text
 
 from .drivers import connect, driver_class
 from .drivers.memory import MemoryDriver
-from .elector import Elector
+from .election.elector import Elector
+from .election.journal import JournalWriter
+from .election.lease import Lease
+from .election.machine import decode_breadcrumb
 from .errors import ConfigurationError, HAError
-from .journal import JournalWriter
-from .lease import Lease
-from .machine import decode_breadcrumb
 from .supervisor import Child, spawn
 
 __all__ = ("Model", "ProcessContenders", "InProcessContenders", "run_demo", "worker_main")

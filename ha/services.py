@@ -66,7 +66,8 @@ from .drivers.base import (
     post_order,
 )
 from .drivers.memory import MemoryCluster, MemoryDriver
-from .elector import Elector, Timing
+from .election.elector import Elector, Timing
+from .election.lease import Lease
 from .errors import (
     BadVersion,
     ConfigurationError,
@@ -77,7 +78,6 @@ from .errors import (
     NoNode,
     TransactionFailed,
 )
-from .lease import Lease
 from .stores import BlobStore, Stores, codec
 from .stores.fencing import Writer
 from .stores.layout import Layout, check_name
@@ -686,8 +686,6 @@ async def _bounded(hook: Callable[[], Awaitable[None]], limit: float, name: str)
         log.error("%s: revoke_leadership did not finish in %gs", name, limit)
     except Exception:
         log.exception("%s: revoke_leadership raised", name)
-
-
 
 
 def services(

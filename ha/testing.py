@@ -16,9 +16,9 @@ from typing import Any
 
 import anyio
 
-from .journal import Transition
-from .lease import Lease
-from .machine import LEGAL, State, decode_breadcrumb
+from .election.journal import Transition
+from .election.lease import Lease
+from .election.machine import LEGAL, State, decode_breadcrumb
 
 __all__ = ("Event", "History", "Recorder", "SafetyViolation", "check_history")
 

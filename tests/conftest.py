@@ -1,7 +1,7 @@
 """Shared fixtures: every async test runs under asyncio and trio; backends come from plugins.
 
-Each backend plugin in ``tests/backends/<name>.py`` defines a fixture ``<name>_backend``
-returning a ``tests.backends.Backend``; ``backend`` runs a test once per available backend.
+Each backend plugin in ``tests/support/backends/<name>.py`` defines a fixture ``<name>_backend``
+returning a ``tests.support.backends.Backend``; ``backend`` runs a test once per available backend.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from hypothesis import settings
 settings.register_profile("long", max_examples=3000)
 
 pytest_plugins = [
-    "tests.backends.memory",
-    "tests.backends.sqlite",
-    "tests.backends.zookeeper",
+    "tests.support.backends.memory",
+    "tests.support.backends.sqlite",
+    "tests.support.backends.zookeeper",
 ]
 
 BACKENDS = ["memory", "sqlite", "zookeeper"]

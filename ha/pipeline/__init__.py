@@ -7,12 +7,11 @@
 - ``jobmanager``: the contender that runs jobs while active; ``worker``: it as a process;
 - ``jobs``: submitting, cancelling and watching jobs from any process;
 - ``clicks``: the example pipeline and its data generator;
-- ``journal`` and ``report``: synthetic election journals and the journal report;
 - ``demo``: job manager processes on one host, and the pipeline demo.
 
 The calls behind the command line: ``make_plan`` + ``submit_job``, ``list_jobs``,
 ``job_status``, ``cancel_job``, ``wait_for_job`` (``ha jobs ...``), ``run_job_manager`` (a job
-manager process), ``run_report`` (``ha report``), ``run_pipeline_demo`` (``ha demo --pipeline``).
+manager process), ``run_pipeline_demo`` (``ha demo --pipeline``).
 Importing this package does not import pyspark.
 """
 
@@ -22,7 +21,6 @@ from .demo import run_pipeline_demo
 from .jobs import JobStatus, cancel_job, job_status, list_jobs, submit_job, wait_for_job
 from .plan import JobPlan, make_plan, parse_params
 from .registry import REQUIRED, Param, Pipeline, get_pipeline, pipeline, pipeline_names
-from .report import run_report
 from .worker import run_job_manager
 
 __all__ = (
@@ -41,7 +39,6 @@ __all__ = (
     "pipeline_names",
     "run_job_manager",
     "run_pipeline_demo",
-    "run_report",
     "submit_job",
     "wait_for_job",
 )

@@ -49,7 +49,9 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..drivers.base import Driver, NodeEvent
-from ..elector import Elector, Timing
+from ..election.elector import Elector, Timing
+from ..election.journal import JournalWriter
+from ..election.lease import Lease
 from ..errors import (
     ConfigurationError,
     CorruptData,
@@ -59,8 +61,6 @@ from ..errors import (
     NoNode,
     NotEmpty,
 )
-from ..journal import JournalWriter
-from ..lease import Lease
 from ..stores import BlobStore, CompletedCheckpoint, JobOutcome, JobResult, Stores
 from ..stores.fencing import Writer
 from .commit import clean_staging, commit_batch, stage_batch

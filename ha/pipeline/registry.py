@@ -46,7 +46,7 @@ __all__ = (
 
 ENTRY_POINT_GROUP = "ha.pipelines"
 # Modules of this package that register pipelines; imported on the first lookup.
-BUILTIN_MODULES = ("ha.pipeline.clicks", "ha.pipeline.report")
+BUILTIN_MODULES = ("ha.pipeline.clicks", "ha.report")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 Compute = Callable[["SparkSession", Mapping[str, Any], Any], "DataFrame"]

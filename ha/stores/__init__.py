@@ -36,8 +36,8 @@ import uuid
 from pathlib import Path
 
 from ..drivers.base import Delete, Driver, Op, post_order
+from ..election.lease import Lease
 from ..errors import BadVersion, NoNode, NotEmpty, TransactionFailed
-from ..lease import Lease
 from .blobs import BlobRef, BlobStore, FileBlobStore, MemoryBlobStore
 from .checkpoints import CheckpointIdCounter, CheckpointStore, CompletedCheckpoint
 from .execution_plans import ExecutionPlanStore

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..drivers.base import Driver, SetData
+from ..election.lease import Lease
 from ..errors import (
     BadVersion,
     ConfigurationError,
@@ -26,7 +27,6 @@ from ..errors import (
     NoNode,
     TransactionFailed,
 )
-from ..lease import Lease
 from . import codec
 from .blobs import BlobStore
 from .fencing import Writer

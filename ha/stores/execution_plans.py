@@ -10,8 +10,8 @@ globally done; a plan another owner still holds is not removed.
 from __future__ import annotations
 
 from ..drivers.base import Driver
+from ..election.lease import Lease
 from ..errors import CorruptData, NoNode
-from ..lease import Lease
 from . import codec
 from .blobs import BlobStore
 from .layout import Layout, check_name

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..drivers.base import Create, Delete, Driver, Op, SetData, Stat, parent_of
+from ..election.lease import Lease
 from ..errors import (
     BadVersion,
     ConfigurationError,
@@ -23,7 +24,6 @@ from ..errors import (
     PossiblyInconsistent,
     TransactionFailed,
 )
-from ..lease import Lease
 
 __all__ = ("PossiblyInconsistent", "Writer")  # PossiblyInconsistent lives in ha.errors
 

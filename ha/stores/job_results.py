@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..drivers.base import Driver, SetData
+from ..election.lease import Lease
 from ..errors import BadVersion, ConfigurationError, CorruptData, NoNode, TransactionFailed
-from ..lease import Lease
 from . import codec
 from .fencing import Writer
 from .layout import Layout, check_name

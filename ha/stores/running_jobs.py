@@ -10,8 +10,8 @@ from __future__ import annotations
 import enum
 
 from ..drivers.base import Driver
+from ..election.lease import Lease
 from ..errors import NoNode
-from ..lease import Lease
 from . import codec
 from .fencing import Writer
 from .layout import Layout, check_name

@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..drivers.base import Check, Create, Delete, Driver, Op, SetData, validate_path
+from ..election.lease import Lease
 from ..errors import (
     AccessDenied,
     BadVersion,
@@ -46,7 +47,6 @@ from ..errors import (
     SessionExpired,
     TransactionFailed,
 )
-from ..lease import Lease
 from . import codec
 from .blobs import BlobRef, BlobStore
 from .fencing import PossiblyInconsistent, Writer

@@ -1,4 +1,4 @@
-"""Chaos rounds judged by the witness (``tests/witness.py``), not by the electors' own history.
+"""Chaos rounds judged by the witness (``tests/support/witness.py``), not by the electors' own history.
 
 A round: three contenders start on a fresh namespace, a seeded schedule of faults runs for
 ``SPAN`` seconds, then everything heals and some contender must act again within a bound;
@@ -10,7 +10,7 @@ processes on sqlite, with ``ha failover --to``), ``zookeeper`` (one server, a fa
 client), ``ensemble`` (three servers, quorum links through a fault proxy when available).
 
 Replay one round: ``python -m tests.chaos --backend sqlite --seed 1234 --rounds 1``; the long
-run: ``--rounds 1000`` (or ``HA_CHAOS_ROUNDS=1000 pytest -m slow tests/test_chaos.py``).
+run: ``--rounds 1000`` (or ``HA_CHAOS_ROUNDS=1000 pytest -m slow tests/chaos/test_chaos.py``).
 A round's seed fixes its schedule (times, kinds, lengths, target draws); which process a draw
 hits depends on who leads then, so a replay repeats the schedule, not every interleaving.
 """
@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tests.witness import Figures, Violation
+from tests.support.witness import Figures, Violation
 
 SPAN = 3.0  # seconds of faults per round
 FAULTS = 5  # faults per round

@@ -20,7 +20,7 @@ if __name__ == "__main__":
 
 import ha
 from ha.errors import HAError
-from tests.witness import Witness
+from tests.support.witness import Witness
 
 
 async def main(witness_file: str) -> None:

@@ -28,7 +28,7 @@ if __name__ == "__main__":  # run as a script: make the repository importable
 import ha
 from ha.drivers.base import Driver
 from ha.errors import Unavailable
-from tests.witness import Witness
+from tests.support.witness import Witness
 
 ELECTION = "/svc"
 TIMING = ha.Timing(

@@ -49,7 +49,7 @@ class SqliteEnv:
 
     async def apply(self, fault: Fault, fleet: Fleet, tg: anyio.abc.TaskGroup) -> str | None:
         if fault.kind == "lockfiles":
-            from tests.backends.sqlite import remove_lock_files
+            from tests.support.backends.sqlite import remove_lock_files
 
             try:
                 names = remove_lock_files(self.file)
@@ -84,8 +84,8 @@ class ZooKeeperEnv:
     live_within = 6.0
 
     def __init__(self, workdir: Path) -> None:
-        from tests.backends.zookeeper import ZooKeeperServer
-        from tests.faultproxy import FaultProxy
+        from tests.support.backends.zookeeper import ZooKeeperServer
+        from tests.support.faultproxy import FaultProxy
 
         self.server = ZooKeeperServer(workdir / "zookeeper")
         self.server.start()
@@ -141,9 +141,9 @@ class EnsembleEnv:
     live_within = 8.0
 
     def __init__(self, workdir: Path) -> None:
-        from tests.backends.zookeeper import ZooKeeperEnsemble
+        from tests.support.backends.zookeeper import ZooKeeperEnsemble
 
-        try:  # quorum links through a fault proxy, where tests/backends/zookeeper.py has them
+        try:  # quorum links through a fault proxy, where tests/support/backends/zookeeper.py has them
             self.ensemble = ZooKeeperEnsemble(workdir / "ensemble", proxied=True, sync_limit=50)
             self.proxied = True
         except TypeError:
@@ -224,7 +224,7 @@ class EnsembleEnv:
 
     def _home(self, sid: int) -> int | None:
         """The member a client session is connected to."""
-        from tests.backends.zookeeper import four_letter
+        from tests.support.backends.zookeeper import four_letter
 
         for member, server in enumerate(self.ensemble.servers):
             if f"sid=0x{sid:x}," in four_letter(server.port, "cons"):

@@ -21,7 +21,7 @@ from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.errors import HAError
 from tests.chaos import SPAN, Fault, RoundResult, choose, schedule
 from tests.chaos.contender import ELECTION, TIMING, ChaosContender
-from tests.witness import Witness, landed, prepare, read_lines, verdict
+from tests.support.witness import Witness, landed, prepare, read_lines, verdict
 
 SESSION = 0.5
 LIVE_WITHIN = 3.0

@@ -22,7 +22,7 @@ import ha
 from ha.errors import HAError
 from tests.chaos import SPAN, Fault, RoundResult, choose, schedule
 from tests.chaos.contender import ELECTION
-from tests.witness import landed, prepare, verdict
+from tests.support.witness import landed, prepare, verdict
 
 REPO = Path(__file__).resolve().parents[2]
 CONTENDER = REPO / "tests" / "chaos" / "contender.py"

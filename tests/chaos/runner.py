@@ -14,7 +14,7 @@ BACKENDS = ("memory", "sqlite", "supervised", "zookeeper", "ensemble")
 
 
 def zookeeper_missing() -> str | None:
-    from tests.backends.zookeeper import missing_reason
+    from tests.support.backends.zookeeper import missing_reason
 
     return missing_reason()
 

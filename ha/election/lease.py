@@ -1,0 +1,69 @@
+"""The lease an active holds: its epoch (the fencing token) and the means to fence writes."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..drivers.base import Check, Op
+
+__all__ = ("Lease",)
+
+
+def _never_valid() -> bool:
+    return False
+
+
+def _ignore() -> None:
+    return None
+
+
+def _no_deadline() -> float:
+    return math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Given to ``become_active``. Valid while this process leads with this epoch.
+
+    ``epoch`` strictly increases from one active to the next. Writes that must not land once
+    this leader is deposed put ``fence_ops()`` in front of their transaction: the backend
+    applies them only while the epoch node still has the version this leader wrote.
+    """
+
+    election: str
+    identity: bytes
+    epoch: int
+    session_id: int
+    epoch_path: str
+    epoch_version: int
+    _is_valid: Callable[[], bool] = field(default=_never_valid, repr=False, compare=False)
+    _on_fenced: Callable[[], None] = field(default=_ignore, repr=False, compare=False)
+    _deadline: Callable[[], float] = field(default=_no_deadline, repr=False, compare=False)
+
+    @property
+    def valid(self) -> bool:
+        """True while this process may act as the leader, judged at the moment of asking.
+
+        False once leadership is lost (the leadership scope is being cancelled) and also as
+        soon as ``stop_deadline()`` has passed, even if the watchdog task has not run yet: after
+        a pause (SIGSTOP, a GC, a blocking call) the contender's own timer may wake first.
+        Safe to call from any thread.
+        """
+        return time.monotonic() < self._deadline() and self._is_valid()
+
+    def stop_deadline(self) -> float:
+        """``time.monotonic()`` after which this leader must not act: the last contact with the
+        backend plus the elector's deadline (a fraction of the session timeout). It moves later
+        with every contact; a worker about to act should leave itself a margin before it."""
+        return self._deadline()
+
+    def fence_ops(self) -> list[Op]:
+        """Operations to put first in a transaction so it applies only under this epoch."""
+        return [Check(self.epoch_path, self.epoch_version)]
+
+    def report_fenced(self) -> None:
+        """Tell the elector that a fenced write was refused: it moves to FENCED."""
+        self._on_fenced()

@@ -1,0 +1,279 @@
+"""`ha run`, `ha status`, `ha failover` and `ha watch` as real processes on the sqlite backend.
+
+COMMAND writes its pid to ``<dir>/<identity>.pid`` and notes SIGTERM in ``<dir>/<identity>.term``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.test_cli import alive, ha, ha_env, popen_ha, sqlite_url, stop_procs, wait_until
+from tests.support.backends.zookeeper import ZooKeeperBackend, zookeeper_backend, zookeeper_server
+
+__all__ = ("zookeeper_backend", "zookeeper_server")  # fixtures, until the plugin is registered
+
+CHILD = r"""
+import os, signal, sys, time
+directory, ident = sys.argv[1], os.environ["HA_IDENTITY"]
+def on_term(*_):
+    with open(os.path.join(directory, ident + ".term"), "a") as f:
+        f.write(f"{os.getpid()}\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+tmp = os.path.join(directory, ident + ".pid.tmp")
+with open(tmp, "w") as f:
+    f.write(f"{os.getpid()} {os.environ['HA_EPOCH']}")
+os.replace(tmp, os.path.join(directory, ident + ".pid"))
+while True:
+    time.sleep(0.05)
+"""
+
+
+class Hosts:
+    """`ha run` supervisors of one election, each a process."""
+
+    def __init__(self, directory: Path, env: dict[str, str]) -> None:
+        self.directory = directory
+        self.env = env
+        self.script = directory / "child.py"
+        self.script.write_text(CHILD)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, identity: str, *extra: str, wrap: bool = False) -> subprocess.Popen[bytes]:
+        """``wrap``: COMMAND is a shell that forks the child and waits (a service wrapper)."""
+        argv = ["run", "/svc", "--id", identity, *extra, "--"]
+        if wrap:
+            argv += ["sh", "-c", '"$0" "$@" & wait']
+        argv += [sys.executable, str(self.script), str(self.directory)]
+        proc = popen_ha(*argv, env=self.env, log=self.directory / f"{identity}.log")
+        self.procs[identity] = proc
+        return proc
+
+    def child(self, identity: str) -> tuple[int, int] | None:
+        """(pid, epoch) of the identity's COMMAND as last started, or None."""
+        try:
+            pid, epoch = (self.directory / f"{identity}.pid").read_text().split()
+        except FileNotFoundError:
+            return None
+        return int(pid), int(epoch)
+
+    def status(self) -> dict[str, Any]:
+        result = ha("status", "/svc", "--json", env=self.env)
+        assert result.returncode in (0, 3), result.stderr
+        doc: dict[str, Any] = json.loads(result.stdout)
+        return doc
+
+    def settled(self) -> dict[str, Any]:
+        """Wait for one active running its COMMAND and every other supervisor standby."""
+
+        def check() -> dict[str, Any] | None:
+            doc = self.status()
+            states = {m["identity"]: m["state"] for m in doc["members"]}
+            live = {i for i, p in self.procs.items() if p.poll() is None}
+            if doc["active"] is None or set(states) != live:
+                return None
+            if sorted(states.values()) != ["active"] + ["standby"] * (len(live) - 1):
+                return None
+            child = self.child(doc["active"])
+            return doc if child is not None and child[1] == doc["epoch"] else None
+
+        found: dict[str, Any] = wait_until(check, "one active and the others standby")
+        return found
+
+    def log(self, identity: str) -> str:
+        return (self.directory / f"{identity}.log").read_text()
+
+    def stop_all(self) -> None:
+        stop_procs(self.procs.values())
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[Hosts]:
+    h = Hosts(tmp_path, ha_env(tmp_path, HA_URL=sqlite_url(tmp_path)))
+    try:
+        yield h
+    finally:
+        h.stop_all()
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_kill_9_of_the_active_supervisor_kills_its_command(tmp_path: Path, loop: str) -> None:
+    h = Hosts(tmp_path, ha_env(tmp_path, HA_URL=sqlite_url(tmp_path), HA_ASYNC_BACKEND=loop))
+    try:
+        h.start("a", wrap=True)  # the child is COMMAND's child: PDEATHSIG alone misses it
+        h.settled()
+        h.start("b", wrap=True)
+        doc = h.settled()
+        assert doc["active"] == "a" and doc["epoch"] == 1
+        assert doc["breadcrumb"]["identity"] == "a"
+        assert json.loads(doc["breadcrumb"]["data"])["pid"] == h.procs["a"].pid
+        a_child = h.child("a")
+        assert a_child is not None and alive(a_child[0])
+        assert h.child("b") is None  # the standby runs nothing
+
+        h.procs["a"].kill()  # SIGKILL: no cleanup; a's guard kills COMMAND's whole tree
+        h.procs["a"].wait()
+        wait_until(lambda: not alive(a_child[0]), "a's COMMAND to die with its supervisor")
+        wait_until(lambda: h.child("b"), "b's COMMAND")
+        doc = h.settled()
+        assert doc["active"] == "b" and doc["epoch"] == 2
+        assert [m["identity"] for m in doc["members"]] == ["b"]  # a's node went with a
+        b_child = h.child("b")
+        assert b_child is not None and alive(b_child[0]) and b_child[1] == 2
+        assert "fencing" not in h.log("b")  # no --fence: the epoch is the fence
+
+        h.procs["b"].send_signal(signal.SIGTERM)
+        assert h.procs["b"].wait(timeout=20) == 0
+        assert not alive(b_child[0])
+        assert (tmp_path / "b.term").read_text().split() == [str(b_child[0])]
+    finally:
+        h.stop_all()
+
+
+def test_sigterm_stops_command_and_hands_over(hosts: Hosts, tmp_path: Path) -> None:
+    hosts.start("a")
+    hosts.settled()
+    hosts.start("b")
+    hosts.settled()
+    a_child = hosts.child("a")
+    assert a_child is not None
+    hosts.procs["a"].send_signal(signal.SIGTERM)
+    assert hosts.procs["a"].wait(timeout=20) == 0
+    assert not alive(a_child[0])
+    assert (tmp_path / "a.term").read_text().split() == [str(a_child[0])]
+    doc = hosts.settled()
+    assert doc["active"] == "b" and doc["epoch"] == 2
+    log = hosts.log("a")
+    assert "SIGTERM received" in log and "exit status 0" in log
+
+
+def test_fence_command_gets_the_old_breadcrumb(hosts: Hosts, tmp_path: Path) -> None:
+    fence = tmp_path / "fence.py"
+    fence.write_text(
+        "import json, os, sys\n"
+        "env = {k: v for k, v in os.environ.items() if k.startswith('HA_')}\n"
+        "open(sys.argv[1], 'a').write(json.dumps(env) + '\\n')\n"
+    )
+    record = tmp_path / "fenced.jsonl"
+    hosts.start("a")
+    hosts.settled()
+    hosts.start("b", "--fence", f"{sys.executable} {fence} {record}")
+    hosts.settled()
+    hosts.procs["a"].kill()
+    doc = hosts.settled()
+    assert doc["active"] == "b"
+    env = json.loads(record.read_text().splitlines()[0])
+    assert env["HA_OLD_IDENTITY"] == "a" and env["HA_OLD_EPOCH"] == "1"
+    assert env["HA_OLD_PID"] == str(hosts.procs["a"].pid)
+
+
+def test_failover_command_hands_over_to_the_chosen_standby(hosts: Hosts) -> None:
+    for identity in ("a", "b", "c"):
+        hosts.start(identity)
+        hosts.settled()
+    result = ha("failover", "/svc", "--to", "c", "--cooldown", "30", env=hosts.env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "asked 'a' (epoch 1) to hand /svc over to 'c'"
+    assert lines[1].startswith("/svc: 'a' -> 'c' (epoch 1 -> ")
+    doc = hosts.status()
+    assert doc["active"] == "c"
+    states = {m["identity"]: m["state"] for m in doc["members"]}
+    assert states["a"] == "out"
+    a_term = hosts.directory / "a.term"
+    assert a_term.exists()  # a stopped its COMMAND with SIGTERM: a graceful handover
+    # nobody fenced anybody: a left its breadcrumb behind on purpose
+    assert "fencing" not in hosts.log("c")
+    refused = ha("failover", "/svc", "--to", "c", env=hosts.env)
+    assert refused.returncode == 1 and "already the active" in refused.stderr
+
+
+def test_watch_prints_one_line_per_leader_change(hosts: Hosts, tmp_path: Path) -> None:
+    watch = popen_ha(
+        "watch", "/svc", "--json", "--count", "3", env=hosts.env, log=tmp_path / "watch.log"
+    )
+    try:
+        wait_until(lambda: (tmp_path / "watch.log").read_text().strip(), "the first line")
+        hosts.start("a")
+        hosts.settled()
+        hosts.procs["a"].send_signal(signal.SIGTERM)
+        assert watch.wait(timeout=30) == 0
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+    lines = [json.loads(line) for line in (tmp_path / "watch.log").read_text().splitlines()]
+    assert [(r["active"], r["epoch"]) for r in lines][:2] == [(None, None), ("a", 1)]
+    assert lines[2]["active"] is None
+
+
+def test_watch_ends_quietly_when_interrupted(hosts: Hosts, tmp_path: Path) -> None:
+    log = tmp_path / "watch.log"
+    watch = popen_ha("watch", "/svc", env=hosts.env, log=log)
+    wait_until(lambda: log.read_text().strip(), "the first line")
+    watch.send_signal(signal.SIGINT)
+    assert watch.wait(timeout=20) == 0
+    assert log.read_text().strip().endswith("/svc no active")
+
+
+def test_status_human_output(hosts: Hosts) -> None:
+    hosts.start("a")
+    hosts.settled()
+    result = ha("status", "/svc", env=hosts.env)
+    assert result.returncode == 0
+    assert "active  a  epoch 1" in result.stdout
+    assert "breadcrumb  a  epoch 1" in result.stdout
+    assert os.path.basename(sqlite_url(hosts.directory)) in result.stdout
+
+
+@pytest.mark.zookeeper
+def test_run_status_and_format_on_zookeeper(
+    zookeeper_backend: ZooKeeperBackend, tmp_path: Path
+) -> None:
+    url = zookeeper_backend.url() + "?session_timeout=2"
+    h = Hosts(tmp_path, ha_env(tmp_path, HA_URL=url))
+    try:
+        h.start("a")
+        h.settled()
+        h.start("b")
+        doc = h.settled()
+        assert doc["active"] == "a" and doc["epoch"] == 1
+        in_use = ha("format", "/svc", env=h.env)
+        assert in_use.returncode == 1 and "'a' holds its lock" in in_use.stderr
+        a_child = h.child("a")
+        assert a_child is not None
+        h.procs["a"].kill()
+        wait_until(lambda: not alive(a_child[0]), "a's COMMAND to die with its supervisor")
+        doc = h.settled()  # after ZooKeeper expired a's session
+        assert doc["active"] == "b" and doc["epoch"] == 2
+    finally:
+        h.stop_all()
+
+
+def test_a_refused_fence_is_shown_by_status_and_backs_off(hosts: Hosts) -> None:
+    """Item 10 of the safety issue: a fence command that keeps refusing is tried again with a
+    growing backoff (it was run ~20 times a second, forever) and `ha status` says so."""
+    hosts.start("a")
+    hosts.settled()
+    hosts.start("b", "--fence", "false")
+    hosts.settled()
+    hosts.procs["a"].kill()
+
+    def noted() -> str | None:
+        members = {m["identity"]: m for m in hosts.status()["members"]}
+        note = members.get("b", {}).get("note", "")
+        return note if "fencing 'a' failed" in note else None
+
+    note = wait_until(noted, "b's member note to show the refused fences")
+    assert "next try in" in note or "times" in note
+    refusals = hosts.log("b").count("takeover refused")
+    assert 1 <= refusals <= 8  # not hundreds: the backoff grows from 0.05 s to its 2 s cap

@@ -1,0 +1,198 @@
+"""``last_contact`` of the ZooKeeper driver is never later than the ZooKeeper leader's view.
+
+The elector stops the active's work at ``last_contact + 2/3 * session_timeout``; only the
+ZooKeeper leader expires sessions. Two ways a late ``last_contact`` outlived the session:
+
+- a follower cut off from the leader answers reads and pings until its sync limit runs out,
+  while the leader expires the session and a standby on another server takes over;
+- a reconnection dated when the event loop got round to it, after a stall of the loop.
+
+Both run under asyncio and trio on real servers. The verdict is taken outside the elector (a
+witness file the contenders append to while their lease is valid) and the waits are liveness
+bounds, not latencies.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import pytest
+from kazoo.protocol.states import KazooState
+
+import ha
+from ha.drivers.base import ConnectionState
+from ha.drivers.zookeeper import ZooKeeperDriver
+from ha.testing import History, Recorder, check_history
+from tests.support.backends.zookeeper import ZooKeeperBackend, ZooKeeperEnsemble, ZooKeeperServer
+from tests.support.faultproxy import FaultProxy
+
+pytestmark = pytest.mark.timeout(120)
+T = TypeVar("T")
+
+FAST = ha.Timing(backoff=ha.Backoff(initial=0.005, maximum=0.05), hook_timeout=0.5)
+
+
+def live(test: T) -> T:
+    return pytest.mark.anyio(pytest.mark.zookeeper(test))  # type: ignore[no-any-return]
+
+
+async def wait_for(cond: Any, within: float = 30.0) -> None:
+    with anyio.fail_after(within):
+        while not cond():  # noqa: ASYNC110 - polls state owned by other tasks
+            await anyio.sleep(0.01)
+
+
+@pytest.fixture
+def proxy() -> Iterator[FaultProxy]:
+    with FaultProxy() as proxy:
+        yield proxy
+
+
+class Witness(Recorder):
+    """A contender whose work is appending ``NAME MONOTONIC`` lines to a shared file every
+    10 ms for as long as its lease is valid: what anyone outside would see it do."""
+
+    def __init__(self, identity: str, history: History, witness: Path) -> None:
+        super().__init__(identity, history)
+        self.witness = witness
+
+    async def become_active(self, lease: Any) -> None:
+        self.history.add(self.identity, "start", lease.epoch)
+        try:
+            with self.witness.open("a") as out:
+                while lease.valid:
+                    out.write(f"{self.identity} {time.monotonic()!r}\n")
+                    out.flush()
+                    await anyio.sleep(0.01)
+            await anyio.sleep_forever()
+        finally:
+            self.history.add(self.identity, "stop", lease.epoch)
+
+
+def acts(witness: Path, identity: str) -> list[float]:
+    if not witness.exists():
+        return []
+    lines = [line.split() for line in witness.read_text().splitlines()]
+    return [float(t) for name, t in lines if name == identity]
+
+
+@live
+async def test_active_behind_a_follower_cut_off_from_the_leader_stops_before_the_standby_acts(
+    zookeeper_proxied_ensemble: ZooKeeperEnsemble, tmp_path: Path
+) -> None:
+    ens = zookeeper_proxied_ensemble
+    leader = ens.leader()
+    follower, other = [i for i in range(3) if i != leader]
+    chroot = f"/cut-{uuid.uuid4().hex[:8]}"
+    witness = tmp_path / "witness"
+    history = History()
+    session = 2.0  # the follower serves on for syncLimit x tickTime = 5 s after the cut
+    # the active talks only to the follower, the standby only to the other follower
+    a_driver = ZooKeeperDriver.from_url(
+        f"zk://{ens.servers[follower].hosts}{chroot}", session_timeout=session
+    )
+    b_driver = ZooKeeperDriver.from_url(
+        f"zk://{ens.servers[other].hosts}{chroot}", session_timeout=session
+    )
+    a_contender, b_contender = Witness("a", history, witness), Witness("b", history, witness)
+    # the drivers (stack) close before the task group ends: proper nesting
+    async with anyio.create_task_group() as tg, AsyncExitStack() as stack:
+        electors = []
+        for driver, contender in ((a_driver, a_contender), (b_driver, b_contender)):
+            await stack.enter_async_context(driver)
+            elector = ha.Elector(driver, "/svc", contender.identity, timing=FAST)
+            elector.add_listener(history.transition)
+            electors.append(elector)
+            tg.start_soon(elector.run, contender)
+            if contender is a_contender:
+                await wait_for(lambda: electors[0].state is ha.State.ACTIVE)
+        a, b = electors
+        await wait_for(lambda: b.state is ha.State.STANDBY)
+        await wait_for(lambda: len(acts(witness, "a")) >= 5)
+
+        cut_at = time.monotonic()
+        ens.cut(follower, leader)  # the follower's clients still reach it
+        ens.cut(follower, other)  # (and it must not hear the leader through the other one)
+        # the leader expires a's session (a session timeout after its last touch), b takes over
+        await wait_for(lambda: len(acts(witness, "b")) >= 3, within=40)
+        await anyio.sleep(0.5)  # a's follower would let it act on for 5 s after the cut
+        b_first = min(acts(witness, "b"))
+        a_last = max(acts(witness, "a"))
+        b_epoch = b.lease.epoch if b.lease is not None else None
+
+        ens.heal(follower, leader)
+        ens.heal(follower, other)
+        a.quit()
+        b.quit()
+        with anyio.move_on_after(20):
+            await wait_for(lambda: a.state is ha.State.NEUTRAL and b.state is ha.State.NEUTRAL)
+        tg.cancel_scope.cancel()
+    assert a_last < b_first, (
+        f"a still acted {a_last - b_first:.3f} s after b began acting"
+        f" ({a_last - cut_at:.3f} s after the cut; a's follower answers for"
+        f" {ens.servers[follower].sync_limit * 0.1:g} s)"
+    )
+    assert b_epoch == 2
+    check_history(history)
+
+
+@live
+async def test_reconnect_is_dated_by_its_connect_request_not_by_a_stalled_loop(
+    zookeeper_backend: ZooKeeperBackend, proxy: FaultProxy, zookeeper_server: ZooKeeperServer
+) -> None:
+    link = proxy.link(("127.0.0.1", zookeeper_server.port))
+    zk = zookeeper_backend.driver(via=link.hosts, session_timeout=4.0)
+    # the loop's clock is time.monotonic() plus a constant (0 on asyncio)
+    offset = anyio.current_time() - time.monotonic()
+    at_reconnect: list[float] = []
+    zk.subscribe(
+        None,
+        lambda e: e.state is ConnectionState.RECONNECTED and at_reconnect.append(zk.last_contact),
+    )
+    answered: list[float] = []
+    reconnected = threading.Event()
+
+    def on_kazoo_thread(state: str) -> None:  # right after the server answered the connect
+        if state == KazooState.CONNECTED and not reconnected.is_set():
+            answered.append(time.monotonic() + offset)
+            reconnected.set()
+
+    async with zk:
+        session = zk.session_id
+        await wait_for(lambda: zk.connected)
+        zk._client.add_listener(on_kazoo_thread)
+        link.drop()  # kazoo reconnects at once, within the session
+        # the loop stalls in a blocking call while kazoo reconnects, and a while after
+        assert reconnected.wait(20), "kazoo did not reconnect"
+        time.sleep(0.5)  # noqa: ASYNC251 - the stall is the point
+        await wait_for(lambda: bool(at_reconnect), within=20)
+        assert zk.session_id == session
+        # the connect request was sent before the server answered it: the contact it proves
+        # is no later than that, however late the loop got round to the reconnection
+        assert at_reconnect[0] <= answered[0], (
+            f"last_contact at the reconnection is {at_reconnect[0] - answered[0]:.3f} s later"
+            " than the server's answer to the connect request"
+        )
+
+
+@live
+async def test_an_answer_dates_the_contact_only_once_the_leader_is_heard_a_tick_later(
+    zookeeper_backend: ZooKeeperBackend,
+) -> None:
+    # any server may be a follower, whose answers prove nothing about the leader's view until a
+    # reply through the leader follows a tick later (tick_time: here the default, 20 s / 5)
+    async with zookeeper_backend.driver(session_timeout=20.0) as zk:
+        connected = zk.last_contact
+        before = anyio.current_time()
+        await zk.exists("/")
+        await zk.get("/")
+        assert zk.last_contact == connected < before
+        await zk.create("/written")  # through the leader, but within a tick of the reads
+        assert zk.last_contact == connected

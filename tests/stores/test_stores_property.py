@@ -1,0 +1,412 @@
+"""Property: random interleavings of leaders writing to the stores across failovers.
+
+Two processes take turns leading. At a random point, possibly in the middle of one of the
+leader's operations (between two of its backend calls, like a leader paused past its session
+timeout), the other process wins: it bumps the epoch with a compare-and-set and opens its own
+stores. Deposed leaders keep their stores (and their sessions) and keep writing. Checked:
+
+- every transaction that lands is fenced, and by the leader that is current at that moment
+  (zero writes of a deposed leader land after its supersession);
+- every operation of the current leader lands, with the result a model predicts;
+- an operation interrupted by the failover leaves a state that some prefix of its atomic steps
+  would leave; a deposed leader's operation changes nothing (except dropping its own locks);
+- what the backend holds always equals the model (nothing committed is lost), read back by a
+  fresh reader at the end, and no blob is leaked or lost.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from ha.drivers.base import Check, Driver, Op, Stat
+from ha.election.lease import Lease
+from ha.errors import Fenced, NodeExists, NoNode
+from ha.stores import (
+    CheckpointIdCounter,
+    CheckpointStore,
+    CompletedCheckpoint,
+    ExecutionPlanStore,
+    JobOutcome,
+    JobResult,
+    JobResultStore,
+    MemoryBlobStore,
+    RunningJobsRegistry,
+    RunStatus,
+    Stores,
+)
+from tests.stores.test_stores import ProxyDriver, win
+
+pytestmark = pytest.mark.anyio
+
+JOBS = ("j0", "j1")
+RETAINED = 2
+_examples = itertools.count()
+
+# --- the model ------------------------------------------------------------------------------
+
+
+@dataclass
+class Model:
+    results: dict[str, bool] = field(default_factory=dict)  # job -> clean
+    runs: dict[str, str] = field(default_factory=dict)
+    plans: dict[str, tuple[bytes, frozenset[str]]] = field(default_factory=dict)
+    checkpoints: dict[str, dict[int, tuple[bytes, frozenset[str]]]] = field(
+        default_factory=lambda: {j: {} for j in JOBS}
+    )
+    counters: dict[str, int] = field(default_factory=lambda: {j: 1 for j in JOBS})
+
+
+class Outcome:
+    """What the model says an operation does: its result, or its error, and its atomic steps."""
+
+    def __init__(self, start: Model) -> None:
+        self.states = [start]
+        self.result: Any = None
+        self.error: type[Exception] | None = None
+
+    def step(self) -> Model:
+        state = copy.deepcopy(self.states[-1])
+        self.states.append(state)
+        return state
+
+    @property
+    def final(self) -> Model:
+        return self.states[-1]
+
+
+def simulate(model: Model, owner: str, op: tuple[Any, ...]) -> Outcome:
+    out = Outcome(model)
+    kind, *args = op
+    if kind == "result_dirty":
+        (job,) = args
+        if job in model.results:
+            out.error = NodeExists
+        else:
+            out.step().results[job] = False
+    elif kind == "result_clean":
+        (job,) = args
+        if job not in model.results:
+            out.error = NoNode
+        else:
+            out.step().results[job] = True
+    elif kind == "run_set":
+        job, status = args
+        out.step().runs[job] = status
+    elif kind == "run_clear":
+        (job,) = args
+        out.step().runs.pop(job, None)
+    elif kind == "plan_put":
+        job, n = args
+        holders = model.plans[job][1] if job in model.plans else frozenset({owner})
+        out.step().plans[job] = (b"plan-%d" % n, holders)
+    elif kind == "plan_remove":
+        (job,) = args
+        out.result = True
+        if job in model.plans:
+            payload, holders = model.plans[job]
+            state = out.step()
+            if holders - {owner}:
+                state.plans[job] = (payload, holders - {owner})
+                out.result = False
+            else:
+                del state.plans[job]
+    elif kind == "plan_recover":
+        (job,) = args
+        if job not in model.plans:
+            out.error = NoNode
+        else:
+            payload, holders = model.plans[job]
+            out.step().plans[job] = (payload, holders | {owner})
+            out.result = payload
+    elif kind == "checkpoint_add":
+        job, n = args
+        ids = sorted(model.checkpoints[job])
+        cid = (ids[-1] if ids else 0) + 1
+        out.step().checkpoints[job][cid] = (b"ck-%d" % n, frozenset({owner}))
+        subsumed = []
+        for old in [*ids, cid][:-RETAINED]:
+            state = out.step()
+            payload, holders = state.checkpoints[job][old]
+            if holders - {owner}:
+                state.checkpoints[job][old] = (payload, holders - {owner})
+            else:
+                del state.checkpoints[job][old]
+                subsumed.append(old)
+        out.result = subsumed
+    elif kind == "checkpoint_recover":
+        (job,) = args
+        for cid in sorted(model.checkpoints[job]):
+            state = out.step()
+            payload, holders = state.checkpoints[job][cid]
+            state.checkpoints[job][cid] = (payload, holders | {owner})
+        out.result = sorted(model.checkpoints[job])
+    elif kind == "counter":
+        (job,) = args
+        out.result = model.counters[job]
+        out.step().counters[job] += 1
+    elif kind == "close":
+        for job, (payload, holders) in model.plans.items():
+            if owner in holders:
+                out.step().plans[job] = (payload, holders - {owner})
+        for job, found in model.checkpoints.items():
+            for cid, (payload, holders) in found.items():
+                if owner in holders:
+                    out.step().checkpoints[job][cid] = (payload, holders - {owner})
+    else:  # pragma: no cover
+        raise AssertionError(kind)
+    return out
+
+
+# --- the system -----------------------------------------------------------------------------
+
+
+class Recorder(ProxyDriver):
+    """One process's driver: checks every write that lands, and trips the failover."""
+
+    def __init__(self, inner: Driver, world: World) -> None:
+        super().__init__(inner)
+        self.world = world
+
+    async def before(self, name: str, arg: object) -> None:
+        await self.world.tick()
+
+    async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
+        await self.before("transaction", ops)
+        result = await self.inner.transaction(ops)
+        fence = ops[0]
+        assert isinstance(fence, Check) and fence.path == self.world.epoch_path, (
+            f"an unfenced transaction landed: {ops}"
+        )
+        assert fence.version == self.world.current_version, (
+            f"a deposed leader's write landed: {ops}"
+        )
+        return result
+
+    async def create(
+        self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
+    ) -> str:
+        raise AssertionError(f"unfenced create of {path}")
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
+        raise AssertionError(f"unfenced set of {path}")
+
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        # the one unfenced write: dropping a lock of our own
+        parts = path.rsplit("/", 2)
+        assert parts[1] == "locks" and parts[2] in self.world.owners, f"unfenced delete of {path}"
+        await super().delete(path, version, recursive=recursive)
+
+
+class World:
+    def __init__(self, drivers: list[Driver], cluster_id: str, epoch_path: str) -> None:
+        self.raw = drivers
+        self.procs = [Recorder(d, self) for d in drivers]
+        self.cluster_id = cluster_id
+        self.epoch_path = epoch_path
+        self.blobs = MemoryBlobStore()
+        self.leases: list[Lease] = []
+        self.stores: list[Stores] = []
+        self.owners: list[str] = []
+        self.current_version = -1
+        self.trip_in: int | None = None  # backend calls left before the failover
+        self.model = Model()
+
+    async def failover(self) -> None:
+        proc = len(self.leases) % 2  # the processes take turns
+        lease = await win(self.raw[proc], self.epoch_path)
+        self.current_version = lease.epoch_version
+        owner = f"o{len(self.leases)}"
+        self.leases.append(lease)
+        self.owners.append(owner)
+        self.stores.append(
+            Stores(
+                self.procs[proc],
+                self.cluster_id,
+                blobs=self.blobs,
+                lease=lease,
+                max_retained_checkpoints=RETAINED,
+                lock_owner=owner,
+            )
+        )
+
+    async def tick(self) -> None:
+        if self.trip_in is not None:
+            if self.trip_in == 0:
+                self.trip_in = None
+                await self.failover()
+            else:
+                self.trip_in -= 1
+
+    async def run(self, stores: Stores, op: tuple[Any, ...]) -> Any:
+        kind, *args = op
+        if kind == "result_dirty":
+            return await stores.job_results.create_dirty(JobResult(args[0], JobOutcome.SUCCEEDED))
+        if kind == "result_clean":
+            return await stores.job_results.mark_clean(args[0])
+        if kind == "run_set":
+            return await stores.running_jobs.set_status(args[0], RunStatus(args[1]))
+        if kind == "run_clear":
+            return await stores.running_jobs.clear(args[0])
+        if kind == "plan_put":
+            return await stores.execution_plans.put(args[0], b"plan-%d" % args[1])
+        if kind == "plan_remove":
+            return await stores.execution_plans.remove(args[0])
+        if kind == "plan_recover":
+            return await stores.execution_plans.recover(args[0])
+        if kind == "checkpoint_add":
+            job, n = args
+            ids = sorted(self.model.checkpoints[job])
+            cid = (ids[-1] if ids else 0) + 1
+            return await stores.checkpoints(job).add(CompletedCheckpoint(job, cid, b"ck-%d" % n))
+        if kind == "checkpoint_recover":
+            return [c.checkpoint_id for c in await stores.checkpoints(args[0]).recover()]
+        if kind == "counter":
+            return await stores.checkpoint_ids(args[0]).get_and_increment()
+        if kind == "close":
+            return await stores.close()
+        raise AssertionError(kind)  # pragma: no cover
+
+    async def observe(self, driver: Driver) -> Model:
+        """What the backend holds, read through read-only stores on ``driver``."""
+        from ha.stores import Layout
+
+        layout = Layout(self.cluster_id)
+        seen = Model()
+        for entry in await JobResultStore(driver, layout).entries():
+            seen.results[entry.result.job_id] = entry.clean
+        for job, status in (await RunningJobsRegistry(driver, layout).statuses()).items():
+            seen.runs[job] = status.value
+        plans = ExecutionPlanStore(driver, layout, self.blobs)
+        for job in await plans.job_ids():
+            payload = await plans.get(job)
+            assert payload is not None
+            locks = await driver.children(f"{plans.handles.path(job)}/locks")
+            seen.plans[job] = (payload, frozenset(locks))
+        for job in JOBS:
+            store = CheckpointStore(driver, layout, job, self.blobs)
+            for ck in await store.checkpoints():
+                name = store.handles.path(f"{ck.checkpoint_id:019d}")
+                locks = await driver.children(f"{name}/locks")
+                seen.checkpoints[job][ck.checkpoint_id] = (ck.metadata, frozenset(locks))
+            seen.counters[job] = await CheckpointIdCounter(driver, layout, job).get()
+        return seen
+
+    async def referenced_blobs(self, driver: Driver) -> set[str]:
+        from ha.stores import Layout
+
+        layout = Layout(self.cluster_id)
+        handles = [ExecutionPlanStore(driver, layout, self.blobs).handles]
+        handles += [CheckpointStore(driver, layout, j, self.blobs).handles for j in JOBS]
+        keys = set()
+        for store in handles:
+            for name in await store.names():
+                keys.add((await store.handle(name)).blob.key)
+        return keys
+
+
+# --- the test -------------------------------------------------------------------------------
+
+job = st.sampled_from(JOBS)
+ops = st.one_of(
+    st.tuples(st.just("result_dirty"), job),
+    st.tuples(st.just("result_clean"), job),
+    st.tuples(st.just("run_set"), job, st.sampled_from([s.value for s in RunStatus])),
+    st.tuples(st.just("run_clear"), job),
+    st.tuples(st.just("plan_put"), job, st.integers(0, 9)),
+    st.tuples(st.just("plan_remove"), job),
+    st.tuples(st.just("plan_recover"), job),
+    st.tuples(st.just("checkpoint_add"), job, st.integers(0, 9)),
+    st.tuples(st.just("checkpoint_add"), job, st.integers(0, 9)),
+    st.tuples(st.just("checkpoint_recover"), job),
+    st.tuples(st.just("counter"), job),
+    st.tuples(st.just("close")),
+)
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("failover")),
+        # who: 0 is the current leader, k > 0 the k-th most recent deposed one
+        st.tuples(
+            st.just("op"),
+            st.sampled_from([0, 0, 0, 1, 2]),
+            ops,
+            st.none() | st.integers(0, 12),  # trip the failover before this backend call
+        ),
+    ),
+    max_size=30,
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=steps)
+async def test_deposed_leaders_never_write(backend: Any, steps: list[tuple[Any, ...]]) -> None:
+    n = next(_examples)
+    async with backend.driver() as a, backend.driver() as b:
+        world = World([a, b], f"prop{n}", f"/prop-election-{n}/epoch")
+        await world.failover()
+        for step in steps:
+            if step[0] == "failover":
+                await world.failover()
+                continue
+            _, who, op, trip = step
+            index = max(0, len(world.stores) - 1 - who)
+            current = index == len(world.stores) - 1
+            expected = simulate(world.model, world.owners[index], op)
+            world.trip_in = trip if current else None
+            before = len(world.leases)
+            error: Exception | None = None
+            result: Any = None
+            try:
+                result = await world.run(world.stores[index], op)
+            except (Fenced, NodeExists, NoNode) as exc:
+                error = exc
+            tripped = len(world.leases) > before
+            world.trip_in = None
+            seen = await world.observe(a)
+
+            if current and not tripped:
+                # the current leader's writes all land, as the model says
+                assert (
+                    error is None if expected.error is None else isinstance(error, expected.error)
+                )
+                if expected.error is None:
+                    assert result == expected.result, op
+                assert seen == expected.final, op
+            elif current and error is None:
+                # deposed after its last write: it all landed
+                assert expected.error is None and result == expected.result, op
+                assert seen == expected.final, op
+            elif current and isinstance(error, Fenced):
+                # deposed mid-way: some prefix of its atomic steps landed, nothing more
+                event("deposed in the middle of an operation")
+                assert seen in expected.states, (op, seen, expected.states)
+            elif current:
+                assert expected.error is not None and isinstance(error, expected.error), op
+                assert seen == expected.states[0]
+            elif op[0] == "close":
+                assert error is None and seen == expected.final  # dropping locks is allowed
+            else:
+                # a deposed leader: refused (or a precondition failed first); nothing changed
+                assert error is not None or len(expected.states) == 1, (op, result)
+                event(f"deposed leader: {type(error).__name__ if error else 'no write'}")
+                if error is not None and not isinstance(error, Fenced):
+                    assert expected.error is not None and isinstance(error, expected.error), op
+                assert seen == world.model, op
+            world.model = seen
+
+        # nothing committed is lost: a fresh reader in a new session sees the same
+        async with backend.driver() as reader:
+            assert await world.observe(reader) == world.model
+            # and no payload is leaked or lost
+            assert await world.referenced_blobs(reader) == set(world.blobs.blobs)
