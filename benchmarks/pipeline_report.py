@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from ha.pipeline.spark import SparkSettings, build_session
-from ha.report import analyze, render_html
+from ha.report.analysis import analyze
+from ha.report.render import render_html
 from ha.report.synthetic import generate_journal
 
 

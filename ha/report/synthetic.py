@@ -22,13 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..election.machine import State
 from ..errors import ConfigurationError
+from .analysis import COLUMNS
 
-__all__ = ("STATES", "InjectedOverlap", "JournalTruth", "generate_journal")
-
-STATES = tuple(state.value for state in State)
-FIELDS = ("ts", "election", "identity", "from", "to", "epoch", "cause")
+__all__ = ("InjectedOverlap", "JournalTruth", "generate_journal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +147,7 @@ def _election_frame(
     start[1:][overlap_terms] = end[overlap_terms] - overlap_s  # the injected faults
     start, end = np.round(start, 6), np.round(end, 6)  # as written, so the truth matches
 
-    cols: dict[str, list[Any]] = {f: [] for f in FIELDS}
+    cols: dict[str, list[Any]] = {f: [] for f in COLUMNS}
 
     def add(ts: Any, ident: Any, frm: Any, to: Any, ep: Any, cause: Any) -> None:
         n = len(ts)

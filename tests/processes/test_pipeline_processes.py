@@ -149,7 +149,7 @@ def test_the_journals_of_these_runs_show_no_overlapping_leadership(
 ) -> None:
     """The electors' own journals (killed processes among them), through the report."""
     from ha.pipeline.spark import SparkSettings, build_session
-    from ha.report import analyze
+    from ha.report.analysis import analyze
 
     spark = build_session(SparkSettings(app_name="ha-test-processes"))
     try:

@@ -14,15 +14,14 @@ import pytest
 pytest.importorskip("pyspark")
 
 from ha.pipeline.spark import SparkSettings, build_session  # noqa: E402
-from ha.report import (  # noqa: E402
+from ha.report import run_report  # noqa: E402
+from ha.report.analysis import (  # noqa: E402
     analyze,
     leadership_intervals,
     read_journals,
-    render_html,
-    run_report,
-    summary_table,
     sweep,
 )
+from ha.report.render import render_html, summary_table  # noqa: E402
 from ha.report.synthetic import generate_journal  # noqa: E402
 
 pytestmark = pytest.mark.spark

@@ -1,0 +1,371 @@
+"""The report's analysis, in Spark: leadership intervals, failover gaps, overlaps, availability.
+
+Definitions (per election):
+
+- A **leadership interval** of an identity runs from its transition to ``active`` until its
+  next record, which normally leaves ``active`` (``end_kind`` "left"). A process killed while
+  active writes nothing more, so an interval can stay unclosed; it is then closed by the first
+  of: the identity's next record, from a restarted process ("restarted"); the start of the
+  next interval with a higher epoch, which proves the old one deposed ("superseded"); the
+  election's last record ("open": still active when the journal ends).
+- Intervals are swept in start order, keeping the latest end seen so far. An interval that
+  starts before that end **overlaps** the interval holding it (two actives at once: a safety
+  violation, which must never appear). One that starts at or after it is a **failover**; its
+  **gap** is the time with no active in between, known only when the previous holder recorded
+  its leaving (after a crash, the moment it stopped is not in the journal).
+- **Availability** is the share of the election's observed span (first to last record)
+  covered by at least one interval (an upper bound when intervals were closed by supersession);
+  **transitions per hour** counts every record over that span.
+- **Epochs** must strictly increase from one interval to the next; a violation is counted.
+
+All of it runs in Spark (windows partitioned by election), so journals of tens of millions of
+records are fine; only small results (per-election rows, samples for the plots) reach the
+driver.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..election.machine import State
+from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = (
+    "COLUMNS",
+    "STATES",
+    "JournalReport",
+    "analyze",
+    "journal_schema",
+    "leadership_intervals",
+    "read_journals",
+    "sweep",
+)
+
+# The states a record may name: the elector's public states.
+STATES = tuple(state.value for state in State)
+# The journal's fields, as ``ha.election.journal.Transition.to_json`` writes them, with the
+# Spark type each is read as.
+COLUMNS = {
+    "ts": "double",
+    "election": "string",
+    "identity": "string",
+    "from": "string",
+    "to": "string",
+    "epoch": "long",
+    "cause": "string",
+}
+
+MAX_OVERLAP_ROWS = 1_000
+GAP_SAMPLE = 200_000
+TIMELINE_INTERVALS = 40
+TIMELINE_ELECTIONS = 6
+EPOCH_POINTS = 4_000
+CLOSEUPS = 4
+
+
+def journal_schema() -> Any:
+    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+    types = {"double": DoubleType, "long": LongType, "string": StringType}
+    return StructType([StructField(name, types[kind]()) for name, kind in COLUMNS.items()])
+
+
+def read_journals(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """The records of the JSON-lines journals at ``paths``, with a boolean ``valid`` column.
+
+    Paths are anything Spark reads (local files, directories, globs, hdfs://, s3a://...).
+    A record is not valid if it is not JSON, lacks a field, or names an unknown state.
+    """
+    from pyspark.sql import functions as F
+
+    raw = spark.read.schema(journal_schema()).option("mode", "PERMISSIVE").json(_expand(paths))
+    ok = (
+        F.col("ts").isNotNull()
+        & F.col("election").isNotNull()
+        & F.col("identity").isNotNull()
+        & F.col("from").isin(*STATES)
+        & F.col("to").isin(*STATES)
+    )
+    return raw.withColumn("valid", F.coalesce(ok, F.lit(False)))
+
+
+def _expand(paths: Sequence[str]) -> list[str]:
+    """Local globs expanded here (a clear error when nothing matches, and no Spark warning);
+    URIs with a scheme go to Spark as they are."""
+    found: list[str] = []
+    for path in paths:
+        if "://" in path or not any(c in path for c in "*?["):
+            found.append(path)
+            continue
+        matches = sorted(glob.glob(os.path.expanduser(path)))
+        if not matches:
+            raise ConfigurationError(f"no journal matches {path!r}")
+        found.extend(matches)
+    return found
+
+
+def leadership_intervals(events: DataFrame) -> DataFrame:
+    """One row per leadership interval: election, identity, start, end, epoch, end_kind."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    span = events.groupBy("election").agg(F.max("ts").alias("election_end"))
+    # At equal times a departure sorts first: it closes the interval it belongs to.
+    departs = (F.col("from") == "active").cast("int")
+    by_holder = Window.partitionBy("election", "identity").orderBy("ts", F.desc("departs"))
+    entries = (
+        events.withColumn("departs", departs)
+        .select(
+            "*",
+            F.lead("ts").over(by_holder).alias("next_ts"),
+            F.lead("from").over(by_holder).alias("next_from"),
+            F.lead("cause").over(by_holder).alias("next_cause"),
+        )
+        .where(F.col("to") == "active")
+    )
+    by_start = Window.partitionBy("election").orderBy("ts", "identity")
+    entries = entries.select(
+        "*",
+        F.lead("ts").over(by_start).alias("succ_ts"),
+        F.lead("epoch").over(by_start).alias("succ_epoch"),
+    ).join(span, "election")
+    left = F.col("next_from") == "active"
+    higher = (
+        F.col("succ_epoch").isNull()
+        | F.col("epoch").isNull()
+        | (F.col("succ_epoch") > F.col("epoch"))
+    )
+    superseded_at = F.when(higher, F.col("succ_ts"))
+    # least() skips nulls: the earliest of the candidates that exist.
+    end = F.when(left, F.col("next_ts")).otherwise(
+        F.least("next_ts", superseded_at, "election_end")
+    )
+    kind = (
+        F.when(left, "left")
+        .when(
+            F.col("next_ts").isNotNull()
+            & (superseded_at.isNull() | (F.col("next_ts") <= superseded_at)),
+            "restarted",
+        )
+        .when(superseded_at.isNotNull(), "superseded")
+        .otherwise("open")
+    )
+    return entries.select(
+        "election",
+        "identity",
+        F.col("ts").alias("start"),
+        end.alias("end"),
+        "epoch",
+        kind.alias("end_kind"),
+        F.when(left, F.col("next_cause")).alias("end_cause"),
+    )
+
+
+def sweep(intervals: DataFrame) -> DataFrame:
+    """Intervals in start order with what came before: the latest earlier end and its holder.
+
+    Adds ``prev_end``, ``prev_identity``, ``prev_epoch`` (of the interval with that end),
+    ``kind`` (``first``, ``failover`` or ``overlap``), ``gap`` (failovers whose previous
+    holder recorded its leaving), ``overlap``
+    (seconds shared with ``prev_identity``), ``covered`` (seconds added to the union) and
+    ``epoch_ok`` (strictly above the previous interval's epoch, in start order).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = Window.partitionBy("election").orderBy("start", "end", "identity")
+    before = order.rowsBetween(Window.unboundedPreceding, -1)
+    holder = F.struct("end", "identity", "epoch", "end_kind")
+    s = intervals.select(
+        "*",
+        F.max(holder).over(before).alias("prev"),
+        F.lag("epoch").over(order).alias("lag_epoch"),
+    ).select(
+        "*",
+        F.col("prev.end").alias("prev_end"),
+        F.col("prev.identity").alias("prev_identity"),
+        F.col("prev.epoch").alias("prev_epoch"),
+        F.col("prev.end_kind").alias("prev_end_kind"),
+    )
+    first = F.col("prev_end").isNull()
+    overlapping = F.col("start") < F.col("prev_end")
+    return s.drop("prev").select(
+        "*",
+        F.when(first, "first").when(overlapping, "overlap").otherwise("failover").alias("kind"),
+        F.when(
+            ~first & ~overlapping & (F.col("prev_end_kind") == "left"),
+            F.col("start") - F.col("prev_end"),
+        ).alias("gap"),
+        F.when(overlapping, F.least("end", "prev_end") - F.col("start")).alias("overlap"),
+        F.greatest(
+            F.lit(0.0), F.col("end") - F.greatest("start", F.coalesce("prev_end", "start"))
+        ).alias("covered"),
+        (F.col("lag_epoch").isNull() | (F.col("epoch") > F.col("lag_epoch"))).alias("epoch_ok"),
+    )
+
+
+@dataclass(slots=True)
+class JournalReport:
+    """The report's results, small enough for the driver (pandas frames)."""
+
+    summary: pd.DataFrame  # one row per election
+    overlaps: pd.DataFrame  # first MAX_OVERLAP_ROWS overlaps, by election and start
+    overlap_count: int
+    gaps: pd.DataFrame  # election, gap: a sample of at most GAP_SAMPLE failovers
+    hourly: pd.DataFrame  # election, hour (unix s), transitions
+    timeline: pd.DataFrame  # the first intervals of the busiest elections
+    closeups: pd.DataFrame  # intervals around the first overlaps, column ``closeup``: its number
+    epochs: pd.DataFrame  # election, start, epoch: thinned to EPOCH_POINTS per election
+    events: int
+    malformed: int
+    seconds: float  # time spent in Spark
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.seconds if self.seconds else 0.0
+
+
+def analyze(spark: SparkSession, paths: Sequence[str]) -> JournalReport:
+    """Run the report's Spark job over the journals at ``paths``."""
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    started = time.perf_counter()
+    records = read_journals(spark, paths).persist(StorageLevel.MEMORY_AND_DISK)
+    events = records.where("valid").drop("valid")
+    swept = sweep(leadership_intervals(events)).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        per_election = events.groupBy("election").agg(
+            F.count(F.lit(1)).alias("events"),
+            F.countDistinct("identity").alias("identities"),
+            F.min("ts").alias("first_ts"),
+            F.max("ts").alias("last_ts"),
+        )
+        per_interval = swept.groupBy("election").agg(
+            F.count(F.lit(1)).alias("intervals"),
+            F.sum((F.col("end_kind") == "open").cast("int")).alias("open_intervals"),
+            F.sum(F.col("end_kind").isin("restarted", "superseded").cast("int")).alias("unclosed"),
+            F.sum((F.col("kind") == "failover").cast("int")).alias("failovers"),
+            F.count("gap").alias("known_gaps"),
+            F.percentile_approx("gap", 0.5, 10_000).alias("gap_p50"),
+            F.percentile_approx("gap", 0.9, 10_000).alias("gap_p90"),
+            F.max("gap").alias("gap_max"),
+            F.count("overlap").alias("overlaps"),
+            F.coalesce(F.sum("overlap"), F.lit(0.0)).alias("overlap_s"),
+            F.sum("covered").alias("covered_s"),
+            F.min("epoch").alias("first_epoch"),
+            F.max("epoch").alias("last_epoch"),
+            F.sum((~F.col("epoch_ok")).cast("int")).alias("epoch_violations"),
+        )
+        # Not in the aggregation above: with a DISTINCT there, Spark plans percentile_approx so
+        # badly that 200k events took 60 s instead of 0.5 s.
+        distinct_epochs = swept.groupBy("election").agg(
+            F.countDistinct("epoch").alias("distinct_epochs")
+        )
+        span = F.col("last_ts") - F.col("first_ts")
+        summary: pd.DataFrame = (
+            per_election.join(per_interval, "election", "left")
+            .join(distinct_epochs, "election", "left")
+            .select(
+                "*",
+                span.alias("span_s"),
+                F.when(span > 0, F.coalesce("covered_s", F.lit(0.0)) / span).alias("availability"),
+                F.when(span > 0, F.col("events") / (span / 3600)).alias("transitions_per_hour"),
+            )
+            .orderBy("election")
+            .toPandas()
+        )
+        overlap_rows = swept.where(F.col("kind") == "overlap").select(
+            "election",
+            F.col("prev_identity").alias("first"),
+            F.col("identity").alias("second"),
+            F.col("prev_epoch").alias("first_epoch"),
+            F.col("epoch").alias("second_epoch"),
+            F.col("start"),
+            (F.col("start") + F.col("overlap")).alias("end"),
+            "overlap",
+        )
+        overlaps: pd.DataFrame = (
+            overlap_rows.orderBy("election", "start").limit(MAX_OVERLAP_ROWS).toPandas()
+        )
+        overlap_count = int(summary["overlaps"].fillna(0).sum())
+        failovers = swept.where(F.col("gap").isNotNull())  # failovers with a known gap
+        total_failovers = int(summary["known_gaps"].fillna(0).sum())
+        if total_failovers > GAP_SAMPLE:
+            failovers = failovers.sample(fraction=GAP_SAMPLE / total_failovers, seed=1)
+        gaps: pd.DataFrame = failovers.select("election", "gap").toPandas()
+        hourly: pd.DataFrame = (
+            events.groupBy("election", (F.floor(F.col("ts") / 3600) * 3600).alias("hour"))
+            .agg(F.count(F.lit(1)).alias("transitions"))
+            .orderBy("election", "hour")
+            .toPandas()
+        )
+        busiest = list(summary.sort_values("events", ascending=False)["election"])
+        busiest = busiest[:TIMELINE_ELECTIONS]
+        by_start = Window.partitionBy("election").orderBy("start", "identity")
+        numbered = swept.where(F.col("election").isin(*busiest)).select(
+            "election", "identity", "start", "end", "epoch", "kind", "end_kind",
+            F.row_number().over(by_start).alias("n"),
+            F.count(F.lit(1)).over(Window.partitionBy("election")).alias("of"),
+        )  # fmt: skip
+        timeline: pd.DataFrame = (
+            numbered.where(F.col("n") <= TIMELINE_INTERVALS).drop("of").toPandas()
+        )
+        stride = F.greatest(F.lit(1), F.ceil(F.col("of") / EPOCH_POINTS))
+        epochs: pd.DataFrame = (
+            numbered.where((F.col("n") - 1) % stride == 0)
+            .select("election", "start", "epoch")
+            .orderBy("election", "start")
+            .toPandas()
+        )
+        closeups = _closeups(swept, overlaps)
+        total = int(summary["events"].sum())
+        bad = records.where(~F.col("valid")).count()
+    finally:
+        swept.unpersist()
+        records.unpersist()
+    return JournalReport(
+        summary=summary,
+        overlaps=overlaps,
+        overlap_count=overlap_count,
+        gaps=gaps,
+        hourly=hourly,
+        timeline=timeline,
+        closeups=closeups,
+        epochs=epochs,
+        events=total,
+        malformed=bad,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _closeups(swept: DataFrame, overlaps: pd.DataFrame) -> pd.DataFrame:
+    """The intervals around each of the first overlaps, so a plot can show them up close."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    frames = []
+    for n, row in enumerate(overlaps.head(CLOSEUPS).to_dict("records")):
+        pad = max(10 * float(row["overlap"]), 5.0)
+        lo, hi = float(row["start"]) - pad, float(row["end"]) + pad
+        near = swept.where(
+            (F.col("election") == row["election"]) & (F.col("start") < hi) & (F.col("end") > lo)
+        )
+        frame: pd.DataFrame = near.select(
+            "election", "identity", "start", "end", "epoch", "kind"
+        ).toPandas()
+        frame["closeup"] = n
+        frame["lo"], frame["hi"] = lo, hi
+        frame["ov_start"], frame["ov_end"] = float(row["start"]), float(row["end"])
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
