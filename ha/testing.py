@@ -4,23 +4,46 @@
 ``check_history`` verifies ARCHITECTURE.md's safety properties on it. Times are
 ``time.monotonic()``, one clock for every process of a machine, so histories recorded by
 several processes can be merged and checked together.
+
+``faults(driver)`` injects the faults a coordination client meets (crash, expire,
+disconnect/reconnect, partition/heal, freeze/thaw, fail_next) into one started driver, with
+one spelling on every backend, as kazoo's ``KazooTestHarness.expire_session`` and
+``lose_connection`` do for ZooKeeper. A fault a backend cannot inject raises
+``UnsupportedFault`` naming both; nothing is skipped silently.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
+import anyio.to_thread
 
 from .election.journal import Transition
 from .election.lease import Lease
 from .election.machine import LEGAL, State, decode_breadcrumb
 
-__all__ = ("Event", "History", "Recorder", "SafetyViolation", "check_history")
+if TYPE_CHECKING:
+    from .drivers.base import Driver
+    from .drivers.memory import MemoryDriver
+    from .drivers.sqlite import SqliteDriver
+    from .drivers.zookeeper import ZooKeeperDriver
+
+__all__ = (
+    "Event",
+    "Faults",
+    "History",
+    "Recorder",
+    "SafetyViolation",
+    "UnsupportedFault",
+    "check_history",
+    "faults",
+)
 
 
 class SafetyViolation(AssertionError):
@@ -189,3 +212,252 @@ def check_history(history: History | list[Event]) -> None:
                 f"{s.identity} started epoch {s.epoch} while {other.identity} still ran "
                 f"epoch {other.epoch}"
             )
+
+
+# --- faults -------------------------------------------------------------------------------------
+
+
+class UnsupportedFault(Exception):
+    """This backend cannot inject this fault; the message names both and says why."""
+
+    def __init__(self, backend: str, fault: str, why: str) -> None:
+        super().__init__(f"{backend} cannot {fault}: {why}")
+        self.backend = backend
+        self.fault = fault
+
+
+class Faults:
+    """The faults of one driver's client, from ``faults(driver)``; the driver must be started.
+
+    The methods that wait for the backend (``crash``, ``expire``) are coroutines; the others
+    only set or lift a condition in the client, take effect at once and never block. What the
+    driver's user sees (connection events, errors, ephemeral nodes) is said for each fault
+    and backend. Backends: memory (a ``MemoryCluster`` of this process), sqlite (a file of
+    this host), zookeeper (kazoo against a real server).
+    """
+
+    backend: ClassVar[str] = "?"
+    # fault -> why this backend cannot inject it
+    cannot: ClassVar[dict[str, str]] = {}
+
+    def _unsupported(self, fault: str) -> UnsupportedFault:
+        why = self.cannot.get(fault, "ha.testing has no such fault for this backend")
+        return UnsupportedFault(self.backend, fault, why)
+
+    async def crash(self) -> None:
+        """The client dies without a goodbye, as a killed process does; there is no undo.
+
+        The driver emits no more events and every later operation raises ``ConnectionLost``;
+        only ``aclose()`` remains. The session outlives it until the backend ends it: memory
+        and zookeeper when its timeout runs out after the last heartbeat; sqlite as soon as
+        another driver's poll finds the session's kernel lock free (the process is gone), or
+        when its lease runs out if no other driver polls. Its ephemeral nodes go then.
+        Returns once the client has stopped: at once (memory), when the renewer and poller
+        have stopped (sqlite), when kazoo's threads have ended (zookeeper).
+        """
+        raise self._unsupported("crash")
+
+    async def expire(self) -> None:
+        """The backend ends the session now, as when its timeout ran out unseen.
+
+        Returns once the session is gone on the backend: its ephemeral nodes are deleted
+        (other sessions see them go, with DELETED events for their watches). The driver learns
+        it from the backend: EXPIRED, then CONNECTED with a new session; an operation in the
+        meantime may raise ``SessionExpired``. Memory tells it at once; sqlite at its next
+        poll (``poll_interval``); zookeeper at its next contact, after a DISCONNECTED.
+        Raises ``RuntimeError`` if the driver has no session now (not started, or between
+        two sessions).
+        """
+        raise self._unsupported("expire")
+
+    def disconnect(self) -> None:
+        """The connection drops and the client knows it: DISCONNECTED at once; until
+        ``reconnect()`` the client makes no contact, so the session ages on the server and
+        expires after its timeout (then EXPIRED and a new session once reconnected).
+
+        Operations raise ``ConnectionLost``: at once on memory; on zookeeper they wait for the
+        connection (kazoo queues them) up to the op timeout. sqlite has no connection.
+        """
+        raise self._unsupported("disconnect")
+
+    def reconnect(self) -> None:
+        """Undo ``disconnect()``: the client connects again at once, RECONNECTED with the same
+        session if it did not expire meanwhile."""
+        raise self._unsupported("reconnect")
+
+    def partition(self) -> None:
+        """The network between client and server is cut silently: nothing tells the client,
+        which reports DISCONNECTED only when its heartbeats go unanswered (two thirds of the
+        session timeout), while the server expires the session after its timeout. Operations
+        raise ``ConnectionLost``. Memory only: sqlite has no network, and kazoo's socket
+        cannot be silenced from inside (put ``tests/support/faultproxy.py`` or a firewall
+        between a zookeeper driver and its server)."""
+        raise self._unsupported("partition")
+
+    def heal(self) -> None:
+        """Undo ``partition()``: heartbeats are answered again (RECONNECTED, or EXPIRED and a
+        new session if the server expired it meanwhile)."""
+        raise self._unsupported("heal")
+
+    def freeze(self) -> None:
+        """The client stalls: every operation waits, without error, until ``thaw()``.
+
+        Memory: only operations wait; heartbeats go on, the session lives and stays connected.
+        zookeeper: every request waits, the driver's own syncs too, so ``last_contact`` stops
+        advancing, while kazoo's pings keep the session alive. sqlite: every access to the
+        file waits, renewals and polls too (a stalled disk): no events, no contact; the lease
+        runs out after the session timeout, others expire the session, and the driver learns
+        it after ``thaw()``.
+        """
+        raise self._unsupported("freeze")
+
+    def thaw(self) -> None:
+        """Undo ``freeze()``: the waiting operations go on."""
+        raise self._unsupported("thaw")
+
+    def fail_next(self, count: int = 1, *, transient: bool = True) -> None:
+        """The next ``count`` operations fail before reaching the backend, with
+        ``ConnectionLost`` (transient: as a lost reply, or a busy sqlite file) or else
+        ``AccessDenied``; the session and the connection are untouched. On zookeeper the
+        driver's own periodic syncs count among the operations."""
+        raise self._unsupported("fail_next")
+
+
+class _MemoryFaults(Faults):
+    backend = "memory"
+
+    def __init__(self, driver: MemoryDriver) -> None:
+        self.driver = driver
+
+    async def crash(self) -> None:
+        self.driver.crash()
+
+    async def expire(self) -> None:
+        if self.driver.session_id is None:
+            raise RuntimeError("the memory driver has no session to expire")
+        self.driver.expire()
+
+    def disconnect(self) -> None:
+        self.driver.disconnect()
+
+    def reconnect(self) -> None:
+        self.driver.reconnect()
+
+    def partition(self) -> None:
+        self.driver.partition()
+
+    def heal(self) -> None:
+        self.driver.heal()
+
+    def freeze(self) -> None:
+        self.driver.freeze()
+
+    def thaw(self) -> None:
+        self.driver.thaw()
+
+    def fail_next(self, count: int = 1, *, transient: bool = True) -> None:
+        self.driver.fail_next(count, transient=transient)
+
+
+_NO_CONNECTION = "it opens a local file, there is no connection to drop; freeze() stalls the file"
+_NO_NETWORK = "driver and file share one host, there is no network to cut; freeze() stalls the file"
+
+
+class _SqliteFaults(Faults):
+    backend = "sqlite"
+    cannot: ClassVar[dict[str, str]] = {
+        "disconnect": _NO_CONNECTION,
+        "reconnect": _NO_CONNECTION,
+        "partition": _NO_NETWORK,
+        "heal": _NO_NETWORK,
+    }
+
+    def __init__(self, driver: SqliteDriver) -> None:
+        self.driver = driver
+
+    async def crash(self) -> None:
+        await self.driver._abandon()
+
+    async def expire(self) -> None:
+        """End the session's row from outside, as another process's reaper would."""
+        from .drivers.sqlite.schema import writing
+        from .drivers.sqlite.tree import end_session
+
+        sid, path = self.driver.session_id, self.driver.path
+        if sid is None:
+            raise RuntimeError(f"the sqlite driver on {path} has no session to expire")
+
+        def end() -> None:
+            conn = sqlite3.connect(path, timeout=5.0, isolation_level=None)
+            try:
+                with writing(conn):
+                    end_session(conn, sid)
+            finally:
+                conn.close()
+
+        await anyio.to_thread.run_sync(end)
+
+    def freeze(self) -> None:
+        self.driver._freeze()
+
+    def thaw(self) -> None:
+        self.driver._thaw()
+
+    def fail_next(self, count: int = 1, *, transient: bool = True) -> None:
+        self.driver._fail_next(count, transient=transient)
+
+
+_NO_SILENCE = (
+    "kazoo's socket cannot be silenced from inside the client; put a TCP proxy (pause it) or"
+    " a firewall rule between the driver and the server"
+)
+
+
+class _ZooKeeperFaults(Faults):
+    backend = "zookeeper"
+    cannot: ClassVar[dict[str, str]] = {"partition": _NO_SILENCE, "heal": _NO_SILENCE}
+
+    def __init__(self, driver: ZooKeeperDriver) -> None:
+        self.driver = driver
+
+    async def crash(self) -> None:
+        await self.driver._crash()
+
+    async def expire(self) -> None:
+        await self.driver._expire()
+
+    def disconnect(self) -> None:
+        self.driver._disconnect()
+
+    def reconnect(self) -> None:
+        self.driver._reconnect()
+
+    def freeze(self) -> None:
+        self.driver._freeze()
+
+    def thaw(self) -> None:
+        self.driver._thaw()
+
+    def fail_next(self, count: int = 1, *, transient: bool = True) -> None:
+        self.driver._fail_next(count, transient=transient)
+
+
+def faults(driver: Driver) -> Faults:
+    """The faults of ``driver``'s client (memory, sqlite or zookeeper; see ``Faults``).
+
+    ``UnsupportedFault`` for a driver of another backend, whose faults ha.testing cannot reach.
+    """
+    from .drivers.memory import MemoryDriver
+    from .drivers.sqlite import SqliteDriver
+
+    if isinstance(driver, MemoryDriver):
+        return _MemoryFaults(driver)
+    if isinstance(driver, SqliteDriver):
+        return _SqliteFaults(driver)
+    name = driver.capabilities.name
+    if name == "zookeeper":
+        from .drivers.zookeeper import ZooKeeperDriver
+
+        if isinstance(driver, ZooKeeperDriver):
+            return _ZooKeeperFaults(driver)
+    raise UnsupportedFault(name, "inject faults", f"ha.testing knows no faults of {driver!r}")

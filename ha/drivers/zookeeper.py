@@ -57,6 +57,7 @@ import functools
 import logging
 import queue
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -329,7 +330,12 @@ class ZooKeeperDriver(Driver):
         self._first_session = anyio.Event()
         self._probe_now = anyio.Event()
         self._watches: dict[str, _Watch] = {}
-        self._fail: list[DriverError] = []  # injected by tests (_fail_next)
+        # test hooks (see "test hooks" below): injected errors, a gate on requests, a gate on
+        # kazoo's connection attempts
+        self._fail: list[DriverError] = []
+        self._frozen: anyio.Event | None = None
+        self._uncut = threading.Event()
+        self._uncut.set()
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -403,6 +409,8 @@ class ZooKeeperDriver(Driver):
         """
         if self._tg is None or self._client is None:
             raise ConnectionLost("the ZooKeeper driver is not started (or closed)")
+        while self._frozen is not None:  # test hook: _freeze()
+            await self._frozen.wait()
         if self._fail:
             raise self._fail.pop(0)
         done = anyio.Event()
@@ -580,15 +588,107 @@ class ZooKeeperDriver(Driver):
             if emit and had_session:
                 self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
 
+    # --- test hooks: the faults of ha.testing.faults (which documents them) ------------------
+
     def _fail_next(self, count: int = 1, *, transient: bool = True) -> None:
-        """Test hook: the next ``count`` operations fail before reaching ZooKeeper, with
-        ``ConnectionLost`` or, if not transient, ``AccessDenied``."""
+        """Test hook: the next ``count`` requests (the driver's own syncs too) fail before
+        reaching ZooKeeper, with ``ConnectionLost`` or, if not transient, ``AccessDenied``."""
         for _ in range(count):
             self._fail.append(
                 ConnectionLost("injected fault")
                 if transient
                 else AccessDenied("injected fatal fault")
             )
+
+    def _freeze(self) -> None:
+        """Test hook: every request (the driver's own syncs too) waits until ``_thaw()``;
+        kazoo's pings go on, so the session lives."""
+        if self._frozen is None:
+            self._frozen = anyio.Event()
+
+    def _thaw(self) -> None:
+        if self._frozen is not None:
+            self._frozen.set()
+            self._frozen = None
+
+    def _disconnect(self) -> None:
+        """Test hook: drop the connection now (DISCONNECTED at once) and hold kazoo's attempts
+        to connect again until ``_reconnect()``; the session ages on the server meanwhile."""
+        client = self._client
+        if client is None or self._closing:
+            raise ConnectionLost("the ZooKeeper driver is not started (or closed)")
+        self._uncut.clear()
+        self._hold_connects(client)
+        if client.connected:
+            # kazoo's own testing sentinel: its connection thread drops the socket on it
+            from kazoo.protocol.connection import _CONNECTION_DROP
+
+            client._call(_CONNECTION_DROP, None)
+        if self._connected:  # kazoo's SUSPENDED, when it comes, then changes nothing
+            self._connected = False
+            self._emit(ConnectionEvent(ConnectionState.DISCONNECTED, self._session))
+
+    def _reconnect(self) -> None:
+        self._uncut.set()
+
+    def _hold_connects(self, client: Any) -> None:
+        """Make kazoo's connection thread wait, before each attempt to connect, while a test
+        keeps the driver disconnected (installed once, by the first ``_disconnect``)."""
+        handler: Any = client._connection
+        if getattr(handler, "_ha_held", False):
+            return
+        connect, uncut = handler._connect, self._uncut
+
+        @functools.wraps(connect)
+        def held_connect(*args: Any, **kwargs: Any) -> Any:
+            while not uncut.wait(0.05):
+                if client._stopped.is_set():
+                    raise kx.ConnectionDropped("the client stops while held disconnected")
+            return connect(*args, **kwargs)
+
+        handler._connect = held_connect  # outside _date_connects': dated when it really starts
+        handler._ha_held = True
+
+    async def _crash(self) -> None:
+        """Test hook: die without a goodbye, as a killed process does. kazoo's connection
+        drops without a CloseRequest and is not made again (the server expires the session
+        when its timeout runs out); no more events; every later request raises
+        ``ConnectionLost``. Returns once kazoo's threads have ended."""
+        client = self._client
+        if client is None or self._closing:
+            return
+        self._closing = True  # what kazoo still reports is not passed on
+        self._connected = False
+        client.remove_listener(self._kazoo_state)
+        from kazoo.protocol.connection import _CONNECTION_DROP
+
+        def die() -> None:
+            client._stopped.set()  # no new connection; stop() then sends no CloseRequest
+            if client.connected:
+                client._call(_CONNECTION_DROP, None)
+            client._connection.connection_stopped.wait(10)
+            client._safe_close()  # the callback threads (what stop() would have done)
+
+        await anyio.to_thread.run_sync(die)
+
+    async def _expire(self, hosts: str | None = None) -> None:
+        """Test hook: have ZooKeeper expire the current session now. A second client joins it
+        with its id and password, then closes it: the server ends the session (its ephemeral
+        nodes go at once) and this driver learns it at its next contact (DISCONNECTED,
+        EXPIRED, then CONNECTED with a new session). ``hosts``: the server's, when the
+        driver's own go through a fault proxy."""
+        client = self._client
+        client_id = client.client_id if client is not None and not self._closing else None
+        if client_id is None:
+            raise RuntimeError("the ZooKeeper driver has no session to expire")
+
+        def join_and_close() -> None:
+            other = KazooClient(hosts=hosts or self.hosts, client_id=client_id, timeout=2.0)
+            other.start(timeout=10)
+            other.stop()
+            other.close()
+
+        await anyio.to_thread.run_sync(join_and_close)
 
     # --- session ----------------------------------------------------------------------------
 

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import anyio
-import anyio.to_thread
 import pytest
 
-from ha.drivers.sqlite.driver import SqliteDriver, _end_session, _writing
+from ha.drivers.sqlite.driver import SqliteDriver
+from ha.testing import faults
 
 __all__ = (
     "SqliteBackend",
@@ -61,19 +60,7 @@ def sqlite_backend(tmp_path: Path) -> SqliteBackend:
 
 async def expire_session(driver: SqliteDriver) -> None:
     """Expire ``driver``'s current session now, deleting its ephemeral nodes."""
-    sid = driver.session_id
-    if sid is None:
-        raise RuntimeError("the driver has no session to expire")
-
-    def expire() -> None:
-        conn = sqlite3.connect(driver.path, timeout=5.0, isolation_level=None)
-        try:
-            with _writing(conn):
-                _end_session(conn, sid)
-        finally:
-            conn.close()
-
-    await anyio.to_thread.run_sync(expire)
+    await faults(driver).expire()
 
 
 def lock_dir(file: Path) -> Path:
