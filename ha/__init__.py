@@ -10,10 +10,11 @@ from __future__ import annotations
 from . import errors
 from .drivers import connect
 from .election.contender import Contender
-from .election.elector import Backoff, Elector, Timing
+from .election.elector import Elector
 from .election.journal import JournalWriter, Transition
 from .election.lease import Lease
 from .election.machine import State
+from .election.timing import Backoff, Timing
 from .services import LeaderInfo, services
 
 __all__ = (

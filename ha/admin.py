@@ -1,6 +1,7 @@
 """Operating an election from outside it, on any backend: status, format, graceful failover.
 
-The election at ``PATH`` is the elector's nodes (``ha/elector.py``) plus two kept by ``ha run``:
+The election at ``PATH`` is the elector's nodes plus two kept by ``ha run`` (all drawn, with
+their encodings, in ``ha/election/nodes.py``, which every reader here goes through):
 
     PATH/lock          ephemeral, the holder's identity            (the elector)
     PATH/breadcrumb    the last active's identity and epoch        (the elector)
@@ -44,13 +45,19 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import anyio
 
 from . import errors
 from .drivers.base import Driver, validate_path
-from .election.machine import Breadcrumb, decode_breadcrumb
+from .election.nodes import (
+    Breadcrumb,
+    ElectionNodes,
+    decode_breadcrumb,
+    decode_epoch,
+    encode_epoch,
+)
 from .errors import ConfigurationError, HAError, NodeExists, NoNode, NotEmpty
 
 __all__ = (
@@ -177,7 +184,7 @@ class Member:
 
 
 def member_path(path: str, identity: bytes) -> str:
-    return f"{path}/members/{quote(identity, safe='')}"
+    return ElectionNodes(path).member(identity)
 
 
 class DuplicateIdentity(HAError):
@@ -255,13 +262,13 @@ async def remove_member(driver: Driver, path: str, identity: bytes) -> None:
 
 async def list_members(driver: Driver, path: str) -> list[Member]:
     try:
-        names = await driver.children(f"{path}/members")
+        names = await driver.children(ElectionNodes(path).members)
     except NoNode:
         return []
     members = []
     for name in names:
         try:
-            raw, _ = await driver.get(f"{path}/members/{name}")
+            raw, _ = await driver.get(f"{ElectionNodes(path).members}/{name}")
         except NoNode:
             continue
         member = Member.decode(raw)
@@ -338,7 +345,7 @@ class FailoverRequest:
 async def read_failover(driver: Driver, path: str) -> FailoverRequest | None:
     """The last request written at ``PATH/failover`` (pending or not), or None."""
     try:
-        raw, _ = await driver.get(f"{path}/failover")
+        raw, _ = await driver.get(ElectionNodes(path).failover)
     except NoNode:
         return None
     return FailoverRequest.decode(raw)
@@ -419,7 +426,7 @@ async def election_status(driver: Driver, path: str) -> ElectionStatus:
     _check_election(path)
     for _ in range(3):
         status, lock_before = await _read_status(driver, path)
-        lock_after = await driver.exists(f"{path}/lock")
+        lock_after = await driver.exists(ElectionNodes(path).lock)
         after = None if lock_after is None else (lock_after.ephemeral_owner, lock_after.version)
         if after == lock_before:
             break
@@ -430,28 +437,29 @@ async def _read_status(
     driver: Driver, path: str
 ) -> tuple[ElectionStatus, tuple[int | None, int] | None]:
     problems: list[str] = []
+    nodes = ElectionNodes(path)
     if await driver.exists(path) is None:
         return ElectionStatus(path, exists=False), None
     holder = holder_session = None
     lock_key: tuple[int | None, int] | None = None
     try:
-        holder, lock_stat = await driver.get(f"{path}/lock")
+        holder, lock_stat = await driver.get(nodes.lock)
         holder_session = lock_stat.ephemeral_owner
         lock_key = (lock_stat.ephemeral_owner, lock_stat.version)
     except NoNode:
         pass
     epoch: int | None = None
     epoch_mtime: float | None = None
-    got = await _read(driver, f"{path}/epoch")
+    got = await _read(driver, nodes.epoch)
     if got is not None:
-        try:
-            epoch = int(got[0].decode("ascii"))
-            epoch_mtime = got[1]
-        except (UnicodeDecodeError, ValueError):
+        epoch = decode_epoch(got[0])
+        if epoch is None:
             problems.append(f"the epoch node is not a decimal number: {got[0][:40]!r}")
+        else:
+            epoch_mtime = got[1]
     crumb_raw: bytes | None = None
     crumb: Breadcrumb | None = None
-    got = await _read(driver, f"{path}/breadcrumb")
+    got = await _read(driver, nodes.breadcrumb)
     if got is not None:
         crumb_raw = got[0]
         crumb = decode_breadcrumb(crumb_raw)
@@ -467,7 +475,7 @@ async def _read_status(
     ):
         active, since = holder, epoch_mtime
     failover = None
-    got = await _read(driver, f"{path}/failover")
+    got = await _read(driver, nodes.failover)
     if got is not None:
         failover = FailoverRequest.decode(got[0])
         if failover is None:
@@ -504,9 +512,10 @@ async def watch_status(
     def poke(_event: object) -> None:
         wake[0].set()
 
+    nodes = ElectionNodes(path)
     subs = [
-        driver.subscribe(f"{path}/{name}", poke)
-        for name in ("lock", "epoch", "breadcrumb", "failover")
+        driver.subscribe(node, poke)
+        for node in (nodes.lock, nodes.epoch, nodes.breadcrumb, nodes.failover)
     ]
     subs.append(driver.subscribe(None, poke))
     try:
@@ -548,12 +557,13 @@ async def format_election(driver: Driver, path: str, force: bool = False) -> For
     version, which still fences old writers).
     """
     _check_election(path)
+    nodes = ElectionNodes(path)
     created = await driver.exists(path) is None
     await driver.ensure_path(path)
     holder = None
     live_lock = False
     try:
-        holder, lock_stat = await driver.get(f"{path}/lock")
+        holder, lock_stat = await driver.get(nodes.lock)
         live_lock = lock_stat.ephemeral_owner is not None
     except NoNode:
         pass
@@ -562,27 +572,26 @@ async def format_election(driver: Driver, path: str, force: bool = False) -> For
             f"election {path} is in use: {text(holder)!r} holds its lock"
             " (stop it first, or force the format)"
         )
-    epoch = epoch_reset = None
-    got = await _read(driver, f"{path}/epoch")
+    epoch: int | None = None
+    epoch_reset = False
+    got = await _read(driver, nodes.epoch)
     if got is not None:
-        try:
-            epoch = int(got[0].decode("ascii"))
-        except (UnicodeDecodeError, ValueError):
-            epoch_reset = True
+        epoch = decode_epoch(got[0])
+        epoch_reset = epoch is None
     if not force:
         return FormatResult(path, created, epoch=epoch, holder=None)
     removed = []
-    if holder is not None and not live_lock and await _delete_tree(driver, f"{path}/lock"):
+    if holder is not None and not live_lock and await _delete_tree(driver, nodes.lock):
         removed.append("lock")
-    if await _delete_tree(driver, f"{path}/failover"):
+    if await _delete_tree(driver, nodes.failover):
         removed.append("failover")
-    if await _delete_persistent(driver, f"{path}/members"):
+    if await _delete_persistent(driver, nodes.members):
         removed.append("members")
     if epoch_reset:
-        await driver.set(f"{path}/epoch", b"0")
+        await driver.set(nodes.epoch, encode_epoch(0))
         epoch = 0
     kept = holder if live_lock else None
-    return FormatResult(path, created, tuple(removed), epoch, bool(epoch_reset), kept)
+    return FormatResult(path, created, tuple(removed), epoch, epoch_reset, kept)
 
 
 async def _delete_persistent(driver: Driver, path: str) -> bool:
@@ -690,7 +699,7 @@ async def request_failover(
         time.time(),
         _requester(),
     )
-    node = f"{path}/failover"
+    node = ElectionNodes(path).failover
     try:
         await driver.set(node, request.encode())
     except NoNode:

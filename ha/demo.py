@@ -38,7 +38,7 @@ from .drivers.memory import MemoryDriver
 from .election.elector import Elector
 from .election.journal import JournalWriter
 from .election.lease import Lease
-from .election.machine import decode_breadcrumb
+from .election.nodes import decode_breadcrumb
 from .errors import ConfigurationError, HAError
 from .supervisor import Child, spawn
 

@@ -66,8 +66,9 @@ from .drivers.base import (
     post_order,
 )
 from .drivers.memory import MemoryCluster, MemoryDriver
-from .election.elector import Elector, Timing
+from .election.elector import Elector
 from .election.lease import Lease
+from .election.timing import Timing
 from .errors import (
     BadVersion,
     ConfigurationError,

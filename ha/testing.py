@@ -26,7 +26,8 @@ import anyio.to_thread
 
 from .election.journal import Transition
 from .election.lease import Lease
-from .election.machine import LEGAL, State, decode_breadcrumb
+from .election.machine import LEGAL, State
+from .election.nodes import decode_breadcrumb
 
 if TYPE_CHECKING:
     from .drivers.base import Driver

@@ -18,9 +18,10 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -29,93 +30,47 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from .._clock import monotonic_minus_loop
 from ..drivers.base import (
-    Check,
     ConnectionEvent,
     ConnectionState,
-    Create,
-    Delete,
     Driver,
     NodeEvent,
     NodeEventKind,
-    Op,
-    SetData,
-    Stat,
     validate_path,
 )
-from ..errors import (
-    BadVersion,
-    ConfigurationError,
-    CorruptData,
-    DriverError,
-    ElectionFailed,
-    NodeExists,
-    NoNode,
-    SessionExpired,
-    TransactionFailed,
-)
+from ..errors import ConfigurationError, CorruptData, DriverError, ElectionFailed, SessionExpired
+from . import events as ev
 from . import machine as m
 from .contender import check_contender
 from .journal import JournalWriter, Transition
 from .lease import Lease
 from .machine import State
+from .nodes import Breadcrumb, ElectionNodes, decode_breadcrumb
+from .timing import Timing
 
-__all__ = ("Backoff", "Elector", "Timing")
+__all__ = ("Elector", "ElectorStatistics", "FencingStatistics")
 
 log = logging.getLogger("ha.elector")
 _SHARED_RNG = random.Random()
 
 
 @dataclass(frozen=True, slots=True)
-class Backoff:
-    """Delay before rejoining after the n-th consecutive failure: exponential, capped, jittered."""
+class FencingStatistics:
+    """Fences of one old active keep being refused (a takeover is blocked on them)."""
 
-    initial: float = 0.05
-    maximum: float = 2.0
-    multiplier: float = 2.0
-    jitter: float = 0.5  # the delay is drawn from [d * (1 - jitter), d]
-
-    def __post_init__(self) -> None:
-        if not 0 < self.initial <= self.maximum:
-            raise ConfigurationError("backoff needs 0 < initial <= maximum")
-        if self.multiplier < 1 or not 0 <= self.jitter < 1:
-            raise ConfigurationError("backoff needs multiplier >= 1 and 0 <= jitter < 1")
-
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        base = min(self.maximum, self.initial * self.multiplier ** max(0, attempt - 1))
-        return base * (1 - self.jitter * rng.random())
+    old: str  # the old active's identity, as text ("an unreadable breadcrumb" if unknown)
+    failures: int  # refusals in a row of that breadcrumb (the machine's count)
+    error: str  # the last refusal
+    next_try_in: float | None  # seconds until the next attempt; None if none is scheduled
 
 
 @dataclass(frozen=True, slots=True)
-class Timing:
-    """The elector's timing, checked at construction (as client-go's LeaderElectionConfig).
+class ElectorStatistics:
+    """What ``Elector.statistics()`` returns: one reading, never updated afterwards."""
 
-    ``deadline_ratio``: the leadership scope is stopped this fraction of the session timeout
-    after the last contact (must leave the stop time before the backend can expire us).
-    ``hook_timeout``: bound on ``become_standby``, ``enter_neutral``, ``on_fatal_error``.
-    ``fence_timeout``: bound on ``fence_old_active``. ``op_timeout``: bound on one backend call
-    (default: the session timeout).
-    """
-
-    deadline_ratio: float = 2 / 3
-    hook_timeout: float = 5.0
-    fence_timeout: float = 30.0
-    op_timeout: float | None = None
-    backoff: Backoff = Backoff()
-    max_retries: int = 5
-    hold_on_disconnect: bool = False
-
-    def __post_init__(self) -> None:
-        if not 0 < self.deadline_ratio < 1:
-            raise ConfigurationError(
-                f"deadline_ratio must be in (0, 1) so the active stops before its session "
-                f"can expire; got {self.deadline_ratio}"
-            )
-        if self.hook_timeout <= 0 or self.fence_timeout <= 0:
-            raise ConfigurationError("hook_timeout and fence_timeout must be positive")
-        if self.op_timeout is not None and self.op_timeout <= 0:
-            raise ConfigurationError("op_timeout must be positive")
-        if self.max_retries < 0:
-            raise ConfigurationError("max_retries must be >= 0")
+    state: State  # the public state as last reported
+    epoch: int | None  # the lease's epoch while ACTIVE
+    transitions: Mapping[str, int]  # "neutral->active": how often each public change happened
+    fencing: FencingStatistics | None = None  # set while fences are being refused
 
 
 def _identity_bytes(identity: bytes | str) -> bytes:
@@ -131,8 +86,7 @@ class Elector:
 
     ``await elector.run(contender)`` returns when the election is quit (``quit()``); it raises
     ``ElectionFailed`` after a fatal error. Also ``await task_group.start(elector.run, c)``.
-    The nodes used: ``{path}/lock`` (ephemeral, holds the identity), ``{path}/breadcrumb``
-    and ``{path}/epoch`` (persistent).
+    The nodes it uses are drawn in ``nodes.py`` (``elector.nodes``).
     """
 
     __slots__ = (
@@ -141,9 +95,7 @@ class Elector:
         "identity",
         "data",
         "timing",
-        "lock_path",
-        "breadcrumb_path",
-        "epoch_path",
+        "nodes",
         "_journal_spec",
         "_journal",
         "_rng",
@@ -184,9 +136,7 @@ class Elector:
         self.identity = _identity_bytes(identity)
         self.data = bytes(data)
         self.timing = timing or Timing()
-        self.lock_path = f"{path}/lock"
-        self.breadcrumb_path = f"{path}/breadcrumb"
-        self.epoch_path = f"{path}/epoch"
+        self.nodes = ElectionNodes(path)
         # a path is opened for each run and closed after it; a writer given is the caller's
         self._journal_spec = journal
         self._journal: JournalWriter | None = None
@@ -199,14 +149,14 @@ class Elector:
         )
         self._state = State.NEUTRAL
         self._lease: Lease | None = None
-        self._send: MemoryObjectSendStream[m.Input] | None = None
+        self._send: MemoryObjectSendStream[ev.Input] | None = None
         self._watchers: list[MemoryObjectSendStream[Transition]] = []
         self._listeners: list[Callable[[Transition], None]] = []
         self._lead_scope: anyio.CancelScope | None = None
         self._lead_done: anyio.Event | None = None
         self._backoff_at: tuple[float, int] | None = None
         self._closed = False
-        self._quit_pending: m.QuitRequested | None = None
+        self._quit_pending: ev.QuitRequested | None = None
         # the last refused fence: (old active's identity, error); None after success
         self._fencing: tuple[str, str] | None = None
         # the session that may hold our lock: set before every create, cleared once a release
@@ -229,37 +179,33 @@ class Elector:
     def quit(self, need_fence: bool = False) -> None:
         """Leave the election; ``run`` returns once done. ``need_fence=False`` from ACTIVE
         deletes our breadcrumb so the next active does not fence us."""
-        self._feed(m.QuitRequested(need_fence))
+        self._feed(ev.QuitRequested(need_fence))
 
-    def statistics(self) -> dict[str, Any]:
-        stats: dict[str, Any] = {
-            "state": self._state.value,
-            "epoch": self._lease.epoch if self._lease else None,
-            "transitions": {f"{a}->{b}": n for (a, b), n in sorted(self.counts.items())},
-        }
+    def statistics(self) -> ElectorStatistics:
+        """A snapshot of the elector's state, its transition counts and refused fences."""
+        fencing = None
         if self._fencing is not None:
             old, error = self._fencing
-            count = self._machine.fence_failures
             retry = None
             if self._backoff_at is not None:
                 retry = max(0.0, self._backoff_at[0] - anyio.current_time())
-            stats["fencing"] = {
-                "old": old,
-                "failures": count,
-                "error": error,
-                "next_try_in": retry,
-            }
-        return stats
+            fencing = FencingStatistics(old, self._machine.fence_failures, error, retry)
+        return ElectorStatistics(
+            self._state,
+            self._lease.epoch if self._lease else None,
+            MappingProxyType({f"{a}->{b}": n for (a, b), n in sorted(self.counts.items())}),
+            fencing,
+        )
 
     def fencing_note(self) -> str | None:
         """ "fencing 'x' failed 5 times, next try in 8s" while fences keep being refused."""
-        fencing = self.statistics().get("fencing")
+        fencing = self.statistics().fencing
         if fencing is None:
             return None
-        note = f"fencing {fencing['old']!r} failed {fencing['failures']} times"
-        if fencing["next_try_in"] is not None:
-            note += f", next try in {fencing['next_try_in']:.0f}s"
-        return f"{note} ({fencing['error']})"
+        note = f"fencing {fencing.old!r} failed {fencing.failures} times"
+        if fencing.next_try_in is not None:
+            note += f", next try in {fencing.next_try_in:.0f}s"
+        return f"{note} ({fencing.error})"
 
     def add_listener(self, callback: Callable[[Transition], None]) -> None:
         """Call ``callback(transition)`` synchronously on every transition (must not block)."""
@@ -288,25 +234,25 @@ class Elector:
             raise RuntimeError("this elector is already running")
         if self._machine.phase in (m.Phase.DONE, m.Phase.FAILED):
             raise RuntimeError("this elector has finished; make a new Elector to rejoin")
-        send, receive = anyio.create_memory_object_stream[m.Input](math.inf)
+        send, receive = anyio.create_memory_object_stream[ev.Input](math.inf)
         self._send = send
         error: str | None = None
         spec = self._journal_spec
         self._journal = JournalWriter(spec) if isinstance(spec, str) else spec
         subs = [
             self.driver.subscribe(None, self._on_connection),
-            self.driver.subscribe(self.lock_path, self._on_lock),
-            self.driver.subscribe(self.epoch_path, self._on_epoch),
+            self.driver.subscribe(self.nodes.lock, self._on_lock),
+            self.driver.subscribe(self.nodes.epoch, self._on_epoch),
         ]
         try:
             with send, receive:
                 async with anyio.create_task_group() as tg:
                     sid = self.driver.session_id
                     if sid is not None:  # catch up with the driver's state before joining
-                        self._feed(m.Connected(sid))
+                        self._feed(ev.Connected(sid))
                         if not self.driver.connected:
-                            self._feed(m.Disconnected(sid))
-                    self._feed(m.Joined())
+                            self._feed(ev.Disconnected(sid))
+                    self._feed(ev.Joined())
                     if self._quit_pending is not None:
                         self._feed(self._quit_pending)
                     task_status.started(self)
@@ -322,14 +268,14 @@ class Elector:
                 if self._machine.phase not in (m.Phase.DONE, m.Phase.FAILED):
                     # cancelled from outside: leave as a quit that keeps our breadcrumb (the
                     # next active fences us), releasing what we hold quickly, best effort
-                    for effect in self._machine.handle(m.QuitRequested(need_fence=True)):
-                        if isinstance(effect, m.ReleaseLock):
+                    for effect in self._machine.handle(ev.QuitRequested(need_fence=True)):
+                        if isinstance(effect, ev.ReleaseLock):
                             with anyio.move_on_after(1.0):
                                 await self._release_lock(effect.session)
-                        elif isinstance(effect, m.Report) and effect.new is not self._state:
+                        elif isinstance(effect, ev.Report) and effect.new is not self._state:
                             # the cancellation may have cut an effect list short, so report
                             # from the state last published, not the machine's
-                            self._report(m.Report(self._state, effect.new, None, effect.cause))
+                            self._report(ev.Report(self._state, effect.new, None, effect.cause))
             self._send = None
             if isinstance(spec, str) and self._journal is not None:
                 self._journal.close()
@@ -338,9 +284,9 @@ class Elector:
 
     # --- event intake -------------------------------------------------------------------------
 
-    def _feed(self, event: m.Input) -> None:
+    def _feed(self, event: ev.Input) -> None:
         if self._send is None:
-            if isinstance(event, m.QuitRequested):
+            if isinstance(event, ev.QuitRequested):
                 self._quit_pending = event  # quit before run: run() leaves at once
             return
         try:
@@ -354,16 +300,16 @@ class Elector:
             self._closed = True
             if self._machine.session is not None:
                 self._feed(
-                    m.OperationFailed(self._machine.session, "driver", "driver closed", False)
+                    ev.OperationFailed(self._machine.session, "driver", "driver closed", False)
                 )
             return
         if sid is None:
             return
-        mapping: dict[ConnectionState, Callable[[int], m.Input]] = {
-            ConnectionState.CONNECTED: m.Connected,
-            ConnectionState.DISCONNECTED: m.Disconnected,
-            ConnectionState.RECONNECTED: m.Reconnected,
-            ConnectionState.EXPIRED: m.SessionExpired,
+        mapping: dict[ConnectionState, Callable[[int], ev.Input]] = {
+            ConnectionState.CONNECTED: ev.Connected,
+            ConnectionState.DISCONNECTED: ev.Disconnected,
+            ConnectionState.RECONNECTED: ev.Reconnected,
+            ConnectionState.EXPIRED: ev.SessionExpired,
         }
         self._feed(mapping[event.state](sid))
 
@@ -372,14 +318,14 @@ class Elector:
         if sid is None:
             return
         if event.kind is NodeEventKind.DELETED:
-            self._feed(m.LockDeleted(sid))
+            self._feed(ev.LockDeleted(sid))
         elif event.kind is NodeEventKind.CHANGED:
-            self._feed(m.LockChanged(sid))
+            self._feed(ev.LockChanged(sid))
 
     def _on_epoch(self, event: NodeEvent) -> None:
         sid = self._machine.session
         if sid is not None and event.kind is not NodeEventKind.CREATED:
-            self._feed(m.EpochChanged(sid))
+            self._feed(ev.EpochChanged(sid))
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -387,24 +333,24 @@ class Elector:
         self,
         tg: anyio.abc.TaskGroup,
         contender: object,
-        receive: MemoryObjectReceiveStream[m.Input],
+        receive: MemoryObjectReceiveStream[ev.Input],
     ) -> str | None:
         """Run until the machine finishes; return its fatal error, if any."""
-        outcomes: list[m.Input] = []  # rarely more than one; a deque costs 600 B each
+        outcomes: list[ev.Input] = []  # rarely more than one; a deque costs 600 B each
         while True:
             event = await self._next_input(receive, outcomes)
-            if isinstance(event, m.BackoffElapsed):
+            if isinstance(event, ev.BackoffElapsed):
                 self._backoff_at = None
             for effect in self._machine.handle(event):
-                if isinstance(effect, m.Finish):
+                if isinstance(effect, ev.Finish):
                     return effect.error
                 outcome = await self._execute(effect, tg, contender)
                 if outcome is not None:
                     outcomes.append(outcome)
 
     async def _next_input(
-        self, receive: MemoryObjectReceiveStream[m.Input], outcomes: list[m.Input]
-    ) -> m.Input:
+        self, receive: MemoryObjectReceiveStream[ev.Input], outcomes: list[ev.Input]
+    ) -> ev.Input:
         """Driver events first (they may make an outcome stale), then outcomes, then timers."""
         try:
             return receive.receive_nowait()
@@ -413,207 +359,98 @@ class Elector:
         if outcomes:
             outcome = outcomes.pop(0)
             if (
-                isinstance(outcome, m.Disconnected)
+                isinstance(outcome, ev.Disconnected)
                 and self.driver.connected
                 and self.driver.session_id == outcome.session
             ):
                 # the contact this failed call lost is back already (the driver's events came
                 # first): tell the machine so, or it waits OFFLINE for a reconnection it missed
-                outcomes.insert(0, m.Reconnected(outcome.session))
+                outcomes.insert(0, ev.Reconnected(outcome.session))
             return outcome
         if self._backoff_at is None:
             return await receive.receive()
         when, token = self._backoff_at
         with anyio.move_on_after(when - anyio.current_time()):
             return await receive.receive()
-        return m.BackoffElapsed(token)
+        return ev.BackoffElapsed(token)
 
     # --- effects ------------------------------------------------------------------------------
 
     async def _execute(
-        self, effect: m.Effect, tg: anyio.abc.TaskGroup, contender: object
-    ) -> m.Input | None:
+        self, effect: ev.Effect, tg: anyio.abc.TaskGroup, contender: object
+    ) -> ev.Input | None:
+        nodes, driver, me = self.nodes, self.driver, self.identity
         match effect:
-            case m.CreateLock(session):
-                return await self._op("create lock", session, self._create_lock(session))
-            case m.ReadLock(session):
-                return await self._op("read lock", session, self._read_lock(session))
-            case m.ReadElection(session):
-                return await self._op("read election", session, self._read_election(session))
-            case m.FenceOldActive(session, breadcrumb):
-                return await self._fence(contender, session, breadcrumb)
-            case m.CommitActive():
-                return await self._op("commit epoch", effect.session, self._commit(effect))
-            case m.ClaimActive():
-                return await self._op("claim", effect.session, self._claim(effect))
-            case m.StartActive(session, epoch, epoch_version):
-                await self._start_active(tg, contender, session, epoch, epoch_version)
-            case m.StopActive(cause):
-                await self._stop_active(cause)
-            case m.VerifyEpoch(session, epoch, epoch_version):
+            case ev.CreateLock(session):
+                self._may_hold = session  # before the call: it may apply and still fail
                 return await self._op(
-                    "verify epoch", session, self._verify_epoch(session, epoch, epoch_version)
+                    "create lock", session, nodes.create_lock(driver, session, me)
                 )
-            case m.ReleaseLock(session):
+            case ev.ReadLock(session):
+                return await self._op("read lock", session, nodes.read_lock(driver, session, me))
+            case ev.ReadElection(session):
+                return await self._op(
+                    "read election", session, nodes.read_election(driver, session)
+                )
+            case ev.FenceOldActive(session, breadcrumb):
+                return await self._fence(contender, session, breadcrumb)
+            case ev.CommitActive(session, epoch=epoch):
+                commit = nodes.commit(driver, effect, Breadcrumb(me, epoch, self.data))
+                return await self._op("commit epoch", session, commit)
+            case ev.ClaimActive(session, epoch=epoch):
+                self._may_hold = session
+                claim = nodes.claim(driver, effect, Breadcrumb(me, epoch, self.data))
+                return await self._op("claim", session, claim)
+            case ev.StartActive(session, epoch, epoch_version):
+                await self._start_active(tg, contender, session, epoch, epoch_version)
+            case ev.StopActive(cause):
+                await self._stop_active(cause)
+            case ev.VerifyEpoch(session):
+                return await self._op("verify epoch", session, nodes.verify_epoch(driver, effect))
+            case ev.ReleaseLock(session):
                 await self._release_lock(session)
-            case m.DeleteBreadcrumb(session, version, lock_version):
-                await self._resign(version, lock_version)
-            case m.NotifyStandby():
+            case ev.DeleteBreadcrumb():
+                await self._resign(effect)
+            case ev.NotifyStandby():
                 await self._hook(contender, "become_standby")
-            case m.NotifyNeutral():
+            case ev.NotifyNeutral():
                 await self._hook(contender, "enter_neutral")
-            case m.NotifyFatal(error):
+            case ev.NotifyFatal(error):
                 await self._hook(contender, "on_fatal_error", ElectionFailed(error))
-            case m.Backoff(attempt, token):
+            case ev.WaitBackoff(attempt, token):
                 delay = self.timing.backoff.delay(attempt, self._rng)
                 self._backoff_at = (anyio.current_time() + delay, token)
-            case m.Report():
+            case ev.Report():
                 self._report(effect)
         return None
 
-    async def _op(self, name: str, session: int, call: Awaitable[m.Input | None]) -> m.Input | None:
+    async def _op(
+        self, name: str, session: int, call: Awaitable[ev.Input | None]
+    ) -> ev.Input | None:
         timeout = self.timing.op_timeout or self.driver.session_timeout
         try:
             with anyio.fail_after(timeout):
                 return await call
         except TimeoutError:
-            return m.OperationFailed(session, name, f"no answer in {timeout:g}s", True)
+            return ev.OperationFailed(session, name, f"no answer in {timeout:g}s", True)
         except SessionExpired as exc:
-            return m.OperationFailed(session, name, str(exc), True)
+            return ev.OperationFailed(session, name, str(exc), True)
         except (DriverError, CorruptData) as exc:
             transient = isinstance(exc, DriverError) and exc.transient
             if transient and not self.driver.connected:
-                return m.Disconnected(session)  # unreachable: wait for contact, do not count
+                return ev.Disconnected(session)  # unreachable: wait for contact, do not count
             if not transient:
                 log.error("%s: %s failed: %s", self.path, name, exc)
-            return m.OperationFailed(session, name, str(exc), transient)
-
-    async def _create_lock(self, session: int) -> m.Input:
-        self._may_hold = session
-        try:
-            await self.driver.create(self.lock_path, self.identity, ephemeral=True, makepath=True)
-        except NodeExists:
-            return m.LockExists(session)
-        return m.LockCreated(session, 0)
-
-    async def _read_lock(self, session: int) -> m.Input:
-        try:
-            holder, stat = await self.driver.get(self.lock_path)
-        except NoNode:
-            return m.LockMissing(session)
-        # several electors may share one session (one per election or not): the lock is ours
-        # only if our session created it AND it names us (identities are unique per election)
-        ours = stat.ephemeral_owner == session and holder == self.identity
-        return m.LockOwned(session, ours, holder, stat.version)
-
-    async def _read_election(self, session: int) -> m.Input:
-        crumb: tuple[bytes | None, int | None] = (None, None)
-        epoch: tuple[int, int | None] = (0, None)
-        errors: list[Exception] = []
-
-        # the children never raise: an error beside a cancellation (the op's timeout) would
-        # leave the task group as a BaseExceptionGroup that nothing above can handle (trio)
-        async def read_crumb() -> None:
-            nonlocal crumb
-            try:
-                raw, stat = await self.driver.get(self.breadcrumb_path)
-                crumb = (raw, stat.version)
-            except NoNode:
-                pass
-            except Exception as exc:
-                errors.append(exc)
-
-        async def read_epoch() -> None:
-            nonlocal epoch
-            try:
-                epoch = await self._read_epoch()
-            except Exception as exc:
-                errors.append(exc)
-
-        # both reads in flight at once: one round trip instead of two on the way to ACTIVE
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(read_crumb)
-            tg.start_soon(read_epoch)
-        if errors:
-            raise errors[0]
-        return m.ElectionRead(session, crumb[0], crumb[1], epoch[0], epoch[1])
-
-    async def _read_epoch(self) -> tuple[int, int | None]:
-        try:
-            raw, stat = await self.driver.get(self.epoch_path)
-        except NoNode:
-            return 0, None
-        try:
-            value = int(raw.decode("ascii"))
-        except (UnicodeDecodeError, ValueError):
-            raise CorruptData(
-                self.epoch_path, f"epoch is not a decimal number: {raw[:40]!r}"
-            ) from None
-        if value < 0:
-            raise CorruptData(self.epoch_path, f"epoch is negative: {value}")
-        return value, stat.version
-
-    async def _commit(self, effect: m.CommitActive) -> m.Input:
-        ops: list[Op] = [Check(self.lock_path, effect.lock_version)]
-        ops += self._epoch_and_crumb_ops(
-            effect.epoch, effect.epoch_version, effect.breadcrumb_version
-        )
-        try:
-            results = await self.driver.transaction(ops)
-        except TransactionFailed as exc:
-            return m.CommitConflict(effect.session, lock_lost=exc.index == 0)
-        return m.Committed(effect.session, effect.epoch, _version(results[1]), _version(results[2]))
-
-    def _epoch_and_crumb_ops(
-        self, epoch: int, epoch_version: int | None, crumb_version: int | None
-    ) -> list[Op]:
-        """Bump the epoch by compare-and-set and write our breadcrumb naming it."""
-        crumb = m.encode_breadcrumb(m.Breadcrumb(self.identity, epoch, self.data))
-        epoch_bytes = str(epoch).encode()
-        return [
-            Create(self.epoch_path, epoch_bytes)
-            if epoch_version is None
-            else SetData(self.epoch_path, epoch_bytes, epoch_version),
-            Create(self.breadcrumb_path, crumb)
-            if crumb_version is None
-            else SetData(self.breadcrumb_path, crumb, crumb_version),
-        ]
-
-    async def _claim(self, effect: m.ClaimActive) -> m.Input:
-        self._may_hold = effect.session
-        ops: list[Op] = [Create(self.lock_path, self.identity, ephemeral=True)]
-        ops += self._epoch_and_crumb_ops(
-            effect.epoch, effect.epoch_version, effect.breadcrumb_version
-        )
-        try:
-            results = await self.driver.transaction(ops)
-        except TransactionFailed as exc:
-            return m.ClaimConflict(effect.session, lock_exists=exc.index == 0)
-        return m.Claimed(effect.session, effect.epoch, _version(results[1]), _version(results[2]))
-
-    async def _verify_epoch(self, session: int, epoch: int, epoch_version: int) -> m.Input | None:
-        try:
-            _, stat = await self.driver.get(self.epoch_path)
-        except NoNode:
-            return m.EpochSuperseded(session, epoch)
-        return None if stat.version == epoch_version else m.EpochSuperseded(session, epoch)
+            return ev.OperationFailed(session, name, str(exc), transient)
 
     async def _release_lock(self, session: int | None) -> None:
-        """Delete the lock if our session owns it. Best effort: errors are logged.
-
-        ZooKeeper cannot check the owner inside a transaction, so this reads then deletes by
-        version; the lock can only change hands in between if it was deleted by a third party.
-        Once the lock is known not to be ours, ``_may_hold`` is cleared.
-        """
+        """Delete the lock if our session owns it (``nodes.release_lock``). Best effort: errors
+        are logged. Once the lock is known not to be ours, ``_may_hold`` is cleared."""
         if session is None:
             return
         try:
             with anyio.fail_after(self.timing.op_timeout or self.driver.session_timeout):
-                holder, stat = await self.driver.get(self.lock_path)
-                if stat.ephemeral_owner == session and holder == self.identity:
-                    await self.driver.delete(self.lock_path, stat.version)
-        except (NoNode, BadVersion):
-            pass
+                await self.nodes.release_lock(self.driver, session, self.identity)
         except TimeoutError:
             return
         except DriverError as exc:
@@ -658,25 +495,11 @@ class Elector:
             await anyio.sleep(delay)
             delay = min(delay * 2, timeout / 3)
 
-    async def _resign(self, version: int, lock_version: int) -> None:
-        """Delete our breadcrumb and our lock in one transaction (one write for a handover).
-
-        If that fails (the lock is not as we left it), the breadcrumb alone is deleted by its
-        version; the ReleaseLock that follows releases the lock if it is still ours.
-        """
+    async def _resign(self, effect: ev.DeleteBreadcrumb) -> None:
+        """Delete our breadcrumb and our lock (``nodes.resign``). Best effort: errors are logged."""
         try:
             with anyio.fail_after(self.timing.op_timeout or self.driver.session_timeout):
-                try:
-                    await self.driver.transaction(
-                        [
-                            Delete(self.breadcrumb_path, version),
-                            Delete(self.lock_path, lock_version),
-                        ]
-                    )
-                except TransactionFailed as exc:
-                    if exc.index == 0:
-                        raise exc.cause from None
-                    await self.driver.delete(self.breadcrumb_path, version)
+                await self.nodes.resign(self.driver, effect)
         except (DriverError, TimeoutError) as exc:
             # not ours any more, or unreachable: the next active will fence us, which is safe
             log.info("%s: breadcrumb not deleted: %s", self.path, exc)
@@ -695,11 +518,11 @@ class Elector:
         except Exception:
             log.exception("%s: contender hook %s raised", self.path, name)
 
-    async def _fence(self, contender: object, session: int, breadcrumb: bytes) -> m.Input:
+    async def _fence(self, contender: object, session: int, breadcrumb: bytes) -> ev.Input:
         hook = getattr(contender, "fence_old_active", None)
         if hook is None:
             log.info("%s: no fence_old_active hook; relying on epoch fencing", self.path)
-            return m.FenceSucceeded(session)
+            return ev.FenceSucceeded(session)
         error = None
         try:
             with anyio.fail_after(self.timing.fence_timeout):
@@ -710,13 +533,13 @@ class Elector:
             error = repr(exc)
         if error is None:
             self._fencing = None
-            return m.FenceSucceeded(session)
-        crumb = m.decode_breadcrumb(breadcrumb)
+            return ev.FenceSucceeded(session)
+        crumb = decode_breadcrumb(breadcrumb)
         old = crumb.identity.decode(errors="replace") if crumb else "an unreadable breadcrumb"
         self._fencing = (old, error)
         count = self._machine.fence_failures + 1  # the machine counts it on FenceFailed
         log.warning("%s: fencing %r refused (%d in a row): %s", self.path, old, count, error)
-        return m.FenceFailed(session, error)
+        return ev.FenceFailed(session, error)
 
     async def _start_active(
         self,
@@ -743,14 +566,14 @@ class Elector:
 
         def fenced() -> None:
             if valid():
-                self._feed(m.EpochSuperseded(session, epoch))
+                self._feed(ev.EpochSuperseded(session, epoch))
 
         self._lease = Lease(
             self.path,
             self.identity,
             epoch,
             session,
-            self.epoch_path,
+            self.nodes.epoch,
             epoch_version,
             valid,
             fenced,
@@ -773,7 +596,7 @@ class Elector:
                         cancelled, failed = _split_cancelled(exc)
                         if failed is not None:
                             log.error("%s: become_active raised", self.path, exc_info=failed)
-                            self._feed(m.ActiveFailed(lease.session_id, lease.epoch, repr(failed)))
+                            self._feed(ev.ActiveFailed(lease.session_id, lease.epoch, repr(failed)))
                             inner.cancel_scope.cancel()
                         if cancelled is not None:
                             raise cancelled from None
@@ -795,7 +618,7 @@ class Elector:
                     now - self.driver.last_contact,
                 )
                 scope.cancel()
-                self._feed(m.DeadlineExpired(lease.session_id))
+                self._feed(ev.DeadlineExpired(lease.session_id))
                 return
             await anyio.sleep(deadline - now)
 
@@ -814,7 +637,7 @@ class Elector:
 
     # --- reporting ----------------------------------------------------------------------------
 
-    def _report(self, report: m.Report) -> None:
+    def _report(self, report: ev.Report) -> None:
         self._state = report.new
         if report.new in (State.ACTIVE, State.STANDBY):
             self._fencing = None  # someone leads: our refused fences are history
@@ -879,7 +702,3 @@ def _split_cancelled(
     if isinstance(exc, Exception):
         return None, exc
     return exc, None
-
-
-def _version(result: str | Stat | None) -> int:
-    return result.version if isinstance(result, Stat) else 0

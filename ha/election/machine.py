@@ -1,8 +1,8 @@
 """The elector's state machine: pure, no I/O, no clock, no anyio (the h11 model).
 
 ``Machine.handle(input) -> list[Effect]``: inputs are facts that happened (past tense), effects
-are commands for the runner (``ha/elector.py``), which executes them in order and feeds their
-outcomes back as inputs.
+are commands for the runner (``elector.py``), which executes them in order and feeds their
+outcomes back as inputs; both are defined in ``events.py``.
 
 Rules (each names the mechanism it follows):
 
@@ -39,67 +39,35 @@ R12 Fast takeover: a standby that sees the lock deleted reads the breadcrumb and
     when nothing needs fencing (no breadcrumb, or our own) it creates the lock, bumps the epoch
     and writes its breadcrumb in ONE transaction that checks both versions it read (two
     backend writes per graceful handover instead of four). Anything else takes the R2/R4 path.
+
+Theory of operation. ``Phase`` is where the machine is, ``PUBLIC`` maps it to the ``State`` a
+contender is told, ``LEGAL`` lists the public changes allowed. ``HANDLED`` declares, for every
+input, the phases that act on it; ``handle`` looks the pair up before any handler runs, and an
+input outside the table changes nothing. That is the machine's answer to stale and irrelevant
+input, in one place: the answer to an effect of a phase already left (a ``LockOwned`` after
+the lock was deleted), a watch that fires after we moved on, a duplicate, a timer of an older
+backoff. Connection facts are recorded in every live phase; DONE and FAILED act on nothing.
+Inside the table a handler may still find nothing to do (an older lease's epoch, an older
+backoff's token). ``python -m ha.election.diagram`` draws the phases from the table.
 """
 
 from __future__ import annotations
 
-import base64
 import enum
-import json
-import typing
-from dataclasses import dataclass
+
+from . import events as ev
+from .nodes import decode_breadcrumb
 
 __all__ = (
-    "Backoff",
-    "BackoffElapsed",
-    "Breadcrumb",
-    "CommitActive",
-    "CommitConflict",
-    "Committed",
-    "Connected",
-    "CreateLock",
-    "DeadlineExpired",
-    "DeleteBreadcrumb",
-    "Disconnected",
-    "Effect",
-    "ElectionRead",
-    "EpochChanged",
-    "EpochSuperseded",
-    "FenceFailed",
-    "FenceOldActive",
-    "FenceSucceeded",
-    "Finish",
-    "Input",
-    "Joined",
-    "LockChanged",
-    "LockCreated",
-    "LockDeleted",
-    "LockExists",
-    "LockMissing",
-    "LockOwned",
+    "HANDLED",
+    "HOLDING_LOCK",
+    "LEADING",
+    "LEGAL",
+    "MAY_HOLD_LOCK",
+    "PUBLIC",
     "Machine",
-    "NotifyFatal",
-    "NotifyNeutral",
-    "NotifyStandby",
-    "OperationFailed",
     "Phase",
-    "QuitRequested",
-    "ReadElection",
-    "ReadLock",
-    "Reconnected",
-    "ReleaseLock",
-    "Report",
-    "SessionExpired",
-    "StartActive",
     "State",
-    "StopActive",
-    "ActiveFailed",
-    "ClaimActive",
-    "ClaimConflict",
-    "Claimed",
-    "VerifyEpoch",
-    "decode_breadcrumb",
-    "encode_breadcrumb",
 )
 
 
@@ -135,25 +103,13 @@ class Phase(enum.Enum):
     FAILED = "failed"  # fatal error
 
 
-PUBLIC: dict[Phase, State] = {
-    Phase.IDLE: State.NEUTRAL,
-    Phase.CONNECTING: State.NEUTRAL,
-    Phase.CREATING: State.NEUTRAL,
-    Phase.CHECKING: State.NEUTRAL,
+# every phase shows as NEUTRAL but these
+PUBLIC: dict[Phase, State] = {phase: State.NEUTRAL for phase in Phase} | {
     Phase.STANDBY: State.STANDBY,
-    Phase.READING: State.NEUTRAL,
-    Phase.FENCING: State.NEUTRAL,
-    Phase.COMMITTING: State.NEUTRAL,
-    Phase.PROBING: State.NEUTRAL,
-    Phase.CLAIMING: State.NEUTRAL,
     Phase.ACTIVE: State.ACTIVE,
     Phase.DETACHED: State.ACTIVE,
     Phase.VERIFYING: State.ACTIVE,
-    Phase.OFFLINE: State.NEUTRAL,
-    Phase.BACKOFF: State.NEUTRAL,
     Phase.FENCED: State.FENCED,
-    Phase.DONE: State.NEUTRAL,
-    Phase.FAILED: State.NEUTRAL,
 }
 
 LEADING = frozenset({Phase.ACTIVE, Phase.DETACHED, Phase.VERIFYING})
@@ -177,377 +133,43 @@ LEGAL = frozenset(
 )
 
 
-# --- breadcrumbs ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Breadcrumb:
-    """Who was active last, with which epoch: left in the backend for the next active."""
-
-    identity: bytes
-    epoch: int
-    data: bytes = b""
-
-
-def encode_breadcrumb(crumb: Breadcrumb) -> bytes:
-    return json.dumps(
-        {
-            "format": "ha.breadcrumb/1",
-            "identity": base64.b64encode(crumb.identity).decode(),
-            "epoch": crumb.epoch,
-            "data": base64.b64encode(crumb.data).decode(),
-        },
-        separators=(",", ":"),
-    ).encode()
-
-
-def decode_breadcrumb(raw: bytes) -> Breadcrumb | None:
-    """The breadcrumb in ``raw``, or None when it is not one of ours (corrupt or foreign)."""
-    try:
-        doc = json.loads(raw)
-        if doc.get("format") != "ha.breadcrumb/1":
-            return None
-        epoch = doc["epoch"]
-        if not isinstance(epoch, int) or isinstance(epoch, bool):
-            return None
-        return Breadcrumb(
-            base64.b64decode(doc["identity"], validate=True),
-            epoch,
-            base64.b64decode(doc.get("data", ""), validate=True),
-        )
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
-
-
-# --- inputs: facts, past tense -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Joined:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class QuitRequested:
-    need_fence: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Connected:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class Disconnected:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class Reconnected:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class SessionExpired:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class LockCreated:
-    session: int
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
-class LockExists:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class LockOwned:
-    """ReadLock's answer: the lock exists; ``ours`` if its ephemeral owner is our session."""
-
-    session: int
-    ours: bool
-    holder: bytes
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
-class LockMissing:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class LockDeleted:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class LockChanged:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class ElectionRead:
-    session: int
-    breadcrumb: bytes | None
-    breadcrumb_version: int | None
-    epoch: int
-    epoch_version: int | None  # None: the epoch node does not exist yet
-
-
-@dataclass(frozen=True, slots=True)
-class FenceSucceeded:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class FenceFailed:
-    session: int
-    error: str
-
-
-@dataclass(frozen=True, slots=True)
-class Committed:
-    session: int
-    epoch: int
-    epoch_version: int
-    breadcrumb_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class CommitConflict:
-    """The epoch transaction was refused: by the lock check (``lock_lost``) or a version race."""
-
-    session: int
-    lock_lost: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """ClaimActive's transaction applied: the lock, the epoch and the breadcrumb are ours."""
-
-    session: int
-    epoch: int
-    epoch_version: int
-    breadcrumb_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimConflict:
-    """ClaimActive's transaction was refused: the lock exists, or what we read changed."""
-
-    session: int
-    lock_exists: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ActiveFailed:
-    """``become_active`` raised or timed out: a failure to become active (Hadoop)."""
-
-    session: int
-    epoch: int
-    error: str
-
-
-@dataclass(frozen=True, slots=True)
-class EpochChanged:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class EpochSuperseded:
-    session: int
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeadlineExpired:
-    """The runner's local deadline since the last contact ran out while leading."""
-
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class BackoffElapsed:
-    token: int
-
-
-@dataclass(frozen=True, slots=True)
-class OperationFailed:
-    session: int
-    operation: str
-    error: str
-    transient: bool
-
-
-Input = (
-    Joined
-    | QuitRequested
-    | Connected
-    | Disconnected
-    | Reconnected
-    | SessionExpired
-    | LockCreated
-    | LockExists
-    | LockOwned
-    | LockMissing
-    | LockDeleted
-    | LockChanged
-    | ElectionRead
-    | FenceSucceeded
-    | FenceFailed
-    | Committed
-    | CommitConflict
-    | Claimed
-    | ClaimConflict
-    | ActiveFailed
-    | EpochChanged
-    | EpochSuperseded
-    | DeadlineExpired
-    | BackoffElapsed
-    | OperationFailed
-)
-
-INPUT_TYPES: tuple[type, ...] = typing.get_args(Input)
-
-# --- effects: commands ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CreateLock:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReadLock:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReadElection:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class FenceOldActive:
-    session: int
-    breadcrumb: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class CommitActive:
-    """One transaction: check the lock's version, CAS the epoch, write the breadcrumb."""
-
-    session: int
-    lock_version: int
-    epoch: int  # the new epoch
-    epoch_version: int | None  # expected version of the epoch node (None: create it)
-    breadcrumb_version: int | None  # expected version of the breadcrumb (None: create it)
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimActive:
-    """One transaction: create the lock, CAS the epoch, write the breadcrumb (R12)."""
-
-    session: int
-    epoch: int  # the new epoch
-    epoch_version: int | None
-    breadcrumb_version: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class StartActive:
-    session: int
-    epoch: int
-    epoch_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class StopActive:
-    """Cancel the leadership scope and wait for the work to finish."""
-
-    cause: str
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyEpoch:
-    session: int
-    epoch: int
-    epoch_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseLock:
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteBreadcrumb:
-    """Delete our breadcrumb (by its version) and, in the same transaction, our lock."""
-
-    session: int
-    version: int
-    lock_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class NotifyStandby:
-    holder: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class NotifyNeutral:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class NotifyFatal:
-    error: str
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    attempt: int
-    token: int
-
-
-@dataclass(frozen=True, slots=True)
-class Report:
-    """The public state changed; published by the runner when it reaches this effect."""
-
-    old: State
-    new: State
-    epoch: int | None
-    cause: str
-
-
-@dataclass(frozen=True, slots=True)
-class Finish:
-    error: str | None = None
-
-
-Effect = (
-    CreateLock
-    | ReadLock
-    | ReadElection
-    | FenceOldActive
-    | CommitActive
-    | ClaimActive
-    | StartActive
-    | StopActive
-    | VerifyEpoch
-    | ReleaseLock
-    | DeleteBreadcrumb
-    | NotifyStandby
-    | NotifyNeutral
-    | NotifyFatal
-    | Backoff
-    | Report
-    | Finish
-)
-
+# --- the table: which phases act on each input --------------------------------------------------
+
+LIVE = frozenset(Phase) - {Phase.DONE, Phase.FAILED}
+TAKING_OVER = frozenset({Phase.READING, Phase.FENCING, Phase.COMMITTING, Phase.CLAIMING})
+
+HANDLED: dict[type[ev.Input], frozenset[Phase]] = {
+    # lifecycle and connection: recorded in every live phase
+    ev.Joined: frozenset({Phase.IDLE}),
+    ev.QuitRequested: LIVE,
+    ev.Connected: LIVE,
+    ev.Disconnected: LIVE,
+    ev.Reconnected: LIVE,
+    ev.SessionExpired: LIVE,
+    ev.DeadlineExpired: LEADING,
+    # the lock (R2, R3, R6, R8)
+    ev.LockCreated: frozenset({Phase.CREATING}),
+    ev.LockExists: frozenset({Phase.CREATING}),
+    ev.LockOwned: frozenset({Phase.CHECKING, Phase.STANDBY, Phase.ACTIVE, Phase.VERIFYING}),
+    ev.LockMissing: frozenset({Phase.CHECKING, Phase.STANDBY, Phase.ACTIVE, Phase.VERIFYING}),
+    ev.LockDeleted: frozenset({Phase.CHECKING, Phase.STANDBY}) | TAKING_OVER | LEADING,
+    ev.LockChanged: frozenset({Phase.STANDBY, Phase.ACTIVE}),
+    # taking over (R4, R12)
+    ev.ElectionRead: frozenset({Phase.READING, Phase.PROBING}),
+    ev.FenceSucceeded: frozenset({Phase.FENCING}),
+    ev.FenceFailed: frozenset({Phase.FENCING}),
+    ev.Committed: frozenset({Phase.COMMITTING}),
+    ev.CommitConflict: frozenset({Phase.COMMITTING}),
+    ev.Claimed: frozenset({Phase.CLAIMING}),
+    ev.ClaimConflict: frozenset({Phase.CLAIMING}),
+    # leading (R6)
+    ev.ActiveFailed: LEADING,
+    ev.EpochChanged: frozenset({Phase.ACTIVE}),
+    ev.EpochSuperseded: LEADING,
+    # failures and time (R5): a failure while waiting anyway, or while offline, is no news
+    ev.BackoffElapsed: frozenset({Phase.BACKOFF, Phase.FENCED}),
+    ev.OperationFailed: LIVE - {Phase.IDLE, Phase.BACKOFF, Phase.FENCED, Phase.OFFLINE},
+}
 
 # --- the machine -------------------------------------------------------------------------------
 
@@ -586,7 +208,7 @@ class Machine:
         self.epoch: int | None = None  # our epoch while leading
         self.epoch_version = 0
         self.breadcrumb_version: int | None = None
-        self._read: ElectionRead | None = None
+        self._read: ev.ElectionRead | None = None
 
     @property
     def state(self) -> State:
@@ -594,44 +216,46 @@ class Machine:
 
     # ---------------------------------------------------------------------------------------
 
-    def handle(self, event: Input) -> list[Effect]:
+    def handle(self, event: ev.Input) -> list[ev.Effect]:
         """Apply one input; return the effects to execute, in order."""
-        if self.phase in (Phase.DONE, Phase.FAILED):
-            return []
-        if isinstance(event, Reconnected) and self.session is None:
-            event = Connected(event.session)  # we never saw this session begin: adopt it
+        if isinstance(event, ev.Reconnected) and self.session is None:
+            event = ev.Connected(event.session)  # we never saw this session begin: adopt it
         session = getattr(event, "session", None)
-        if session is not None and not isinstance(event, Connected) and session != self.session:
+        if session is not None and not isinstance(event, ev.Connected) and session != self.session:
             return []  # R1: stale
+        if self.phase not in HANDLED[type(event)]:
+            return []  # irrelevant here (or too late): see the theory of operation
         handler = getattr(self, "_on_" + type(event).__name__)
-        effects: list[Effect] = handler(event)
+        effects: list[ev.Effect] = handler(event)
         return effects
 
     # --- helpers ----------------------------------------------------------------------------
 
-    def _go(self, phase: Phase, cause: str, effects: list[Effect] | None = None) -> list[Effect]:
+    def _go(
+        self, phase: Phase, cause: str, effects: list[ev.Effect] | None = None
+    ) -> list[ev.Effect]:
         """Move to ``phase``; if the public state changes, report it after ``effects`` (R11)."""
         out = list(effects or [])
         was, self.phase = self.reported, phase
         now = PUBLIC[phase]
         if now is not was:
             self.reported = now
-            out.append(Report(was, now, self.epoch if now is State.ACTIVE else None, cause))
+            out.append(ev.Report(was, now, self.epoch if now is State.ACTIVE else None, cause))
             if now is State.STANDBY:
-                out.append(NotifyStandby(self.holder))
+                out.append(ev.NotifyStandby(self.holder))
             elif now is State.NEUTRAL and phase not in (Phase.DONE, Phase.FAILED):
-                out.append(NotifyNeutral())
+                out.append(ev.NotifyNeutral())
         return out
 
-    def _stop_if_leading(self, cause: str) -> list[Effect]:
-        return [StopActive(cause)] if self.phase in LEADING else []
+    def _stop_if_leading(self, cause: str) -> list[ev.Effect]:
+        return [ev.StopActive(cause)] if self.phase in LEADING else []
 
-    def _join(self, cause: str) -> list[Effect]:
+    def _join(self, cause: str) -> list[ev.Effect]:
         if self.session is None or not self.connected:
             return self._go(Phase.CONNECTING if self.session is None else Phase.OFFLINE, cause)
-        return self._go(Phase.CREATING, cause, [CreateLock(self.session)])
+        return self._go(Phase.CREATING, cause, [ev.CreateLock(self.session)])
 
-    def _fail(self, error: str, *, release: bool, lost: bool = False) -> list[Effect]:
+    def _fail(self, error: str, *, release: bool, lost: bool = False) -> list[ev.Effect]:
         """R5/R6: stop, maybe release, back off; fatal past the retry bound."""
         self.failures += 1
         effects = self._stop_if_leading(error)
@@ -639,23 +263,23 @@ class Machine:
         if attempt > self.max_retries:
             return self._fatal(error, effects)
         if release and self.session is not None and self.connected:
-            effects.append(ReleaseLock(self.session))
+            effects.append(ev.ReleaseLock(self.session))
         self.backoff_token += 1
         self.epoch = None
         effects = self._go(Phase.FENCED if lost else Phase.BACKOFF, error, effects)
-        effects.append(Backoff(attempt, self.backoff_token))
+        effects.append(ev.WaitBackoff(attempt, self.backoff_token))
         return effects
 
-    def _fatal(self, error: str, effects: list[Effect] | None = None) -> list[Effect]:
+    def _fatal(self, error: str, effects: list[ev.Effect] | None = None) -> list[ev.Effect]:
         out = self._stop_if_leading(error) if effects is None else list(effects)
         if self.session is not None and self.connected and self.phase in MAY_HOLD_LOCK:
-            out.append(ReleaseLock(self.session))
+            out.append(ev.ReleaseLock(self.session))
         self.epoch = None
         out = self._go(Phase.FAILED, error, out)
-        out += [NotifyFatal(error), Finish(error)]
+        out += [ev.NotifyFatal(error), ev.Finish(error)]
         return out
 
-    def _lost(self, cause: str, *, release: bool = True) -> list[Effect]:
+    def _lost(self, cause: str, *, release: bool = True) -> list[ev.Effect]:
         """R6: authority lost while leading (release unless the lock is known not to be ours)."""
         self.active_failures = 0  # the term ended for another reason than its work failing
         return self._fail(cause, release=release, lost=True)
@@ -665,12 +289,10 @@ class Machine:
 
     # --- handlers: lifecycle ----------------------------------------------------------------
 
-    def _on_Joined(self, event: Joined) -> list[Effect]:
-        if self.phase is not Phase.IDLE:
-            return []
+    def _on_Joined(self, event: ev.Joined) -> list[ev.Effect]:
         return self._join("joined")
 
-    def _on_QuitRequested(self, event: QuitRequested) -> list[Effect]:
+    def _on_QuitRequested(self, event: ev.QuitRequested) -> list[ev.Effect]:
         effects = self._stop_if_leading("quit")
         if self.session is not None and self.connected:
             if (
@@ -679,51 +301,51 @@ class Machine:
                 and self.breadcrumb_version is not None
             ):
                 effects.append(
-                    DeleteBreadcrumb(self.session, self.breadcrumb_version, self.lock_version)
+                    ev.DeleteBreadcrumb(self.session, self.breadcrumb_version, self.lock_version)
                 )
             if self.phase not in (Phase.IDLE, Phase.CONNECTING, Phase.OFFLINE):
-                effects.append(ReleaseLock(self.session))
+                effects.append(ev.ReleaseLock(self.session))
         self.epoch = None
         effects = self._go(
             Phase.DONE, "quit (fence requested)" if event.need_fence else "quit", effects
         )
-        effects.append(Finish())
+        effects.append(ev.Finish())
         return effects
 
     # --- handlers: connection ---------------------------------------------------------------
 
-    def _on_Connected(self, event: Connected) -> list[Effect]:
+    def _on_Connected(self, event: ev.Connected) -> list[ev.Effect]:
         if event.session == self.session:
-            return self._on_Reconnected(Reconnected(event.session))
-        effects: list[Effect] = []
+            return self._on_Reconnected(ev.Reconnected(event.session))
+        effects: list[ev.Effect] = []
         if self.session is not None:
             # a new session without a word about the old one: the old one is gone (R9)
-            effects = self._on_SessionExpired(SessionExpired(self.session))
+            effects = self._on_SessionExpired(ev.SessionExpired(self.session))
         self.session, self.connected = event.session, True
         if self.phase in (Phase.CONNECTING, Phase.OFFLINE):
             effects += self._join("connected")
         return effects
 
-    def _on_Disconnected(self, event: Disconnected) -> list[Effect]:
+    def _on_Disconnected(self, event: ev.Disconnected) -> list[ev.Effect]:
         self.connected = False
         if self.phase in (Phase.ACTIVE, Phase.VERIFYING):
             if self.hold_on_disconnect:
                 return self._go(Phase.DETACHED, "disconnected")  # R7: hold until the deadline
             self.epoch = None
-            return self._go(Phase.OFFLINE, "disconnected", [StopActive("disconnected")])
+            return self._go(Phase.OFFLINE, "disconnected", [ev.StopActive("disconnected")])
         if self.phase in (Phase.BACKOFF, Phase.FENCED, Phase.DETACHED, Phase.IDLE):
             return []  # the backoff ends by itself; rejoining then waits for contact
         return self._go(Phase.OFFLINE, "disconnected")
 
-    def _on_Reconnected(self, event: Reconnected) -> list[Effect]:
+    def _on_Reconnected(self, event: ev.Reconnected) -> list[ev.Effect]:
         self.connected = True
         if self.phase is Phase.DETACHED:
-            return self._go(Phase.VERIFYING, "reconnected", [ReadLock(event.session)])  # R8
+            return self._go(Phase.VERIFYING, "reconnected", [ev.ReadLock(event.session)])  # R8
         if self.phase is Phase.OFFLINE:
-            return self._go(Phase.CHECKING, "reconnected", [ReadLock(event.session)])  # R8
+            return self._go(Phase.CHECKING, "reconnected", [ev.ReadLock(event.session)])  # R8
         return []
 
-    def _on_SessionExpired(self, event: SessionExpired) -> list[Effect]:
+    def _on_SessionExpired(self, event: ev.SessionExpired) -> list[ev.Effect]:
         self.session, self.connected = None, False  # R9
         if self.phase in LEADING:
             return self._lost("session expired")
@@ -732,33 +354,27 @@ class Machine:
         self.epoch = None
         return self._go(Phase.CONNECTING, "session expired")
 
-    def _on_DeadlineExpired(self, event: DeadlineExpired) -> list[Effect]:
-        if self.phase not in LEADING:
-            return []
+    def _on_DeadlineExpired(self, event: ev.DeadlineExpired) -> list[ev.Effect]:
         self.epoch = None
-        stop: list[Effect] = [StopActive("local deadline passed")]
+        stop: list[ev.Effect] = [ev.StopActive("local deadline passed")]
         if self.connected and self.session is not None:
             # the driver has not said it lost contact: stop anyway, then see where we stand
             return self._go(
-                Phase.CHECKING, "local deadline passed", stop + [ReadLock(self.session)]
+                Phase.CHECKING, "local deadline passed", stop + [ev.ReadLock(self.session)]
             )
         return self._go(Phase.OFFLINE, "local deadline passed", stop)
 
     # --- handlers: the lock -----------------------------------------------------------------
 
-    def _on_LockCreated(self, event: LockCreated) -> list[Effect]:
-        if self.phase is not Phase.CREATING:
-            return []
+    def _on_LockCreated(self, event: ev.LockCreated) -> list[ev.Effect]:
         self._progress()
         self.holder, self.lock_version = self.identity, event.version
-        return self._go(Phase.READING, "lock created", [ReadElection(event.session)])
+        return self._go(Phase.READING, "lock created", [ev.ReadElection(event.session)])
 
-    def _on_LockExists(self, event: LockExists) -> list[Effect]:
-        if self.phase is not Phase.CREATING:
-            return []
-        return self._go(Phase.CHECKING, "lock exists", [ReadLock(event.session)])  # R2
+    def _on_LockExists(self, event: ev.LockExists) -> list[ev.Effect]:
+        return self._go(Phase.CHECKING, "lock exists", [ev.ReadLock(event.session)])  # R2
 
-    def _on_LockOwned(self, event: LockOwned) -> list[Effect]:
+    def _on_LockOwned(self, event: ev.LockOwned) -> list[ev.Effect]:
         self.holder = event.holder
         if self.phase is Phase.VERIFYING:
             if event.ours:
@@ -767,46 +383,36 @@ class Machine:
             return self._lost("lock taken over", release=False)
         if self.phase is Phase.ACTIVE:  # LockChanged re-check
             return [] if event.ours else self._lost("lock taken over", release=False)
-        if self.phase not in (Phase.CHECKING, Phase.STANDBY):
-            return []
-        self._progress()
+        self._progress()  # CHECKING or STANDBY
         if event.ours:  # R2: our retried create had worked
             self.lock_version = event.version
-            return self._go(Phase.READING, "lock is ours", [ReadElection(event.session)])
+            return self._go(Phase.READING, "lock is ours", [ev.ReadElection(event.session)])
         return self._go(Phase.STANDBY, "lock held by another")  # R3
 
-    def _on_LockMissing(self, event: LockMissing) -> list[Effect]:
+    def _on_LockMissing(self, event: ev.LockMissing) -> list[ev.Effect]:
         if self.phase in (Phase.VERIFYING, Phase.ACTIVE):
             return self._lost("lock gone", release=False)
-        if self.phase in (Phase.CHECKING, Phase.STANDBY):
-            return self._go(Phase.CREATING, "lock missing", [CreateLock(event.session)])
-        return []
+        return self._go(Phase.CREATING, "lock missing", [ev.CreateLock(event.session)])
 
-    def _on_LockDeleted(self, event: LockDeleted) -> list[Effect]:
+    def _on_LockDeleted(self, event: ev.LockDeleted) -> list[ev.Effect]:
         if self.phase is Phase.STANDBY:
-            return self._go(Phase.PROBING, "lock deleted", [ReadElection(event.session)])  # R12
+            return self._go(Phase.PROBING, "lock deleted", [ev.ReadElection(event.session)])  # R12
         if self.phase is Phase.CHECKING:
             # the ReadLock in flight may answer "held by another" from before this deletion:
             # no event would ever wake that STANDBY, so create now; the stale answer is ignored
-            return self._go(Phase.CREATING, "lock deleted", [CreateLock(event.session)])
+            return self._go(Phase.CREATING, "lock deleted", [ev.CreateLock(event.session)])
         if self.phase in LEADING:
             return self._lost("lock deleted", release=False)  # R6
-        if self.phase in (Phase.READING, Phase.FENCING, Phase.COMMITTING, Phase.CLAIMING):
-            return self._fail("lock deleted while taking over", release=False)
-        return []
+        return self._fail("lock deleted while taking over", release=False)
 
-    def _on_LockChanged(self, event: LockChanged) -> list[Effect]:
-        if self.phase in (Phase.STANDBY, Phase.ACTIVE):
-            return [ReadLock(event.session)]
-        return []
+    def _on_LockChanged(self, event: ev.LockChanged) -> list[ev.Effect]:
+        return [ev.ReadLock(event.session)]
 
     # --- handlers: taking over --------------------------------------------------------------
 
-    def _on_ElectionRead(self, event: ElectionRead) -> list[Effect]:
+    def _on_ElectionRead(self, event: ev.ElectionRead) -> list[ev.Effect]:
         if self.phase is Phase.PROBING:
             return self._probed(event)
-        if self.phase is not Phase.READING:
-            return []
         self._read = event
         if event.breadcrumb is not None:
             crumb = decode_breadcrumb(event.breadcrumb)
@@ -817,40 +423,33 @@ class Machine:
                 return self._go(
                     Phase.FENCING,
                     "fencing old active",
-                    [FenceOldActive(event.session, event.breadcrumb)],
+                    [ev.FenceOldActive(event.session, event.breadcrumb)],
                 )
         return self._commit(event)
 
-    def _probed(self, read: ElectionRead) -> list[Effect]:
+    def _probed(self, read: ev.ElectionRead) -> list[ev.Effect]:
         """R12: claim in one transaction if nothing needs fencing, else the usual way."""
         if read.breadcrumb is not None:
             crumb = decode_breadcrumb(read.breadcrumb)
             if crumb is None or crumb.identity != self.identity:
-                return self._go(Phase.CREATING, "lock deleted", [CreateLock(read.session)])
-        claim = ClaimActive(
+                return self._go(Phase.CREATING, "lock deleted", [ev.CreateLock(read.session)])
+        claim = ev.ClaimActive(
             read.session, _next_epoch(read), read.epoch_version, read.breadcrumb_version
         )
         return self._go(Phase.CLAIMING, "claiming the lock", [claim])
 
-    def _on_Claimed(self, event: Claimed) -> list[Effect]:
-        if self.phase is not Phase.CLAIMING:
-            return []
+    def _on_Claimed(self, event: ev.Claimed) -> list[ev.Effect]:
         self.lock_version = 0
         self.holder = self.identity
-        return self._on_Committed(
-            Committed(event.session, event.epoch, event.epoch_version, event.breadcrumb_version),
-            claimed=True,
-        )
+        return self._won(event.session, event.epoch, event.epoch_version, event.breadcrumb_version)
 
-    def _on_ClaimConflict(self, event: ClaimConflict) -> list[Effect]:
-        if self.phase is not Phase.CLAIMING:
-            return []
+    def _on_ClaimConflict(self, event: ev.ClaimConflict) -> list[ev.Effect]:
         if event.lock_exists:  # R2: someone (maybe our own retried claim) holds it: look
-            return self._go(Phase.CHECKING, "lock exists", [ReadLock(event.session)])
-        return self._go(Phase.CREATING, "claim raced", [CreateLock(event.session)])
+            return self._go(Phase.CHECKING, "lock exists", [ev.ReadLock(event.session)])
+        return self._go(Phase.CREATING, "claim raced", [ev.CreateLock(event.session)])
 
-    def _commit(self, read: ElectionRead) -> list[Effect]:
-        effect = CommitActive(
+    def _commit(self, read: ev.ElectionRead) -> list[ev.Effect]:
+        effect = ev.CommitActive(
             read.session,
             self.lock_version,
             _next_epoch(read),
@@ -859,68 +458,63 @@ class Machine:
         )
         return self._go(Phase.COMMITTING, "committing epoch", [effect])
 
-    def _on_FenceSucceeded(self, event: FenceSucceeded) -> list[Effect]:
-        if self.phase is not Phase.FENCING or self._read is None:
+    def _on_FenceSucceeded(self, event: ev.FenceSucceeded) -> list[ev.Effect]:
+        if self._read is None:
             return []
         self.fence_failures = 0
         return self._commit(self._read)
 
-    def _on_FenceFailed(self, event: FenceFailed) -> list[Effect]:
-        if self.phase is not Phase.FENCING:
-            return []
+    def _on_FenceFailed(self, event: ev.FenceFailed) -> list[ev.Effect]:
         self.fence_failures += 1
         return self._fail(f"fencing failed: {event.error}", release=True)
 
-    def _on_Committed(self, event: Committed, claimed: bool = False) -> list[Effect]:
-        if self.phase is not Phase.COMMITTING and not claimed:
-            return []
+    def _on_Committed(self, event: ev.Committed) -> list[ev.Effect]:
+        return self._won(event.session, event.epoch, event.epoch_version, event.breadcrumb_version)
+
+    def _won(
+        self, session: int, epoch: int, epoch_version: int, breadcrumb_version: int
+    ) -> list[ev.Effect]:
         self._progress()
-        self.epoch, self.epoch_version = event.epoch, event.epoch_version
-        self.breadcrumb_version = event.breadcrumb_version
+        self.epoch, self.epoch_version = epoch, epoch_version
+        self.breadcrumb_version = breadcrumb_version
         return self._go(
-            Phase.ACTIVE,
-            "won the election",
-            [StartActive(event.session, event.epoch, event.epoch_version)],
+            Phase.ACTIVE, "won the election", [ev.StartActive(session, epoch, epoch_version)]
         )
 
-    def _on_CommitConflict(self, event: CommitConflict) -> list[Effect]:
-        if self.phase is not Phase.COMMITTING:
-            return []
+    def _on_CommitConflict(self, event: ev.CommitConflict) -> list[ev.Effect]:
         if event.lock_lost:
             return self._fail("lock lost while taking over", release=False)
         self.failures += 1  # a racing writer: read again, within the retry bound
         if self.failures > self.max_retries:
             return self._fatal("epoch kept changing under the lock")
-        return self._go(Phase.READING, "epoch race", [ReadElection(event.session)])
+        return self._go(Phase.READING, "epoch race", [ev.ReadElection(event.session)])
 
     # --- handlers: leading ------------------------------------------------------------------
 
-    def _on_ActiveFailed(self, event: ActiveFailed) -> list[Effect]:
-        if self.phase not in LEADING or event.epoch != self.epoch:
-            return []
+    def _on_ActiveFailed(self, event: ev.ActiveFailed) -> list[ev.Effect]:
+        if event.epoch != self.epoch:
+            return []  # an older term's report
         self.active_failures += 1  # backs off longer each time; fatal past max_retries
         return self._fail(f"become_active failed: {event.error}", release=True)
 
-    def _on_EpochChanged(self, event: EpochChanged) -> list[Effect]:
-        if self.phase is not Phase.ACTIVE or self.epoch is None:
+    def _on_EpochChanged(self, event: ev.EpochChanged) -> list[ev.Effect]:
+        if self.epoch is None:
             return []
-        return [VerifyEpoch(event.session, self.epoch, self.epoch_version)]
+        return [ev.VerifyEpoch(event.session, self.epoch, self.epoch_version)]
 
-    def _on_EpochSuperseded(self, event: EpochSuperseded) -> list[Effect]:
-        if self.phase not in LEADING or event.epoch != self.epoch:
-            return []
+    def _on_EpochSuperseded(self, event: ev.EpochSuperseded) -> list[ev.Effect]:
+        if event.epoch != self.epoch:
+            return []  # an older lease's report
         return self._lost("epoch superseded")
 
     # --- handlers: failures and time --------------------------------------------------------
 
-    def _on_BackoffElapsed(self, event: BackoffElapsed) -> list[Effect]:
-        if self.phase not in (Phase.BACKOFF, Phase.FENCED) or event.token != self.backoff_token:
-            return []
+    def _on_BackoffElapsed(self, event: ev.BackoffElapsed) -> list[ev.Effect]:
+        if event.token != self.backoff_token:
+            return []  # the timer of an older backoff
         return self._join("backoff elapsed")
 
-    def _on_OperationFailed(self, event: OperationFailed) -> list[Effect]:
-        if self.phase in (Phase.IDLE, Phase.BACKOFF, Phase.FENCED, Phase.OFFLINE):
-            return []
+    def _on_OperationFailed(self, event: ev.OperationFailed) -> list[ev.Effect]:
         error = f"{event.operation} failed: {event.error}"
         if not event.transient:
             return self._fatal(error)
@@ -930,23 +524,8 @@ class Machine:
         return self._fail(error, release=True)
 
 
-def _next_epoch(read: ElectionRead) -> int:
+def _next_epoch(read: ev.ElectionRead) -> int:
     """One above the epoch counter, and above the last active's breadcrumb: should the counter
     ever be lost (deleted from outside), fencing tokens still never go back."""
     crumb = decode_breadcrumb(read.breadcrumb) if read.breadcrumb is not None else None
     return max(read.epoch, crumb.epoch if crumb is not None else 0) + 1
-
-
-def diagram() -> str:
-    """The public states and their legal transitions, as a Mermaid state diagram."""
-    lines = ["stateDiagram-v2", "    [*] --> neutral"]
-    for old, new in sorted(LEGAL, key=lambda t: (t[0].value, t[1].value)):
-        lines.append(f"    {old.value} --> {new.value}")
-    for state in State:
-        phases = ", ".join(p.value for p, s in PUBLIC.items() if s is state)
-        lines.append(f"    note right of {state.value}: phases {phases}")
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    print(diagram(), end="")

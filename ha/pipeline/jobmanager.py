@@ -49,9 +49,10 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..drivers.base import Driver, NodeEvent
-from ..election.elector import Elector, Timing
+from ..election.elector import Elector
 from ..election.journal import JournalWriter
 from ..election.lease import Lease
+from ..election.timing import Timing
 from ..errors import (
     ConfigurationError,
     CorruptData,

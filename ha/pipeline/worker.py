@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from ..drivers import connect
-from ..election.elector import Timing
+from ..election.timing import Timing
 from .jobmanager import EventSink, JobManager
 from .registry import import_pipelines
 from .spark import SparkSettings

@@ -20,7 +20,7 @@ import pytest
 import ha
 from ha.drivers.base import Stat
 from ha.drivers.memory import MemoryCluster, MemoryDriver
-from ha.election.machine import Breadcrumb, decode_breadcrumb, encode_breadcrumb
+from ha.election.nodes import Breadcrumb, decode_breadcrumb, encode_breadcrumb
 from ha.errors import ConfigurationError, CorruptData, ElectionFailed
 from ha.testing import History, Recorder, check_history
 from tests.support.harness import FAST, Net, SqliteNet, cluster, net, wait_for
@@ -290,7 +290,7 @@ async def test_journal_and_task_group_start(tmp_path: Path) -> None:
         ("active", "neutral"),
     ]
     assert records[0]["epoch"] == 1 and records[0]["identity"] == "a"
-    assert elector.statistics()["transitions"] == {"active->neutral": 1, "neutral->active": 1}
+    assert elector.statistics().transitions == {"active->neutral": 1, "neutral->active": 1}
     MemoryCluster.drop(name)
 
 
@@ -311,7 +311,7 @@ async def test_bad_input_is_refused_at_construction() -> None:
         ha.connect("localhost:2181")
     assert encode_breadcrumb(
         Breadcrumb(b"a", 1)
-    )  # the codec is importable from ha.election.machine
+    )  # the codec is importable from ha.election.nodes
     assert CorruptData("/p", "r").path == "/p"
 
 

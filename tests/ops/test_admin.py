@@ -14,7 +14,8 @@ from ha import admin
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.election.elector import Elector
 from ha.election.lease import Lease
-from ha.election.machine import Breadcrumb, State, encode_breadcrumb
+from ha.election.machine import State
+from ha.election.nodes import Breadcrumb, encode_breadcrumb
 from ha.errors import ConfigurationError
 
 pytestmark = pytest.mark.anyio

@@ -1,0 +1,69 @@
+"""The elector's timing: how long it waits, retries and holds on, checked at construction.
+
+As client-go's ``LeaderElectionConfig``, inconsistent settings are refused when the object is
+made, not found out in production. The timing assumption these rely on (the backend expires a
+session no earlier than ``session_timeout`` after the last contact) is written once, in
+``ha/drivers/base.py``; ``deadline_ratio`` is what keeps an active inside it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from ..errors import ConfigurationError
+
+__all__ = ("Backoff", "Timing")
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delay before rejoining after the n-th consecutive failure: exponential, capped, jittered."""
+
+    initial: float = 0.05
+    maximum: float = 2.0
+    multiplier: float = 2.0
+    jitter: float = 0.5  # the delay is drawn from [d * (1 - jitter), d]
+
+    def __post_init__(self) -> None:
+        if not 0 < self.initial <= self.maximum:
+            raise ConfigurationError("backoff needs 0 < initial <= maximum")
+        if self.multiplier < 1 or not 0 <= self.jitter < 1:
+            raise ConfigurationError("backoff needs multiplier >= 1 and 0 <= jitter < 1")
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        base = min(self.maximum, self.initial * self.multiplier ** max(0, attempt - 1))
+        return base * (1 - self.jitter * rng.random())
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The elector's timing, checked at construction (as client-go's LeaderElectionConfig).
+
+    ``deadline_ratio``: the leadership scope is stopped this fraction of the session timeout
+    after the last contact (must leave the stop time before the backend can expire us).
+    ``hook_timeout``: bound on ``become_standby``, ``enter_neutral``, ``on_fatal_error``.
+    ``fence_timeout``: bound on ``fence_old_active``. ``op_timeout``: bound on one backend call
+    (default: the session timeout).
+    """
+
+    deadline_ratio: float = 2 / 3
+    hook_timeout: float = 5.0
+    fence_timeout: float = 30.0
+    op_timeout: float | None = None
+    backoff: Backoff = Backoff()
+    max_retries: int = 5
+    hold_on_disconnect: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 < self.deadline_ratio < 1:
+            raise ConfigurationError(
+                f"deadline_ratio must be in (0, 1) so the active stops before its session "
+                f"can expire; got {self.deadline_ratio}"
+            )
+        if self.hook_timeout <= 0 or self.fence_timeout <= 0:
+            raise ConfigurationError("hook_timeout and fence_timeout must be positive")
+        if self.op_timeout is not None and self.op_timeout <= 0:
+            raise ConfigurationError("op_timeout must be positive")
+        if self.max_retries < 0:
+            raise ConfigurationError("max_retries must be >= 0")

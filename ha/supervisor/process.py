@@ -1,0 +1,255 @@
+"""COMMAND's process: started in its own process group, bound to the supervisor's life.
+
+``spawn`` starts a program (never through a shell) and returns a ``Child`` whose ``stop``
+sends SIGTERM, then SIGKILL after the grace period, and returns only once it is dead. On
+Linux COMMAND runs under a guard (``ha/supervisor/_guard.py``, a child subreaper): the stop
+reaches every descendant, even daemons that left the process group, and if the supervisor
+dies, even by SIGKILL, the guard kills the whole tree. Without a guard, PR_SET_PDEATHSIG kills
+the child itself when the supervisor dies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import anyio
+import anyio.to_thread
+
+from ..errors import ConfigurationError
+
+__all__ = ("GUARD_MARGIN", "Child", "describe_exit", "spawn")
+
+log = logging.getLogger("ha.supervisor")
+
+PR_SET_PDEATHSIG = 1
+GUARD_MARGIN = 2.0  # seconds a guard may take beyond the grace period to end the tree
+
+# --- child processes ------------------------------------------------------------------------
+#
+# prctl(PR_SET_PDEATHSIG) fires when the *thread* that forked the child exits, not the process.
+# anyio's worker threads (and trio's) exit when idle, so children are forked by one dedicated
+# thread that lives as long as the process: the signal then comes only when the process dies.
+
+_spawner: ThreadPoolExecutor | None = None
+
+
+def _spawner_pool() -> ThreadPoolExecutor:
+    global _spawner
+    if _spawner is None:
+        _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ha-spawn")
+    return _spawner
+
+
+def _deathsig_preexec() -> Callable[[], None] | None:
+    """A preexec_fn arming PR_SET_PDEATHSIG=SIGKILL, or None off Linux.
+
+    Everything is looked up before the fork: the child only makes two system calls.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+    kill, getppid, getpid, sigkill = os.kill, os.getppid, os.getpid, int(signal.SIGKILL)
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
+        if getppid() != parent:  # the supervisor died before the prctl: do not run at all
+            kill(getpid(), sigkill)
+
+    return preexec
+
+
+class Child:
+    """A child process in its own process group; waited for without blocking the loop.
+
+    With a guard (``ha/supervisor/_guard.py``, the default on Linux), ``popen`` is the guard and ``pid``
+    is COMMAND's: signals and the stop reach every descendant of COMMAND, even those that left
+    its process group, and the guard exits (so ``wait`` returns) only once none is left.
+    """
+
+    def __init__(
+        self, popen: subprocess.Popen[bytes], pid: int | None = None, control: int | None = None
+    ) -> None:
+        self.popen = popen
+        self.pid = popen.pid if pid is None else pid
+        self._control = control  # write end of the guard's control pipe
+        self._pidfd: int | None = None
+        if hasattr(os, "pidfd_open"):
+            try:
+                self._pidfd = os.pidfd_open(popen.pid)
+            except OSError:  # an old kernel: poll instead
+                self._pidfd = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    async def _exited(self) -> None:
+        """Return once the process has terminated, without reaping it (when a pidfd exists)."""
+        if self._pidfd is not None:
+            await anyio.wait_readable(self._pidfd)
+            return
+        while self.popen.poll() is None:  # noqa: ASYNC110 (no pidfd: nothing to wait on)
+            await anyio.sleep(0.05)
+
+    async def wait(self) -> int:
+        """Wait for the child to exit; return its status (negative: killed by that signal)."""
+        if self.popen.returncode is None:
+            await self._exited()
+        return self._reap()
+
+    def _reap(self) -> int:
+        # the process has terminated: first kill what it left in its group (the pid, hence
+        # the group id, cannot be reused before the reap), then reap (does not block); a
+        # guard has killed every descendant before exiting
+        if self._control is None:
+            self.signal_group(signal.SIGKILL)
+        code = self.popen.wait()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self._control is not None:
+            os.close(self._control)
+            self._control = None
+        return code
+
+    def _tell(self, line: str) -> bool:
+        """Send a line to the guard; False when it is gone."""
+        if self._control is None or self.popen.returncode is not None:
+            return False
+        try:
+            os.write(self._control, line.encode() + b"\n")
+        except OSError:  # it exited: nothing left to signal
+            return False
+        return True
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to COMMAND's process group (with a guard: to each descendant, once)."""
+        if self._control is not None:
+            self._tell(f"signal {int(sig)}")
+            return
+        if self.popen.returncode is not None:
+            return
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    async def stop(self, grace: float) -> int:
+        """SIGTERM, SIGKILL after ``grace`` seconds; return once the child (with a guard: its
+        whole tree) is dead.
+
+        Call it shielded: it must finish even when the caller is being cancelled.
+        """
+        if self.popen.returncode is None and self._control is not None:
+            self._tell(f"stop {grace!r}")
+            with anyio.move_on_after(grace + GUARD_MARGIN):
+                await self._exited()
+            if self.popen.poll() is None:  # a stuck guard: COMMAND dies with it (PDEATHSIG)
+                log.error("the guard of pid %d did not stop it in time: killing it", self.pid)
+                self.popen.kill()
+        elif self.popen.returncode is None:
+            self.signal_group(signal.SIGTERM)
+            with anyio.move_on_after(grace):
+                await self._exited()
+            self.signal_group(signal.SIGKILL)
+        return await self.wait()
+
+
+def _guard_argv() -> list[str] | None:
+    """How to start a guard, or None where there is none (off Linux, no interpreter path)."""
+    if not sys.platform.startswith("linux") or not sys.executable:
+        return None
+    return [sys.executable, "-I", "-S", os.path.join(os.path.dirname(__file__), "_guard.py")]
+
+
+def _start_guarded(
+    guard: list[str], argv: list[str], env: dict[str, str], stdin: int
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """Start COMMAND under a guard; (guard, COMMAND's pid, control fd). In the spawner thread."""
+    ctl_r, ctl_w = os.pipe()  # the write end stays here only (close-on-exec): EOF = we died
+    report_r, report_w = os.pipe()
+    try:
+        popen: subprocess.Popen[bytes] = subprocess.Popen(
+            [*guard, str(ctl_r), str(report_w), *argv],
+            env=env,
+            stdin=stdin,
+            process_group=0,  # Ctrl-C reaches the supervisor only, as for COMMAND itself
+            close_fds=True,
+            pass_fds=(ctl_r, report_w),
+        )
+    except BaseException:
+        os.close(ctl_w)
+        os.close(report_r)
+        raise
+    finally:
+        os.close(ctl_r)
+        os.close(report_w)
+    with os.fdopen(report_r, "rb") as report:
+        line = report.readline().split()
+    if len(line) == 2 and line[0] == b"pid":
+        return popen, int(line[1]), ctl_w
+    os.close(ctl_w)
+    popen.wait()
+    code = int(line[1]) if len(line) == 2 and line[0] == b"error" else errno.EIO
+    raise OSError(code, os.strerror(code), argv[0])
+
+
+async def spawn(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    stdin: int | None = None,
+    guard: bool = True,
+) -> Child:
+    """Start ``argv`` (never through a shell) in its own process group, bound to our life.
+
+    With ``guard`` (on Linux), every descendant of ``argv`` dies with us too, even when we are
+    SIGKILLed, and ``stop`` returns only when none is left; it costs an interpreter start.
+    """
+    if not argv:
+        raise ConfigurationError("empty command")
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    guard_argv = _guard_argv() if guard else None
+    options: dict[str, object] = {}
+    preexec = _deathsig_preexec() if guard_argv is None else None
+    if preexec is not None:
+        options["preexec_fn"] = preexec
+    stdin_fd = subprocess.DEVNULL if stdin is None else stdin
+
+    def start() -> Child:
+        if guard_argv is not None:
+            return Child(*_start_guarded(guard_argv, list(argv), full_env, stdin_fd))
+        popen: subprocess.Popen[bytes] = subprocess.Popen(
+            list(argv),
+            env=full_env,
+            stdin=stdin_fd,
+            process_group=0,  # signals for the group reach what COMMAND starts too
+            close_fds=True,
+            **options,  # type: ignore[call-overload]
+        )
+        return Child(popen)
+
+    future = _spawner_pool().submit(start)
+    # not cancellable on purpose: once forked, the child must be handed back to be stopped
+    return await anyio.to_thread.run_sync(future.result)
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
