@@ -1,0 +1,883 @@
+"""The driver contract: one suite, run against every backend CI starts, under asyncio and trio.
+
+Every behaviour that ``ha.drivers.base`` promises is tested here, through the ``backend``
+fixture of tests/conftest.py (memory, sqlite, ZooKeeper): sessions and their expiry, ephemeral
+nodes, versions and compare-and-set, the node operations and their errors, transactions, node
+and connection events, path and data validation, closing. A new driver is done when it passes
+this suite. To add a backend, write a plugin ``tests/support/backends/<name>.py`` whose fixture
+``<name>_backend`` returns a ``tests.support.backends.Backend`` (a URL private to the test and
+unstarted drivers on it), list it in tests/conftest.py, and teach ``Faults`` below how to
+expire, cut off, crash and disconnect one of its drivers. Behaviour of one backend only lives
+in ``test_<backend>.py`` beside this file.
+
+An unsupported operation fails here, it never skips. A backend that breaks the contract today
+is marked with ``known_gap`` (a strict xfail naming the finding), so the gap shows in every run
+and the mark must go once the driver is fixed.
+
+Time is never asserted as a duration: tests wait on conditions (with a hang guard) and check
+orders, outcomes, and the timing assumption against the driver's own ``last_contact``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+import ha.drivers
+from ha.drivers.base import (
+    Check,
+    ConnectionEvent,
+    ConnectionState,
+    Create,
+    Delete,
+    Driver,
+    NodeEvent,
+    NodeEventKind,
+    SetData,
+    Stat,
+)
+from ha.errors import (
+    AccessDenied,
+    BadVersion,
+    ConfigurationError,
+    ConnectionLost,
+    DriverError,
+    NodeExists,
+    NoNode,
+    NotEmpty,
+    TransactionFailed,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+S = ConnectionState
+CREATED, CHANGED, DELETED = NodeEventKind.CREATED, NodeEventKind.CHANGED, NodeEventKind.DELETED
+WAIT = 15.0  # seconds an awaited event may take before the test fails (a hang guard)
+# session timeouts short enough for expiry tests (ZooKeeper's client needs a little more)
+SHORT = {"memory": 0.3, "sqlite": 0.4, "zookeeper": 1.0}
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+class Events:
+    """A subscriber that keeps every event and lets a test wait for the next ones."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.threads: set[int] = set()
+        self._read = 0
+        self._changed = anyio.Event()
+
+    def __call__(self, event: Any) -> None:
+        self.events.append(event)
+        self.threads.add(threading.get_ident())
+        self._changed.set()
+
+    async def next(self) -> Any:
+        with anyio.fail_after(WAIT):
+            while self._read >= len(self.events):
+                self._changed = anyio.Event()
+                await self._changed.wait()
+        self._read += 1
+        return self.events[self._read - 1]
+
+    async def state(self) -> ConnectionEvent:
+        """The next connection event other than DISCONNECTED (which a backend may add)."""
+        while (event := await self.next()).state is S.DISCONNECTED:
+            pass
+        assert isinstance(event, ConnectionEvent)
+        return event
+
+    def pending(self) -> list[Any]:
+        return self.events[self._read :]
+
+
+async def watch(driver: Driver, path: str) -> Events:
+    """Subscribe to ``path``; return once the subscription is in effect.
+
+    A later request of the same driver having been answered is the barrier: ZooKeeper sets its
+    watch with a request of its own, and a change another client makes before it arrives would
+    be taken for the state at subscription. Events of changes made before may still come (a
+    poller's), so tests subscribe before they make the changes they expect to hear of.
+    """
+    events = Events()
+    driver.subscribe(path, events)
+    await driver.exists(path)
+    return events
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    with anyio.fail_after(WAIT):
+        while not condition():  # noqa: ASYNC110 - polls state owned by the driver's tasks
+            await anyio.sleep(0.005)
+
+
+def known_gap(request: pytest.FixtureRequest, backend: Any, names: set[str], finding: str) -> None:
+    """Mark the test a strict xfail on the backends ``names`` that break it today."""
+    if backend.name in names:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"finding: {finding}"))
+
+
+class Faults:
+    """Expire, cut off, crash, disconnect one driver of the backend under test.
+
+    ZooKeeper's drivers made by ``driver()`` talk through a fault proxy of their own.
+    """
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.proxy: Any = None
+        self.links: dict[int, Any] = {}
+        self.stallers: list[sqlite3.Connection] = []
+
+    def driver(self, **options: Any) -> Any:
+        if self.backend.name != "zookeeper":
+            return self.backend.driver(**options)
+        from tests.support.faultproxy import FaultProxy
+
+        if self.proxy is None:
+            self.proxy = FaultProxy()
+        link = self.proxy.link(("127.0.0.1", self.backend.server.port))
+        driver = self.backend.driver(via=link.hosts, **options)
+        self.links[id(driver)] = link
+        return driver
+
+    async def expire(self, driver: Any) -> None:
+        """The backend ends the session now (an operator, or a lapse the client missed)."""
+        if self.backend.name == "memory":
+            driver.expire()
+        elif self.backend.name == "sqlite":
+            from tests.support.backends.sqlite import expire_session
+
+            await expire_session(driver)
+        else:
+            from tests.support.backends.zookeeper import expire_session as zk_expire
+
+            await zk_expire(driver, hosts=self.backend.server.hosts)
+
+    def cut_off(self, driver: Any) -> None:
+        """No contact either way, without a word: the client lives but is not heard from."""
+        {"memory": lambda: driver.partition(), "sqlite": lambda: driver._freeze()}.get(
+            self.backend.name, lambda: self.links[id(driver)].pause()
+        )()
+
+    def restore(self, driver: Any) -> None:
+        {"memory": lambda: driver.heal(), "sqlite": lambda: driver._thaw()}.get(
+            self.backend.name, lambda: self.links[id(driver)].resume()
+        )()
+
+    async def crash(self, driver: Any) -> None:
+        """The client dies without a goodbye."""
+        if self.backend.name == "memory":
+            driver.crash()
+        elif self.backend.name == "sqlite":
+            await driver._abandon()
+        else:
+            self.links[id(driver)].refuse()
+
+    async def disconnect(self, driver: Any) -> None:
+        """Contact lost and noticed (DISCONNECTED); the session lives on until ``reconnect``.
+
+        sqlite: another connection holds the file's write lock. ZooKeeper: the connection
+        drops and the client reconnects by itself at once.
+        """
+        if self.backend.name == "memory":
+            driver.disconnect()
+        elif self.backend.name == "sqlite":
+            conn = sqlite3.connect(driver.path, isolation_level=None, check_same_thread=False)
+            self.stallers.append(conn)
+            await anyio.to_thread.run_sync(conn.execute, "BEGIN IMMEDIATE")
+        else:
+            self.links[id(driver)].drop()
+
+    async def reconnect(self, driver: Any) -> None:
+        if self.backend.name == "memory":
+            driver.reconnect()
+        while self.stallers:
+            await anyio.to_thread.run_sync(self.stallers.pop().close)  # rolls back
+
+    def fail_next(self, driver: Any, count: int, *, transient: bool = True) -> None:
+        hook = driver.fail_next if self.backend.name == "memory" else driver._fail_next
+        hook(count, transient=transient)
+
+    def close(self) -> None:
+        for conn in self.stallers:
+            conn.close()
+        if self.proxy is not None:
+            self.proxy.close()
+
+
+@pytest.fixture
+def faults(backend: Any) -> Iterator[Faults]:
+    f = Faults(backend)
+    yield f
+    f.close()
+
+
+# --- lifecycle ----------------------------------------------------------------------------------
+
+
+async def test_a_started_driver_has_a_session_and_closing_ends_it(backend: Any) -> None:
+    # with test_sqlite.py's test_operations_need_a_started_driver
+    await backend.driver().aclose()  # closing a driver never started is harmless
+    driver = backend.driver()
+    seen = Events()
+    driver.subscribe(None, seen)
+    with pytest.raises(ConnectionLost):
+        await driver.get("/")
+    async with backend.driver() as other:
+        await driver.start()
+        try:
+            first = await seen.next()
+            assert first == ConnectionEvent(S.CONNECTED, driver.session_id)
+            assert driver.session_id is not None and driver.session_id != other.session_id
+            assert driver.connected and driver.session_timeout > 0
+            assert driver.last_contact <= anyio.current_time()
+        finally:
+            await driver.aclose()
+        assert [event.state for event in seen.events] == [S.CONNECTED, S.CLOSED]
+        assert driver.session_id is None and not driver.connected
+        with pytest.raises(ConnectionLost):
+            await driver.get("/")
+        await driver.aclose()  # twice: harmless, and no second CLOSED
+        assert len(seen.events) == 2
+
+
+async def test_the_url_builds_the_driver_and_its_options(backend: Any) -> None:
+    url = backend.url()
+    assert ha.drivers.driver_class(url) is type(backend.driver())
+    sep = "&" if "?" in url else "?"
+    with pytest.raises(ConfigurationError):
+        ha.drivers.connect(f"{url}{sep}no_such_option=1")
+    for bad in (0, -1.0):
+        with pytest.raises(ConfigurationError):
+            ha.drivers.connect(url, session_timeout=bad)
+    from_url = ha.drivers.connect(f"{url}{sep}session_timeout=3")
+    assert from_url.session_timeout == 3.0
+    async with from_url, backend.driver() as other:  # the same namespace as the backend's
+        await other.create("/shared", b"x")
+        assert (await from_url.get("/shared"))[0] == b"x"
+        assert from_url.session_timeout == 3.0
+
+
+def test_capabilities_are_declared(backend: Any) -> None:
+    capabilities = type(backend.driver()).capabilities
+    assert capabilities.name == backend.name
+    assert capabilities.cross_process == backend.cross_process
+    assert capabilities.sessions in ("session", "lease")
+    assert not capabilities.cross_host or capabilities.cross_process
+
+
+# --- nodes --------------------------------------------------------------------------------------
+
+
+async def test_create_get_set_delete_children(backend: Any) -> None:
+    # moved from test_zookeeper.py
+    async with backend.driver() as zk:
+        assert await zk.create("/a", b"one") == "/a"
+        data, stat = await zk.get("/a")
+        assert (data, stat.version, stat.ephemeral_owner) == (b"one", 0, None)
+        assert type(data) is bytes and abs(stat.mtime - time.time()) < 60
+        stat = await zk.set("/a", b"two", version=0)
+        assert stat.version == 1
+        assert (await zk.get("/a"))[0] == b"two"
+        assert (await zk.set("/a", b"three")).version == 2  # -1: any version
+        assert await zk.create("/a/b/c", b"deep", makepath=True) == "/a/b/c"
+        parent_data, parent = await zk.get("/a/b")  # made by makepath: empty, persistent
+        assert parent_data == b"" and parent == await zk.exists("/a/b")
+        assert parent.ephemeral_owner is None
+        await zk.create("/a/z")
+        assert await zk.children("/a") == ["b", "z"]
+        assert (await zk.exists("/a")) == Stat(
+            2,
+            None,
+            (await zk.exists("/a")).mtime,  # type: ignore[union-attr]
+            num_children=2,
+        )
+        await zk.delete("/a/z", version=0)
+        assert await zk.exists("/a/z") is None
+        await zk.delete("/a", recursive=True)
+        assert await zk.exists("/a") is None
+        assert await zk.children("/") == []
+        await zk.create("/a", b"again")  # a node made again starts over at version 0
+        assert (await zk.get("/a"))[1].version == 0
+
+
+async def test_node_errors(backend: Any) -> None:
+    # moved from test_zookeeper.py
+    async with backend.driver() as zk:
+        await zk.create("/n", b"x")
+        with pytest.raises(NodeExists) as exists:
+            await zk.create("/n")
+        assert exists.value.path == "/n"
+        with pytest.raises(NoNode):
+            await zk.create("/missing/child")
+        for call in (zk.get, zk.children, zk.delete, lambda p: zk.set(p, b"")):
+            with pytest.raises(NoNode) as missing:
+                await call("/missing")
+            assert missing.value.path == "/missing"
+        with pytest.raises(BadVersion) as bad:
+            await zk.set("/n", b"y", version=7)
+        assert (bad.value.path, bad.value.expected) == ("/n", 7)
+        with pytest.raises(BadVersion):
+            await zk.delete("/n", version=3)
+        await zk.create("/n/child")
+        with pytest.raises(NotEmpty) as full:
+            await zk.delete("/n")
+        assert full.value.path == "/n"
+        with pytest.raises(BadVersion):
+            await zk.delete("/n", version=5, recursive=True)
+        assert await zk.exists("/n/child") is not None  # nothing of the subtree went
+        with pytest.raises(NoNode):
+            await zk.delete("/missing", recursive=True)
+        await zk.create("/eph", ephemeral=True)
+        with pytest.raises(NoNode):
+            await zk.create("/eph/child")
+        with pytest.raises(ConfigurationError):
+            await zk.get("relative")
+        assert await zk.exists("/missing") is None
+        with pytest.raises(NodeExists):
+            await zk.create("/")
+        assert isinstance(exists.value, DriverError) and not exists.value.transient
+
+
+async def test_children_are_sorted_names_of_direct_children(backend: Any) -> None:
+    async with backend.driver() as driver:
+        assert await driver.children("/") == []
+        assert (await driver.exists("/")) is not None  # the root always exists
+        await driver.create("/p/q/r", makepath=True)
+        await driver.create("/p/b")
+        await driver.create("/p-sibling")  # shares a prefix: not a child of /p
+        assert await driver.children("/p") == ["b", "q"]
+        assert await driver.children("/") == ["p", "p-sibling"]
+        assert (await driver.get("/p"))[1].num_children == 2
+        await driver.delete("/p", recursive=True)
+        assert await driver.children("/") == ["p-sibling"]
+
+
+async def test_the_root_cannot_be_deleted(request: pytest.FixtureRequest, backend: Any) -> None:
+    known_gap(
+        request,
+        backend,
+        {"memory", "zookeeper"},
+        "delete('/', recursive=True) removes the root (memory) or the chroot (ZooKeeper);"
+        " every later operation then fails with NoNode",
+    )
+    async with backend.driver() as driver:
+        await driver.create("/kept")
+        for recursive in (False, True):
+            with pytest.raises(ConfigurationError):
+                await driver.delete("/", recursive=recursive)
+        assert await driver.children("/") == ["kept"]
+
+
+async def test_bytes_round_trip_unchanged(backend: Any) -> None:
+    # moved from test_zookeeper.py
+    blobs = [b"", b"\x00", bytes(range(256)), b"\xff\xfe not utf-8 \xc3\x28", b"\x00" * 100_000]
+    async with backend.driver() as zk:
+        for index, blob in enumerate(blobs):
+            await zk.create(f"/b{index}", blob)
+            assert (await zk.get(f"/b{index}"))[0] == blob
+            await zk.set(f"/b{index}", bytearray(blob[::-1]))
+            assert (await zk.get(f"/b{index}"))[0] == blob[::-1]
+        data = bytearray(b"before")
+        await zk.create("/copied", data)
+        await zk.transaction([SetData("/copied", memoryview(data))])  # type: ignore[arg-type]
+        data[:] = b"after!"  # the caller's buffer changes later: the node does not
+        assert (await zk.get("/copied"))[0] == b"before"
+
+
+async def test_node_data_must_be_bytes(request: pytest.FixtureRequest, backend: Any) -> None:
+    known_gap(
+        request,
+        backend,
+        {"memory", "zookeeper"},
+        "str data raises TypeError, not an ha.errors error (ConfigurationError)",
+    )
+    async with backend.driver() as driver:
+        await driver.create("/a")
+        with pytest.raises(ConfigurationError):
+            await driver.set("/a", "text")  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError):
+            await driver.create("/b", "text")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path", ["relative", "", "/trailing/", "/a//b", "/nul\x00"])
+async def test_malformed_paths_are_configuration_errors(backend: Any, path: str) -> None:
+    async with backend.driver() as driver:
+        calls = [
+            lambda: driver.create(path),
+            lambda: driver.get(path),
+            lambda: driver.exists(path),
+            lambda: driver.set(path, b""),
+            lambda: driver.delete(path),
+            lambda: driver.children(path),
+            lambda: driver.ensure_path(path),
+            lambda: driver.transaction([Check("/"), Create(path)]),
+        ]
+        for call in calls:
+            with pytest.raises(ConfigurationError):
+                await call()
+        with pytest.raises(ConfigurationError):
+            driver.subscribe(path, Events())
+        assert await driver.children("/") == []  # nothing was created
+
+
+async def test_ensure_path_makes_missing_persistent_parents(backend: Any) -> None:
+    async with backend.driver() as driver:
+        await driver.ensure_path("/")
+        await driver.create("/x", b"kept")
+        await driver.ensure_path("/x/y/z")
+        await driver.ensure_path("/x/y/z")  # again: nothing to do
+        assert (await driver.get("/x"))[0] == b"kept"
+        stat = await driver.exists("/x/y/z")
+        assert stat is not None and stat.ephemeral_owner is None
+
+
+async def test_one_driver_serves_many_tasks_at_once(backend: Any) -> None:
+    async with backend.driver() as driver:
+        await driver.create("/c")
+
+        async def work(index: int) -> None:
+            await driver.create(f"/c/{index:02}", b"0")
+            await driver.set(f"/c/{index:02}", b"1", 0)
+
+        async with anyio.create_task_group() as tg:
+            for index in range(20):
+                tg.start_soon(work, index)
+        assert await driver.children("/c") == [f"{i:02}" for i in range(20)]
+
+
+async def test_a_cancelled_operation_leaves_the_driver_usable(backend: Any) -> None:
+    async with backend.driver() as driver:
+        with anyio.move_on_after(0):
+            await driver.create("/maybe")  # its outcome is unknown, like a lost reply's
+        await driver.create("/after")
+        assert await driver.exists("/after") is not None
+
+
+async def test_sessions_race_for_one_node_and_one_version(backend: Any) -> None:
+    async with backend.driver() as a, backend.driver() as b:
+        outcomes: dict[int, str] = {}
+
+        async def take(driver: Driver) -> None:
+            try:
+                await driver.create("/lock", ephemeral=True)
+                outcomes[driver.session_id or 0] = "won"
+            except NodeExists:
+                outcomes[driver.session_id or 0] = "lost"
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(take, a)
+            tg.start_soon(take, b)
+        assert sorted(outcomes.values()) == ["lost", "won"]
+        winner = next(sid for sid, outcome in outcomes.items() if outcome == "won")
+        assert (await a.exists("/lock")).ephemeral_owner == winner  # type: ignore[union-attr]
+
+        await a.create("/counter", b"0")
+        stored: list[bytes] = []
+
+        async def bump(driver: Driver, value: bytes) -> None:
+            try:
+                await driver.set("/counter", value, 0)
+                stored.append(value)
+            except BadVersion:
+                pass
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bump, a, b"a")
+            tg.start_soon(bump, b, b"b")
+        assert len(stored) == 1  # compare-and-set: exactly one writer of version 0 wins
+        data, stat = await b.get("/counter")
+        assert (data, stat.version) == (stored[0], 1)
+
+
+# --- transactions -------------------------------------------------------------------------------
+
+
+async def test_transaction_applies_every_op(backend: Any) -> None:
+    # moved from test_zookeeper.py
+    async with backend.driver() as zk:
+        await zk.create("/epoch", b"1")
+        await zk.create("/old")
+        results = await zk.transaction(
+            [
+                Check("/epoch", 0),
+                SetData("/epoch", b"2", 0),
+                Create("/new", b"n", ephemeral=True),
+                Delete("/old", 0),
+            ]
+        )
+        assert results[0] is None and results[3] is None
+        assert isinstance(results[1], Stat) and results[1].version == 1
+        assert results[2] == "/new"
+        assert (await zk.get("/epoch"))[0] == b"2"
+        assert (await zk.exists("/new")).ephemeral_owner == zk.session_id  # type: ignore[union-attr]
+        assert await zk.exists("/old") is None
+        assert await zk.transaction([]) == []
+
+
+@pytest.mark.parametrize(
+    ("failing", "cause"),
+    [
+        (Check("/epoch", 5), BadVersion),
+        (SetData("/epoch", b"x", 9), BadVersion),
+        (Check("/absent"), NoNode),
+        (Create("/taken"), NodeExists),
+        (Delete("/taken"), NotEmpty),
+        (Delete("/absent"), NoNode),
+    ],
+    ids=["check", "set", "check-missing", "create", "delete-not-empty", "delete-missing"],
+)
+async def test_transaction_is_all_or_nothing(
+    backend: Any, failing: Any, cause: type[Exception]
+) -> None:
+    # moved from test_zookeeper.py
+    async with backend.driver() as zk:
+        await zk.create("/epoch", b"1")
+        await zk.create("/taken/child", makepath=True)
+        ops = [SetData("/epoch", b"2"), Create("/fresh", b"f"), failing, Create("/after")]
+        with pytest.raises(TransactionFailed) as failed:
+            await zk.transaction(ops)
+        assert failed.value.index == 2
+        assert isinstance(failed.value.cause, cause)
+        assert failed.value.cause.path == failing.path  # type: ignore[attr-defined]
+        data, stat = await zk.get("/epoch")
+        assert (data, stat.version) == (b"1", 0)
+        assert await zk.exists("/fresh") is None and await zk.exists("/after") is None
+
+
+async def test_transactions_are_all_or_nothing(backend: Any) -> None:
+    # moved from test_sqlite.py
+    async with backend.driver() as driver:
+        await driver.create("/x", b"0")
+        await driver.create("/full")
+        await driver.create("/full/child")
+        failing = [
+            ([Create("/t"), SetData("/x", b"1", 7)], 1, BadVersion),
+            ([Create("/t"), Check("/missing")], 1, NoNode),
+            ([Create("/t"), Create("/x")], 1, NodeExists),
+            ([SetData("/x", b"1"), Create("/t"), Delete("/full")], 2, NotEmpty),
+            ([Create("/t"), Create("/t")], 1, NodeExists),
+        ]
+        for ops, index, cause in failing:
+            with pytest.raises(TransactionFailed) as failed:
+                await driver.transaction(ops)
+            assert failed.value.index == index
+            assert isinstance(failed.value.cause, cause)
+            assert await driver.exists("/t") is None
+            data, stat = await driver.get("/x")
+            assert (data, stat.version) == (b"0", 0)
+        results = await driver.transaction(
+            [
+                Check("/x", 0),
+                SetData("/x", b"1", 0),
+                Create("/t", b"t", ephemeral=True),
+                Delete("/full/child"),
+                Delete("/full"),
+            ]
+        )
+        assert results[0] is None and results[2] == "/t" and results[3:] == [None, None]
+        assert isinstance(results[1], Stat) and results[1].version == 1
+        assert (await driver.get("/t"))[1].ephemeral_owner == driver.session_id
+        assert await driver.exists("/full") is None
+
+
+async def test_later_ops_of_a_transaction_see_the_earlier_ones(
+    request: pytest.FixtureRequest, backend: Any
+) -> None:
+    known_gap(
+        request,
+        backend,
+        {"memory"},
+        "a transaction's SetData does not raise the version seen by its later ops"
+        " (SetData v0 then SetData v1 fails with BadVersion at op 2)",
+    )
+    async with backend.driver() as driver:
+        results = await driver.transaction(
+            [
+                Create("/p", b"0"),
+                Create("/p/c"),
+                SetData("/p", b"1", 0),
+                SetData("/p", b"2", 1),
+                Check("/p", 2),
+                Delete("/p/c"),
+                Create("/p/c", b"again"),
+            ]
+        )
+        assert results[:2] == ["/p", "/p/c"] and results[4:] == [None, None, "/p/c"]
+        assert [r.version for r in results[2:4]] == [1, 2]  # type: ignore[union-attr]
+        assert (await driver.get("/p/c"))[0] == b"again"
+        assert (await driver.get("/p"))[1].version == 2
+
+
+async def test_a_transaction_of_non_ops_is_a_configuration_error(
+    request: pytest.FixtureRequest, backend: Any
+) -> None:
+    known_gap(
+        request,
+        backend,
+        {"memory", "zookeeper"},
+        "an object that is not an Op in a transaction raises AttributeError",
+    )
+    async with backend.driver() as driver:
+        with pytest.raises(ConfigurationError):
+            await driver.transaction([Create("/a"), "not an op"])  # type: ignore[list-item]
+        assert await driver.exists("/a") is None
+
+
+# --- sessions and ephemeral nodes ---------------------------------------------------------------
+
+
+async def test_ephemeral_nodes_belong_to_the_session_and_go_with_it(backend: Any) -> None:
+    # moved from test_zookeeper.py and test_sqlite.py (three tests)
+    async with backend.driver() as watcher:
+        events = await watch(watcher, "/lock")
+        owner = backend.driver()
+        seen = Events()
+        owner.subscribe(None, seen)
+        await owner.start()
+        try:
+            await owner.create("/lock", b"me", ephemeral=True)
+            await owner.create("/kept")
+            assert (await owner.get("/lock"))[1].ephemeral_owner == owner.session_id
+            stat = await watcher.exists("/lock")
+            assert stat is not None and stat.ephemeral_owner == owner.session_id
+            assert watcher.session_id != owner.session_id
+            assert (await events.next()) == NodeEvent("/lock", CREATED)
+            with pytest.raises(NoNode, match="ephemeral"):
+                await owner.create("/lock/child")
+        finally:
+            await owner.aclose()
+        # gone as soon as aclose returns, not after the timeout or a poll later
+        assert await watcher.exists("/lock") is None
+        assert await watcher.exists("/kept") is not None
+        assert (await events.next()) == NodeEvent("/lock", DELETED)
+        assert [e.state for e in seen.events] == [S.CONNECTED, S.CLOSED]
+        assert owner.session_id is None and not owner.connected
+
+
+async def test_forced_expiry(backend: Any, faults: Faults) -> None:
+    # moved from test_zookeeper.py (with an observer in another session)
+    zk = backend.driver()
+    seen, node = Events(), Events()
+    zk.subscribe(None, seen)
+    zk.subscribe("/lock", node)
+    async with zk, backend.driver() as observer:
+        await seen.next()
+        old = zk.session_id
+        gone = await watch(observer, "/lock")
+        await zk.create("/lock", ephemeral=True)
+        assert (await node.next()).kind == CREATED
+        assert await gone.next() == NodeEvent("/lock", CREATED)
+        await faults.expire(zk)
+        assert await seen.state() == ConnectionEvent(S.EXPIRED, old)
+        new = await seen.next()
+        assert new.state == S.CONNECTED and new.session_id not in (None, old)
+        assert zk.session_id == new.session_id and zk.connected
+        # the watch came back with the new session and reports what changed meanwhile
+        assert await node.next() == NodeEvent("/lock", DELETED)
+        assert await gone.next() == NodeEvent("/lock", DELETED)
+        await zk.create("/lock", ephemeral=True)
+        assert (await zk.exists("/lock")).ephemeral_owner == new.session_id  # type: ignore[union-attr]
+        assert all(isinstance(event, NodeEvent) for event in node.events)
+
+
+async def test_a_silent_session_expires_no_earlier_than_last_contact_plus_timeout(
+    backend: Any, faults: Faults
+) -> None:
+    # the timing assumption of ha.drivers.base, checked from another session's reads
+    timeout = SHORT[backend.name]
+    async with faults.driver(session_timeout=timeout) as driver, backend.driver() as observer:
+        seen = Events()
+        driver.subscribe(None, seen)
+        old = driver.session_id
+        await driver.create("/e", ephemeral=True)
+        faults.cut_off(driver)
+        try:
+            while True:  # each read: was the node there when the reply came back?
+                present = await observer.exists("/e") is not None
+                replied = anyio.current_time()
+                if not present:
+                    break
+                await anyio.sleep(0.01)
+            # the backend ended the session; the cut-off client still holds its old contact
+            assert driver.session_id == old
+            assert replied >= driver.last_contact + driver.session_timeout
+        finally:
+            faults.restore(driver)
+        assert await seen.state() == ConnectionEvent(S.EXPIRED, old)
+        new = await seen.next()
+        assert new.state is S.CONNECTED and new.session_id not in (None, old)
+        assert await driver.exists("/e") is None
+        await driver.create("/e", ephemeral=True)
+        assert (await observer.exists("/e")).ephemeral_owner == new.session_id  # type: ignore[union-attr]
+
+
+async def test_a_crashed_client_loses_its_ephemeral_nodes(backend: Any, faults: Faults) -> None:
+    async with backend.driver() as observer:
+        async with faults.driver(session_timeout=SHORT[backend.name]) as driver:
+            events = await watch(observer, "/e")
+            await driver.create("/e", ephemeral=True)
+            await driver.create("/kept")
+            assert await events.next() == NodeEvent("/e", CREATED)
+            await faults.crash(driver)
+            assert await events.next() == NodeEvent("/e", DELETED)
+        assert await observer.exists("/kept") is not None
+
+
+async def test_a_short_disconnection_keeps_the_session(backend: Any, faults: Faults) -> None:
+    async with faults.driver() as driver, backend.driver() as observer:
+        seen = Events()
+        driver.subscribe(None, seen)
+        session = driver.session_id
+        node = await watch(driver, "/mine")
+        await driver.create("/mine", ephemeral=True)
+        assert await node.next() == NodeEvent("/mine", CREATED)
+        await faults.disconnect(driver)
+        assert await seen.next() == ConnectionEvent(S.DISCONNECTED, session)
+        assert not driver.connected
+        await faults.reconnect(driver)
+        assert await seen.next() == ConnectionEvent(S.RECONNECTED, session)
+        assert driver.connected and driver.session_id == session
+        assert await observer.exists("/mine") is not None  # the session kept its node
+        await observer.set("/mine", b"changed")  # the watch still works
+        assert await node.next() == NodeEvent("/mine", CHANGED)
+
+
+async def test_last_contact_stays_fresh_and_never_ahead(backend: Any) -> None:
+    async with backend.driver() as driver:
+        start = anyio.current_time()
+        await driver.create("/x")
+        await wait_until(lambda: driver.last_contact >= start)  # renewed without being asked
+        assert driver.last_contact <= anyio.current_time()
+        assert anyio.current_time() - driver.last_contact < driver.session_timeout
+
+
+async def test_injected_faults_hook(backend: Any, faults: Faults) -> None:
+    # moved from test_zookeeper.py
+    async with backend.driver() as zk:
+        faults.fail_next(zk, 2)
+        for _ in range(2):
+            with pytest.raises(ConnectionLost, match="injected") as lost:
+                await zk.exists("/")
+            assert lost.value.transient
+        faults.fail_next(zk, 1, transient=False)
+        with pytest.raises(AccessDenied, match="injected") as denied:
+            await zk.exists("/")
+        assert not denied.value.transient
+        assert await zk.exists("/") is not None
+
+
+# --- events -------------------------------------------------------------------------------------
+
+
+async def test_node_events_for_subscribed_paths(backend: Any) -> None:
+    # moved from test_zookeeper.py
+    async with backend.driver() as zk, backend.driver() as other:
+        x, y = Events(), Events()
+        sub_x = zk.subscribe("/x", x)
+        zk.subscribe("/y", y)
+        await zk.exists("/x")  # the watch is armed by a request sent before this one
+        await other.create("/x", b"1")
+        assert await x.next() == NodeEvent("/x", CREATED)
+        await other.set("/x", b"2")
+        assert await x.next() == NodeEvent("/x", CHANGED)
+        await other.delete("/x")
+        assert await x.next() == NodeEvent("/x", DELETED)
+        sub_x.close()
+        sub_x.close()  # idempotent
+        await other.create("/x")
+        await other.create("/y")
+        assert await y.next() == NodeEvent("/y", CREATED)
+        assert x.pending() == []  # nothing after unsubscribing
+        assert zk.watched_paths() == ["/y"]
+
+
+async def test_no_event_lost_when_a_subscriber_reacts_at_once(backend: Any) -> None:
+    # moved from test_zookeeper.py: a standby re-creates the lock as soon as it hears of its
+    # deletion, and so on: each reaction lands right after an event
+    async with backend.driver() as zk, backend.driver() as other:
+        seen = await watch(zk, "/lock")
+        for _ in range(5):
+            await other.create("/lock")
+            assert await seen.next() == NodeEvent("/lock", CREATED)
+            await zk.set("/lock", b"mine")
+            assert await seen.next() == NodeEvent("/lock", CHANGED)
+            await other.delete("/lock")
+            assert await seen.next() == NodeEvent("/lock", DELETED)
+            await zk.create("/lock")
+            assert await seen.next() == NodeEvent("/lock", CREATED)
+            await zk.delete("/lock")
+            assert await seen.next() == NodeEvent("/lock", DELETED)
+
+
+async def test_transaction_events_and_replaced_node(backend: Any) -> None:
+    # moved from test_zookeeper.py
+    async with backend.driver() as zk, backend.driver() as other:
+        seen = await watch(zk, "/lock")
+        await zk.create("/lock", b"a")
+        assert await seen.next() == NodeEvent("/lock", CREATED)
+        # deleted and created again in one transaction: seen as both, in that order
+        await other.transaction([Delete("/lock"), Create("/lock", b"b")])
+        assert [await seen.next(), await seen.next()] == [
+            NodeEvent("/lock", DELETED),
+            NodeEvent("/lock", CREATED),
+        ]
+
+
+async def test_own_writes_and_recursive_deletes_give_events(backend: Any) -> None:
+    # moved from test_sqlite.py
+    async with backend.driver() as driver:
+        child_events, parent_events = Events(), Events()
+        with driver.subscribe("/r/a", child_events), driver.subscribe("/r", parent_events):
+            await driver.create("/r/a", makepath=True)
+            assert await parent_events.next() == NodeEvent("/r", CREATED)
+            assert await child_events.next() == NodeEvent("/r/a", CREATED)
+            await driver.delete("/r", recursive=True)
+            assert await child_events.next() == NodeEvent("/r/a", DELETED)
+            assert await parent_events.next() == NodeEvent("/r", DELETED)
+
+
+async def test_closed_subscription_gets_no_more_events(backend: Any) -> None:
+    # moved from test_sqlite.py
+    async with backend.driver() as driver:
+        sentinel, quiet = Events(), Events()
+        with driver.subscribe("/sentinel", sentinel):
+            with driver.subscribe("/quiet", quiet):
+                pass  # subscribed, then closed
+            await driver.create("/quiet")
+            await driver.create("/sentinel")
+            # events of one driver's own writes come in order: /quiet's would have come first
+            assert await sentinel.next() == NodeEvent("/sentinel", CREATED)
+            assert quiet.events == []
+        assert driver.watched_paths() == []
+
+
+async def test_every_subscriber_of_a_path_is_called_on_the_loop_thread(backend: Any) -> None:
+    loop_thread = threading.get_ident()
+    async with backend.driver() as driver, backend.driver() as other:
+        states = Events()
+        driver.subscribe(None, states)
+
+        def broken(event: Any) -> None:
+            raise RuntimeError("a subscriber's bug")
+
+        driver.subscribe("/n", broken)  # logged and dropped: the others still hear
+        first = await watch(driver, "/n")
+        second = Events()
+        with driver.subscribe("/n", second):
+            await other.create("/n")
+            assert await first.next() == await second.next() == NodeEvent("/n", CREATED)
+        await other.delete("/n")
+        assert await first.next() == NodeEvent("/n", DELETED)
+        assert second.pending() == []
+    assert [event.state for event in states.events] == [S.CLOSED]  # subscribed after CONNECTED
+    assert first.threads == second.threads == states.threads == {loop_thread}
