@@ -6,9 +6,9 @@ nodes, versions and compare-and-set, the node operations and their errors, trans
 and connection events, path and data validation, closing. A new driver is done when it passes
 this suite. To add a backend, write a plugin ``tests/support/backends/<name>.py`` whose fixture
 ``<name>_backend`` returns a ``tests.support.backends.Backend`` (a URL private to the test and
-unstarted drivers on it), list it in tests/conftest.py, and teach ``Faults`` below how to
-expire, cut off, crash and disconnect one of its drivers. Behaviour of one backend only lives
-in ``test_<backend>.py`` beside this file.
+unstarted drivers on it), list it in tests/conftest.py, and give its driver the faults of
+``ha.testing.faults`` (tested on their own in test_faults.py). Behaviour of one backend only
+lives in ``test_<backend>.py`` beside this file.
 
 An unsupported operation fails here, it never skips. A backend that breaks the contract today
 is marked with ``known_gap`` (a strict xfail naming the finding), so the gap shows in every run
@@ -43,7 +43,6 @@ from ha.drivers.base import (
     Stat,
 )
 from ha.errors import (
-    AccessDenied,
     BadVersion,
     ConfigurationError,
     ConnectionLost,
@@ -53,6 +52,7 @@ from ha.errors import (
     NotEmpty,
     TransactionFailed,
 )
+from ha.testing import faults
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -125,100 +125,47 @@ def known_gap(request: pytest.FixtureRequest, backend: Any, names: set[str], fin
         request.applymarker(pytest.mark.xfail(strict=True, reason=f"finding: {finding}"))
 
 
-class Faults:
-    """Expire, cut off, crash, disconnect one driver of the backend under test.
+class Contact:
+    """Contact between one driver and its backend, lost and regained.
 
-    ZooKeeper's drivers made by ``driver()`` talk through a fault proxy of their own.
+    ``ha.testing.faults`` does it, but for sqlite, which has no connection: there the file
+    stalls (``freeze``: no renewal, no contact), or another connection holds its write lock
+    (renewals fail, noticed as DISCONNECTED, while the lease lives on).
     """
 
     def __init__(self, backend: Any) -> None:
-        self.backend = backend
-        self.proxy: Any = None
-        self.links: dict[int, Any] = {}
+        self.sqlite = backend.name == "sqlite"
         self.stallers: list[sqlite3.Connection] = []
 
-    def driver(self, **options: Any) -> Any:
-        if self.backend.name != "zookeeper":
-            return self.backend.driver(**options)
-        from tests.support.faultproxy import FaultProxy
+    def cut(self, driver: Driver) -> None:
+        """From now on the driver makes no contact; its session ages on the backend."""
+        (faults(driver).freeze if self.sqlite else faults(driver).disconnect)()
 
-        if self.proxy is None:
-            self.proxy = FaultProxy()
-        link = self.proxy.link(("127.0.0.1", self.backend.server.port))
-        driver = self.backend.driver(via=link.hosts, **options)
-        self.links[id(driver)] = link
-        return driver
+    def restore(self, driver: Driver) -> None:
+        (faults(driver).thaw if self.sqlite else faults(driver).reconnect)()
 
-    async def expire(self, driver: Any) -> None:
-        """The backend ends the session now (an operator, or a lapse the client missed)."""
-        if self.backend.name == "memory":
-            driver.expire()
-        elif self.backend.name == "sqlite":
-            from tests.support.backends.sqlite import expire_session
+    async def drop(self, driver: Any) -> None:
+        """Contact is lost and the driver notices (DISCONNECTED) until ``back``."""
+        if not self.sqlite:
+            faults(driver).disconnect()
+            return
+        conn = sqlite3.connect(driver.path, isolation_level=None, check_same_thread=False)
+        self.stallers.append(conn)
+        await anyio.to_thread.run_sync(conn.execute, "BEGIN IMMEDIATE")
 
-            await expire_session(driver)
-        else:
-            from tests.support.backends.zookeeper import expire_session as zk_expire
-
-            await zk_expire(driver, hosts=self.backend.server.hosts)
-
-    def cut_off(self, driver: Any) -> None:
-        """No contact either way, without a word: the client lives but is not heard from."""
-        {"memory": lambda: driver.partition(), "sqlite": lambda: driver._freeze()}.get(
-            self.backend.name, lambda: self.links[id(driver)].pause()
-        )()
-
-    def restore(self, driver: Any) -> None:
-        {"memory": lambda: driver.heal(), "sqlite": lambda: driver._thaw()}.get(
-            self.backend.name, lambda: self.links[id(driver)].resume()
-        )()
-
-    async def crash(self, driver: Any) -> None:
-        """The client dies without a goodbye."""
-        if self.backend.name == "memory":
-            driver.crash()
-        elif self.backend.name == "sqlite":
-            await driver._abandon()
-        else:
-            self.links[id(driver)].refuse()
-
-    async def disconnect(self, driver: Any) -> None:
-        """Contact lost and noticed (DISCONNECTED); the session lives on until ``reconnect``.
-
-        sqlite: another connection holds the file's write lock. ZooKeeper: the connection
-        drops and the client reconnects by itself at once.
-        """
-        if self.backend.name == "memory":
-            driver.disconnect()
-        elif self.backend.name == "sqlite":
-            conn = sqlite3.connect(driver.path, isolation_level=None, check_same_thread=False)
-            self.stallers.append(conn)
-            await anyio.to_thread.run_sync(conn.execute, "BEGIN IMMEDIATE")
-        else:
-            self.links[id(driver)].drop()
-
-    async def reconnect(self, driver: Any) -> None:
-        if self.backend.name == "memory":
-            driver.reconnect()
+    async def back(self, driver: Driver) -> None:
+        if not self.sqlite:
+            faults(driver).reconnect()
         while self.stallers:
             await anyio.to_thread.run_sync(self.stallers.pop().close)  # rolls back
 
-    def fail_next(self, driver: Any, count: int, *, transient: bool = True) -> None:
-        hook = driver.fail_next if self.backend.name == "memory" else driver._fail_next
-        hook(count, transient=transient)
-
-    def close(self) -> None:
-        for conn in self.stallers:
-            conn.close()
-        if self.proxy is not None:
-            self.proxy.close()
-
 
 @pytest.fixture
-def faults(backend: Any) -> Iterator[Faults]:
-    f = Faults(backend)
-    yield f
-    f.close()
+def contact(backend: Any) -> Iterator[Contact]:
+    c = Contact(backend)
+    yield c
+    for conn in c.stallers:
+        conn.close()
 
 
 # --- lifecycle ----------------------------------------------------------------------------------
@@ -664,7 +611,7 @@ async def test_ephemeral_nodes_belong_to_the_session_and_go_with_it(backend: Any
         assert owner.session_id is None and not owner.connected
 
 
-async def test_forced_expiry(backend: Any, faults: Faults) -> None:
+async def test_forced_expiry(backend: Any) -> None:
     # moved from test_zookeeper.py (with an observer in another session)
     zk = backend.driver()
     seen, node = Events(), Events()
@@ -677,7 +624,7 @@ async def test_forced_expiry(backend: Any, faults: Faults) -> None:
         await zk.create("/lock", ephemeral=True)
         assert (await node.next()).kind == CREATED
         assert await gone.next() == NodeEvent("/lock", CREATED)
-        await faults.expire(zk)
+        await faults(zk).expire()
         assert await seen.state() == ConnectionEvent(S.EXPIRED, old)
         new = await seen.next()
         assert new.state == S.CONNECTED and new.session_id not in (None, old)
@@ -691,16 +638,16 @@ async def test_forced_expiry(backend: Any, faults: Faults) -> None:
 
 
 async def test_a_silent_session_expires_no_earlier_than_last_contact_plus_timeout(
-    backend: Any, faults: Faults
+    backend: Any, contact: Contact
 ) -> None:
     # the timing assumption of ha.drivers.base, checked from another session's reads
     timeout = SHORT[backend.name]
-    async with faults.driver(session_timeout=timeout) as driver, backend.driver() as observer:
+    async with backend.driver(session_timeout=timeout) as driver, backend.driver() as observer:
         seen = Events()
         driver.subscribe(None, seen)
         old = driver.session_id
         await driver.create("/e", ephemeral=True)
-        faults.cut_off(driver)
+        contact.cut(driver)
         try:
             while True:  # each read: was the node there when the reply came back?
                 present = await observer.exists("/e") is not None
@@ -712,7 +659,7 @@ async def test_a_silent_session_expires_no_earlier_than_last_contact_plus_timeou
             assert driver.session_id == old
             assert replied >= driver.last_contact + driver.session_timeout
         finally:
-            faults.restore(driver)
+            contact.restore(driver)
         assert await seen.state() == ConnectionEvent(S.EXPIRED, old)
         new = await seen.next()
         assert new.state is S.CONNECTED and new.session_id not in (None, old)
@@ -721,30 +668,18 @@ async def test_a_silent_session_expires_no_earlier_than_last_contact_plus_timeou
         assert (await observer.exists("/e")).ephemeral_owner == new.session_id  # type: ignore[union-attr]
 
 
-async def test_a_crashed_client_loses_its_ephemeral_nodes(backend: Any, faults: Faults) -> None:
-    async with backend.driver() as observer:
-        async with faults.driver(session_timeout=SHORT[backend.name]) as driver:
-            events = await watch(observer, "/e")
-            await driver.create("/e", ephemeral=True)
-            await driver.create("/kept")
-            assert await events.next() == NodeEvent("/e", CREATED)
-            await faults.crash(driver)
-            assert await events.next() == NodeEvent("/e", DELETED)
-        assert await observer.exists("/kept") is not None
-
-
-async def test_a_short_disconnection_keeps_the_session(backend: Any, faults: Faults) -> None:
-    async with faults.driver() as driver, backend.driver() as observer:
+async def test_a_short_disconnection_keeps_the_session(backend: Any, contact: Contact) -> None:
+    async with backend.driver() as driver, backend.driver() as observer:
         seen = Events()
         driver.subscribe(None, seen)
         session = driver.session_id
         node = await watch(driver, "/mine")
         await driver.create("/mine", ephemeral=True)
         assert await node.next() == NodeEvent("/mine", CREATED)
-        await faults.disconnect(driver)
+        await contact.drop(driver)
         assert await seen.next() == ConnectionEvent(S.DISCONNECTED, session)
         assert not driver.connected
-        await faults.reconnect(driver)
+        await contact.back(driver)
         assert await seen.next() == ConnectionEvent(S.RECONNECTED, session)
         assert driver.connected and driver.session_id == session
         assert await observer.exists("/mine") is not None  # the session kept its node
@@ -759,21 +694,6 @@ async def test_last_contact_stays_fresh_and_never_ahead(backend: Any) -> None:
         await wait_until(lambda: driver.last_contact >= start)  # renewed without being asked
         assert driver.last_contact <= anyio.current_time()
         assert anyio.current_time() - driver.last_contact < driver.session_timeout
-
-
-async def test_injected_faults_hook(backend: Any, faults: Faults) -> None:
-    # moved from test_zookeeper.py
-    async with backend.driver() as zk:
-        faults.fail_next(zk, 2)
-        for _ in range(2):
-            with pytest.raises(ConnectionLost, match="injected") as lost:
-                await zk.exists("/")
-            assert lost.value.transient
-        faults.fail_next(zk, 1, transient=False)
-        with pytest.raises(AccessDenied, match="injected") as denied:
-            await zk.exists("/")
-        assert not denied.value.transient
-        assert await zk.exists("/") is not None
 
 
 # --- events -------------------------------------------------------------------------------------

@@ -30,27 +30,21 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 import ha.drivers
 from ha.drivers.base import (
-    Check,
     ConnectionEvent,
     ConnectionState,
     Create,
-    Delete,
     DriverEvent,
     NodeEvent,
     NodeEventKind,
-    SetData,
-    Stat,
 )
 from ha.drivers.sqlite.driver import SqliteDriver, default_path, default_url
 from ha.errors import (
     BadVersion,
     ConfigurationError,
-    ConnectionLost,
     NodeExists,
     NoNode,
     NotEmpty,
     SessionExpired,
-    TransactionFailed,
 )
 from tests.support.backends.sqlite import SqliteBackend, expire_session, sqlite_backend
 
@@ -374,81 +368,7 @@ async def test_tree_parents_children_and_recursive_delete(sqlite_backend: Sqlite
             await driver.get("no-slash")
 
 
-@pytest.mark.anyio
-async def test_ephemeral_nodes_belong_to_the_session(sqlite_backend: SqliteBackend) -> None:
-    async with sqlite_backend.driver() as driver:
-        await driver.create("/e", ephemeral=True)
-        assert (await driver.get("/e"))[1].ephemeral_owner == driver.session_id
-        with pytest.raises(NoNode, match="ephemeral"):
-            await driver.create("/e/child")
-
-
-@pytest.mark.anyio
-async def test_operations_need_a_started_driver(sqlite_backend: SqliteBackend) -> None:
-    driver = sqlite_backend.driver()
-    with pytest.raises(ConnectionLost):
-        await driver.get("/")
-    async with driver:
-        assert driver.connected and driver.session_id is not None
-    assert driver.session_id is None and not driver.connected
-    with pytest.raises(ConnectionLost):
-        await driver.get("/")
-
-
-@pytest.mark.anyio
-async def test_transactions_are_all_or_nothing(sqlite_backend: SqliteBackend) -> None:
-    async with sqlite_backend.driver() as driver:
-        await driver.create("/x", b"0")
-        await driver.create("/full")
-        await driver.create("/full/child")
-        failing = [
-            ([Create("/t"), SetData("/x", b"1", 7)], 1, BadVersion),
-            ([Create("/t"), Check("/missing")], 1, NoNode),
-            ([Create("/t"), Create("/x")], 1, NodeExists),
-            ([SetData("/x", b"1"), Create("/t"), Delete("/full")], 2, NotEmpty),
-            ([Create("/t"), Create("/t")], 1, NodeExists),
-        ]
-        for ops, index, cause in failing:
-            with pytest.raises(TransactionFailed) as failed:
-                await driver.transaction(ops)
-            assert failed.value.index == index
-            assert isinstance(failed.value.cause, cause)
-            assert await driver.exists("/t") is None
-            data, stat = await driver.get("/x")
-            assert (data, stat.version) == (b"0", 0)
-        results = await driver.transaction(
-            [
-                Check("/x", 0),
-                SetData("/x", b"1", 0),
-                Create("/t", b"t", ephemeral=True),
-                Delete("/full/child"),
-                Delete("/full"),
-            ]
-        )
-        assert results[0] is None and results[2] == "/t" and results[3:] == [None, None]
-        assert isinstance(results[1], Stat) and results[1].version == 1
-        assert (await driver.get("/t"))[1].ephemeral_owner == driver.session_id
-        assert await driver.exists("/full") is None
-
-
 # --- sessions -----------------------------------------------------------------------------------
-
-
-@pytest.mark.anyio
-async def test_ephemeral_nodes_vanish_when_their_driver_closes(
-    sqlite_backend: SqliteBackend,
-) -> None:
-    async with sqlite_backend.driver() as observer:
-        with recording(observer, "/e") as events:
-            async with sqlite_backend.driver() as owner:
-                await owner.create("/e", ephemeral=True)
-                await owner.create("/kept")
-                assert owner.session_id != observer.session_id
-                assert (await next_event(events)) == NodeEvent("/e", CREATED)
-            # gone as soon as aclose returns, not a poll later
-            assert await observer.exists("/e") is None
-            assert await observer.exists("/kept") is not None
-            assert (await next_event(events)) == NodeEvent("/e", DELETED)
 
 
 @pytest.mark.anyio
@@ -653,33 +573,6 @@ async def test_node_events_from_another_driver_in_order(sqlite_backend: SqliteBa
             assert kinds == [
                 NodeEvent("/n", kind) for kind in (CREATED, CHANGED, DELETED, CREATED, DELETED)
             ]
-
-
-@pytest.mark.anyio
-async def test_own_writes_and_recursive_deletes_give_events(
-    sqlite_backend: SqliteBackend,
-) -> None:
-    async with sqlite_backend.driver() as driver:
-        with recording(driver, "/r/a") as child_events, recording(driver, "/r") as parent_events:
-            await driver.create("/r/a", makepath=True)
-            assert await next_event(parent_events) == NodeEvent("/r", CREATED)
-            assert await next_event(child_events) == NodeEvent("/r/a", CREATED)
-            await driver.delete("/r", recursive=True)
-            assert await next_event(child_events) == NodeEvent("/r/a", DELETED)
-            assert await next_event(parent_events) == NodeEvent("/r", DELETED)
-
-
-@pytest.mark.anyio
-async def test_closed_subscription_gets_no_more_events(sqlite_backend: SqliteBackend) -> None:
-    async with sqlite_backend.driver() as driver:
-        with recording(driver, "/sentinel") as sentinel:
-            with recording(driver, "/quiet") as quiet:
-                pass  # subscribed, then closed
-            await driver.create("/quiet")
-            await driver.create("/sentinel")
-            # the log is delivered in order: an event for /quiet would have come first
-            assert await next_event(sentinel) == NodeEvent("/sentinel", CREATED)
-            assert quiet.statistics().current_buffer_used == 0
 
 
 # --- real processes -----------------------------------------------------------------------------

@@ -18,29 +18,20 @@ from ha.drivers.base import (
     ConnectionEvent,
     ConnectionState,
     Create,
-    Delete,
     NodeEvent,
     NodeEventKind,
-    SetData,
-    Stat,
 )
 from ha.drivers.zookeeper import ZooKeeperDriver
 from ha.errors import (
     AccessDenied,
-    BadVersion,
     ConfigurationError,
     ConnectionLost,
-    NodeExists,
-    NoNode,
-    NotEmpty,
-    TransactionFailed,
     Unavailable,
 )
 from tests.support.backends.zookeeper import (
     ZooKeeperBackend,
     ZooKeeperEnsemble,
     ZooKeeperServer,
-    expire_session,
     free_port,
 )
 from tests.support.faultproxy import FaultProxy
@@ -161,212 +152,10 @@ def test_scheme_table_builds_the_zookeeper_driver() -> None:
 # --- nodes ------------------------------------------------------------------------------------
 
 
-@live
-async def test_create_get_set_delete_children(zookeeper_backend: ZooKeeperBackend) -> None:
-    async with zookeeper_backend.driver() as zk:
-        assert await zk.create("/a", b"one") == "/a"
-        data, stat = await zk.get("/a")
-        assert (data, stat.version, stat.ephemeral_owner) == (b"one", 0, None)
-        stat = await zk.set("/a", b"two", version=0)
-        assert stat.version == 1
-        assert (await zk.get("/a"))[0] == b"two"
-        assert (await zk.set("/a", b"three")).version == 2  # -1: any version
-        assert await zk.create("/a/b/c", b"deep", makepath=True) == "/a/b/c"
-        await zk.create("/a/z")
-        assert await zk.children("/a") == ["b", "z"]
-        assert (await zk.exists("/a")) == Stat(
-            2,
-            None,
-            (await zk.exists("/a")).mtime,
-            num_children=2,  # type: ignore[union-attr]
-        )
-        await zk.delete("/a/z", version=0)
-        assert await zk.exists("/a/z") is None
-        await zk.delete("/a", recursive=True)
-        assert await zk.exists("/a") is None
-        assert await zk.children("/") == []
-
-
-@live
-async def test_node_errors(zookeeper_backend: ZooKeeperBackend) -> None:
-    async with zookeeper_backend.driver() as zk:
-        await zk.create("/n", b"x")
-        with pytest.raises(NodeExists):
-            await zk.create("/n")
-        with pytest.raises(NoNode):
-            await zk.create("/missing/child")
-        with pytest.raises(NoNode):
-            await zk.get("/missing")
-        with pytest.raises(NoNode):
-            await zk.children("/missing")
-        with pytest.raises(NoNode):
-            await zk.set("/missing", b"")
-        with pytest.raises(BadVersion) as bad:
-            await zk.set("/n", b"y", version=7)
-        assert (bad.value.path, bad.value.expected) == ("/n", 7)
-        with pytest.raises(BadVersion):
-            await zk.delete("/n", version=3)
-        await zk.create("/n/child")
-        with pytest.raises(NotEmpty):
-            await zk.delete("/n")
-        with pytest.raises(BadVersion):
-            await zk.delete("/n", version=5, recursive=True)
-        assert await zk.exists("/n/child") is not None  # nothing of the subtree went
-        await zk.create("/eph", ephemeral=True)
-        with pytest.raises(NoNode):
-            await zk.create("/eph/child")
-        with pytest.raises(ConfigurationError):
-            await zk.get("relative")
-        assert await zk.exists("/missing") is None
-
-
-@live
-async def test_bytes_round_trip_unchanged(zookeeper_backend: ZooKeeperBackend) -> None:
-    blobs = [b"", b"\x00", bytes(range(256)), b"\xff\xfe not utf-8 \xc3\x28", b"\x00" * 100_000]
-    async with zookeeper_backend.driver() as zk:
-        for index, blob in enumerate(blobs):
-            await zk.create(f"/b{index}", blob)
-            assert (await zk.get(f"/b{index}"))[0] == blob
-            await zk.set(f"/b{index}", bytearray(blob[::-1]))
-            assert (await zk.get(f"/b{index}"))[0] == blob[::-1]
-
-
-@live
-async def test_ephemeral_owner_is_the_session_and_goes_with_it(
-    zookeeper_backend: ZooKeeperBackend,
-) -> None:
-    async with zookeeper_backend.driver() as watcher:
-        owner = zookeeper_backend.driver()
-        seen = Recorder()
-        owner.subscribe(None, seen)
-        await owner.start()
-        try:
-            await owner.create("/lock", b"me", ephemeral=True)
-            stat = await watcher.exists("/lock")
-            assert stat is not None and stat.ephemeral_owner == owner.session_id
-            assert watcher.session_id != owner.session_id
-        finally:
-            await owner.aclose()
-        assert await watcher.exists("/lock") is None  # gone at once, not after the timeout
-        assert [e.state for e in seen.events] == [S.CONNECTED, S.CLOSED]
-        assert owner.session_id is None and not owner.connected
-
-
 # --- transactions -----------------------------------------------------------------------------
 
 
-@live
-async def test_transaction_applies_every_op(zookeeper_backend: ZooKeeperBackend) -> None:
-    async with zookeeper_backend.driver() as zk:
-        await zk.create("/epoch", b"1")
-        await zk.create("/old")
-        results = await zk.transaction(
-            [
-                Check("/epoch", 0),
-                SetData("/epoch", b"2", 0),
-                Create("/new", b"n", ephemeral=True),
-                Delete("/old", 0),
-            ]
-        )
-        assert results[0] is None and results[3] is None
-        assert isinstance(results[1], Stat) and results[1].version == 1
-        assert results[2] == "/new"
-        assert (await zk.get("/epoch"))[0] == b"2"
-        assert (await zk.exists("/new")).ephemeral_owner == zk.session_id  # type: ignore[union-attr]
-        assert await zk.exists("/old") is None
-        assert await zk.transaction([]) == []
-
-
-@live
-@pytest.mark.parametrize(
-    ("failing", "cause"),
-    [
-        (Check("/epoch", 5), BadVersion),
-        (SetData("/epoch", b"x", 9), BadVersion),
-        (Check("/absent"), NoNode),
-        (Create("/taken"), NodeExists),
-        (Delete("/taken"), NotEmpty),
-        (Delete("/absent"), NoNode),
-    ],
-    ids=["check", "set", "check-missing", "create", "delete-not-empty", "delete-missing"],
-)
-async def test_transaction_is_all_or_nothing(
-    zookeeper_backend: ZooKeeperBackend, failing: Any, cause: type[Exception]
-) -> None:
-    async with zookeeper_backend.driver() as zk:
-        await zk.create("/epoch", b"1")
-        await zk.create("/taken/child", makepath=True)
-        ops = [SetData("/epoch", b"2"), Create("/fresh", b"f"), failing, Create("/after")]
-        with pytest.raises(TransactionFailed) as failed:
-            await zk.transaction(ops)
-        assert failed.value.index == 2
-        assert isinstance(failed.value.cause, cause)
-        assert failed.value.cause.path == failing.path  # type: ignore[attr-defined]
-        data, stat = await zk.get("/epoch")
-        assert (data, stat.version) == (b"1", 0)
-        assert await zk.exists("/fresh") is None and await zk.exists("/after") is None
-
-
 # --- node events ------------------------------------------------------------------------------
-
-
-@live
-async def test_node_events_for_subscribed_paths(zookeeper_backend: ZooKeeperBackend) -> None:
-    async with zookeeper_backend.driver() as zk, zookeeper_backend.driver() as other:
-        x, y = Recorder(), Recorder()
-        sub_x = zk.subscribe("/x", x)
-        zk.subscribe("/y", y)
-        await zk.exists("/x")  # the watch is armed by a request sent before this one
-        await other.create("/x", b"1")
-        assert await x.next() == NodeEvent("/x", NodeEventKind.CREATED)
-        await other.set("/x", b"2")
-        assert await x.next() == NodeEvent("/x", NodeEventKind.CHANGED)
-        await other.delete("/x")
-        assert await x.next() == NodeEvent("/x", NodeEventKind.DELETED)
-        sub_x.close()
-        await other.create("/x")
-        await other.create("/y")
-        assert await y.next() == NodeEvent("/y", NodeEventKind.CREATED)
-        assert x.pending() == []  # nothing after unsubscribing
-        assert zk.watched_paths() == ["/y"]
-
-
-@live
-async def test_transaction_events_and_replaced_node(zookeeper_backend: ZooKeeperBackend) -> None:
-    async with zookeeper_backend.driver() as zk, zookeeper_backend.driver() as other:
-        await zk.create("/lock", b"a")
-        seen = Recorder()
-        zk.subscribe("/lock", seen)
-        await zk.exists("/lock")
-        # deleted and created again in one multi: one firing, seen as both
-        await other.transaction([Delete("/lock"), Create("/lock", b"b")])
-        assert [await seen.next(), await seen.next()] == [
-            NodeEvent("/lock", NodeEventKind.DELETED),
-            NodeEvent("/lock", NodeEventKind.CREATED),
-        ]
-
-
-@live
-async def test_no_event_lost_when_a_subscriber_reacts_at_once(
-    zookeeper_backend: ZooKeeperBackend,
-) -> None:
-    # a standby re-creates the lock as soon as it hears of its deletion, and so on: each
-    # reaction lands right after an event, while the watch is being set again
-    async with zookeeper_backend.driver() as zk, zookeeper_backend.driver() as other:
-        seen = Recorder()
-        zk.subscribe("/lock", seen)
-        await zk.exists("/lock")
-        for _ in range(5):
-            await other.create("/lock")
-            assert await seen.next() == NodeEvent("/lock", NodeEventKind.CREATED)
-            await zk.set("/lock", b"mine")
-            assert await seen.next() == NodeEvent("/lock", NodeEventKind.CHANGED)
-            await other.delete("/lock")
-            assert await seen.next() == NodeEvent("/lock", NodeEventKind.DELETED)
-            await zk.create("/lock")
-            assert await seen.next() == NodeEvent("/lock", NodeEventKind.CREATED)
-            await zk.delete("/lock")
-            assert await seen.next() == NodeEvent("/lock", NodeEventKind.DELETED)
 
 
 # --- chroot -----------------------------------------------------------------------------------
@@ -530,28 +319,6 @@ async def test_freeze_past_the_timeout_expires_then_opens_a_new_session(
             assert zk.session_id == new.session_id
             assert await zk.exists("/lock") is None
             await zk.create("/lock", ephemeral=True)
-
-
-@live
-async def test_forced_expiry(zookeeper_backend: ZooKeeperBackend) -> None:
-    zk = zookeeper_backend.driver()
-    seen, node = Recorder(), Recorder()
-    zk.subscribe(None, seen)
-    zk.subscribe("/lock", node)
-    async with zk:
-        await seen.next()
-        old = zk.session_id
-        await zk.create("/lock", ephemeral=True)
-        assert (await node.next()).kind == NodeEventKind.CREATED
-        await expire_session(zk)
-        expired = await seen.until(is_state(S.EXPIRED, S.CONNECTED, S.RECONNECTED))
-        assert expired == ConnectionEvent(S.EXPIRED, old)
-        new = await seen.next()
-        assert new.state == S.CONNECTED and new.session_id != old
-        # the watch came back with the new session and reports what changed meanwhile
-        assert await node.next() == NodeEvent("/lock", NodeEventKind.DELETED)
-        await zk.create("/lock", ephemeral=True)
-        assert (await zk.exists("/lock")).ephemeral_owner == new.session_id  # type: ignore[union-attr]
 
 
 @live
