@@ -2,11 +2,11 @@
 
 ``public_diagram()`` draws the four public states and the changes ``LEGAL`` allows.
 ``diagram()`` draws the phases: for every (input, phase) pair that ``HANDLED`` declares, a
-machine is put in that phase in each ``situation`` (connected or not, holding on or not, retries
-left or not, with or without a session) and fed the input with every variant of its fields; each phase it moves to is an
-arrow labelled with the input. The picture comes from the table and from the handlers it guards,
-so it cannot drift from either. ``python -m ha.election.diagram`` prints ``docs/states.md``; a
-test keeps that file current.
+machine is put in that phase in each of its ``situations`` (with a session or not, connected or
+not, holding on or not, retries left or not) and fed the input with every variant of its fields;
+each phase it moves to is an arrow labelled with the input. The picture comes from the table and
+from the handlers it guards, so it cannot drift from either. ``python -m ha.election.diagram``
+prints ``docs/states.md``; a test keeps that file current.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """The elector runner: the one place that awaits. It asks the machine what to do and does it.
 
 One task runs the loop: it takes an input (driver events first, then the outcome of the last
-effect, then timers), hands it to ``Machine.handle`` and executes the effects in order. The
-contender's ``become_active`` runs in a second task, in a cancel scope that ``StopActive``
-cancels and then awaits, so nobody is told of any other state while the work may still run.
+effect, then timers), hands it to ``Machine.handle`` and executes the effects in order: backend
+calls through ``ElectionNodes`` (``nodes.py``), each bounded by the op timeout, the contender's
+hooks, timers, the leadership scope and the reports. The contender's ``become_active`` runs
+in a second task, in a cancel scope that ``StopActive`` cancels and then awaits, so nobody is
+told of any other state while the work may still run.
 
 Timing assumption (see ``ha/drivers/base.py``): the backend expires a session no earlier than
 ``session_timeout`` after the last contact. The leadership scope has a watchdog of its own that
@@ -90,30 +92,11 @@ class Elector:
     """
 
     __slots__ = (
-        "driver",
-        "path",
-        "identity",
-        "data",
-        "timing",
-        "nodes",
-        "_journal_spec",
-        "_journal",
-        "_rng",
-        "_machine",
-        "_state",
-        "_lease",
-        "_send",
-        "_watchers",
-        "_listeners",
-        "_lead_scope",
-        "_lead_done",
-        "_backoff_at",
-        "_closed",
-        "_quit_pending",
-        "_fencing",
-        "_may_hold",
-        "counts",
-    )
+        "driver", "path", "identity", "data", "timing", "nodes", "counts",
+        "_journal_spec", "_journal", "_rng", "_machine", "_state", "_lease", "_send",
+        "_watchers", "_listeners", "_lead_scope", "_lead_done", "_backoff_at", "_closed",
+        "_quit_pending", "_fencing", "_may_hold",
+    )  # fmt: skip
 
     def __init__(
         self,

@@ -249,33 +249,41 @@ class ElectionNodes:
         self, driver: Driver, effect: CommitActive, crumb: Breadcrumb
     ) -> Committed | CommitConflict:
         """R4: under the lock's version, bump the epoch by compare-and-set, write ``crumb``."""
-        ops: list[Op] = [Check(self.lock, effect.lock_version)]
-        ops += self._take_over(crumb, effect.epoch_version, effect.breadcrumb_version)
-        try:
-            results = await driver.transaction(ops)
-        except TransactionFailed as exc:
-            return CommitConflict(effect.session, lock_lost=exc.index == 0)
-        return Committed(effect.session, crumb.epoch, _version(results[1]), _version(results[2]))
+        lock = Check(self.lock, effect.lock_version)
+        done = await self._take_over(
+            driver, lock, crumb, effect.epoch_version, effect.breadcrumb_version
+        )
+        if isinstance(done, int):
+            return CommitConflict(effect.session, lock_lost=done == 0)
+        return Committed(effect.session, crumb.epoch, *done)
 
     async def claim(
         self, driver: Driver, effect: ClaimActive, crumb: Breadcrumb
     ) -> Claimed | ClaimConflict:
         """R12: create the lock naming ``crumb.identity``, bump the epoch, write ``crumb``."""
-        ops: list[Op] = [Create(self.lock, crumb.identity, ephemeral=True)]
-        ops += self._take_over(crumb, effect.epoch_version, effect.breadcrumb_version)
-        try:
-            results = await driver.transaction(ops)
-        except TransactionFailed as exc:
-            return ClaimConflict(effect.session, lock_exists=exc.index == 0)
-        return Claimed(effect.session, crumb.epoch, _version(results[1]), _version(results[2]))
+        lock = Create(self.lock, crumb.identity, ephemeral=True)
+        done = await self._take_over(
+            driver, lock, crumb, effect.epoch_version, effect.breadcrumb_version
+        )
+        if isinstance(done, int):
+            return ClaimConflict(effect.session, lock_exists=done == 0)
+        return Claimed(effect.session, crumb.epoch, *done)
 
-    def _take_over(
-        self, crumb: Breadcrumb, epoch_version: int | None, crumb_version: int | None
-    ) -> list[Op]:
-        """Write the epoch of ``crumb`` and ``crumb``, each checked against the version read
-        (None: the node did not exist, so it is created, and the create fails if it appeared)."""
+    async def _take_over(
+        self,
+        driver: Driver,
+        lock: Op,
+        crumb: Breadcrumb,
+        epoch_version: int | None,
+        crumb_version: int | None,
+    ) -> tuple[int, int] | int:
+        """One transaction: ``lock``, then the epoch of ``crumb`` and ``crumb``, each checked
+        against the version read (None: the node did not exist, so it is created, and the
+        create fails if it appeared). The new (epoch, breadcrumb) versions, or the index of
+        the operation that failed."""
         epoch, raw = encode_epoch(crumb.epoch), encode_breadcrumb(crumb)
-        return [
+        ops = [
+            lock,
             Create(self.epoch, epoch)
             if epoch_version is None
             else SetData(self.epoch, epoch, epoch_version),
@@ -283,6 +291,11 @@ class ElectionNodes:
             if crumb_version is None
             else SetData(self.breadcrumb, raw, crumb_version),
         ]
+        try:
+            results = await driver.transaction(ops)
+        except TransactionFailed as exc:
+            return exc.index
+        return _version(results[1]), _version(results[2])
 
     async def release_lock(self, driver: Driver, session: int, identity: bytes) -> None:
         """Delete the lock if ``session`` holds it naming ``identity``; done when it is not ours.

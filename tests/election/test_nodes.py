@@ -46,7 +46,7 @@ def test_a_member_is_one_path_segment() -> None:
     assert NODES.member("b") == "/svc/members/b"
 
 
-# --- codecs ----------------------------------------------------------------------------------------
+# --- codecs ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_an_epoch_that_is_not_a_number_decodes_as_none(raw: bytes) -> None:
     assert decode_epoch(raw) is None
 
 
-# --- the calls, answered as inputs ------------------------------------------------------------------
+# --- the calls, answered as inputs ---------------------------------------------------------------
 
 
 @pytest.fixture
