@@ -19,6 +19,7 @@ import anyio.abc
 import ha
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.errors import HAError
+from ha.testing import faults
 from tests.chaos import SPAN, Fault, RoundResult, choose, schedule
 from tests.chaos.contender import ELECTION, TIMING, ChaosContender
 from tests.support.witness import Witness, landed, prepare, read_lines, verdict
@@ -110,9 +111,10 @@ class MemoryRound:
             await anyio.sleep_until(t0 + SPAN)
             for slot in self.slots:  # heal
                 if slot.alive and slot.driver is not None:
-                    slot.driver.heal()
-                    slot.driver.thaw()
-                    slot.driver.reconnect()
+                    f = faults(slot.driver)
+                    f.heal()
+                    f.thaw()
+                    f.reconnect()
                 elif not slot.alive:
                     await self.start(tg, slot)
             healed = time.monotonic()
@@ -167,18 +169,20 @@ class MemoryRound:
         driver = slot.driver
         self.result.applied[fault.kind] += 1
         self.result.note(f"{fault.kind} {slot.identity} ({length:.2f}s)")
+        f = faults(driver)
         if fault.kind == "crash":
-            driver.crash()
+            await f.crash()
             slot.scope.cancel()
             await slot.done.wait()
         elif fault.kind == "expire":
             self.expiries.append((slot.identity, time.monotonic()))
-            driver.expire()
+            if driver.session_id is not None:  # a slot just started may have none yet
+                await f.expire()
         else:
             start, end = {
-                "partition": (driver.partition, driver.heal),
-                "freeze": (driver.freeze, driver.thaw),
-                "disconnect": (driver.disconnect, driver.reconnect),
+                "partition": (f.partition, f.heal),
+                "freeze": (f.freeze, f.thaw),
+                "disconnect": (f.disconnect, f.reconnect),
             }[fault.kind]
             start()
 

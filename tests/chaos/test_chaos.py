@@ -21,6 +21,7 @@ import pytest
 
 import ha
 from ha.drivers.memory import MemoryCluster, MemoryDriver
+from ha.testing import faults
 from tests.chaos import RoundResult, table
 from tests.chaos.memory import memory_round
 from tests.chaos.runner import BACKENDS, run_backend, zookeeper_missing
@@ -171,7 +172,7 @@ class HealsWhileNeutral:
     async def enter_neutral(self) -> None:
         if self.armed:
             self.armed = False
-            self.driver.heal()
+            faults(self.driver).heal()
             while not self.driver.connected:
                 await anyio.sleep(0.001)
 
@@ -196,7 +197,7 @@ async def test_reconnecting_while_a_lock_read_fails_does_not_strand_the_elector(
                 while elector.state is not ha.State.ACTIVE:
                     await anyio.sleep(0.01)
             driver.quiet = contender.armed = True
-            driver.partition()
+            faults(driver).partition()
             driver.delay = 0.2  # the lock read is in flight when the loss is noticed
             with anyio.fail_after(3):
                 while elector.state is ha.State.ACTIVE or contender.armed:

@@ -46,7 +46,8 @@ from ha.errors import (
     NotEmpty,
     SessionExpired,
 )
-from tests.support.backends.sqlite import SqliteBackend, expire_session, sqlite_backend
+from ha.testing import faults
+from tests.support.backends.sqlite import SqliteBackend, sqlite_backend
 
 __all__ = ("sqlite_backend",)  # the fixture, until tests/conftest.py registers the plugin
 
@@ -379,7 +380,7 @@ async def test_expired_session_loses_its_nodes_and_a_new_one_opens(
         with recording(driver, None) as states, recording(observer, "/e") as events:
             await driver.create("/e", ephemeral=True)
             old = driver.session_id
-            await expire_session(driver)
+            await faults(driver).expire()
             assert await next_event(states) == ConnectionEvent(ConnectionState.EXPIRED, old)
             connected = await next_event(states)
             assert isinstance(connected, ConnectionEvent)
@@ -401,7 +402,7 @@ async def test_ephemeral_create_with_an_expired_session_fails(
     async with sqlite_backend.driver(session_timeout=60, poll_interval=30) as driver:
         old = driver.session_id
         with recording(driver, None) as states:
-            await expire_session(driver)
+            await faults(driver).expire()
             with pytest.raises(SessionExpired):
                 await driver.transaction([Create("/f"), Create("/e", ephemeral=True)])
             assert await driver.exists("/f") is None
@@ -440,13 +441,13 @@ async def test_a_renewal_that_commits_while_a_reaper_waits_for_the_lock_is_not_u
     out and asks for the write lock; a's renewal commits first. b must judge the lease on the
     table as it is once it holds the lock, and leave a's session alone. Deterministic: trace
     callbacks (which SQLite calls as a statement starts, before it takes any lock) hold each
-    thread at its step; the drivers' own loops are parked meanwhile (_freeze)."""
+    thread at its step; the drivers' own loops are parked meanwhile (freeze)."""
     async with (
         sqlite_backend.driver(session_timeout=1.0) as a,
         sqlite_backend.driver(session_timeout=1.0) as b,
     ):
-        a._freeze()
-        b._freeze()
+        faults(a).freeze()
+        faults(b).freeze()
         await anyio.sleep(0.3)  # a call already in a worker thread finishes meanwhile
         sid_a, sid_b = a.session_id, b.session_id
         assert sid_a is not None and sid_b is not None
@@ -494,8 +495,8 @@ async def test_a_renewal_that_commits_while_a_reaper_waits_for_the_lock_is_not_u
         alive, renewed_at = await anyio.to_thread.run_sync(race)
         assert alive and renewed_at < end, "the renewal read the clock before the lease end"
         assert await lease_end(sqlite_backend, sid_a) == renewed_at + 1.0, "b ended it"
-        a._thaw()
-        b._thaw()
+        faults(a).thaw()
+        faults(b).thaw()
 
 
 @pytest.mark.anyio

@@ -28,6 +28,7 @@ from ha.errors import (
     ConnectionLost,
     Unavailable,
 )
+from ha.testing import faults
 from tests.support.backends.zookeeper import (
     ZooKeeperBackend,
     ZooKeeperEnsemble,
@@ -324,11 +325,11 @@ async def test_freeze_past_the_timeout_expires_then_opens_a_new_session(
 @live
 async def test_injected_faults_hook(zookeeper_backend: ZooKeeperBackend) -> None:
     async with zookeeper_backend.driver() as zk:
-        zk._fail_next(2)
+        faults(zk).fail_next(2)
         for _ in range(2):
             with pytest.raises(ConnectionLost, match="injected"):
                 await zk.exists("/")
-        zk._fail_next(1, transient=False)
+        faults(zk).fail_next(1, transient=False)
         with pytest.raises(AccessDenied, match="injected"):
             await zk.exists("/")
         assert await zk.exists("/") is not None

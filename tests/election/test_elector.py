@@ -22,7 +22,7 @@ from ha.drivers.base import Stat
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.election.nodes import Breadcrumb, decode_breadcrumb, encode_breadcrumb
 from ha.errors import ConfigurationError, CorruptData, ElectionFailed
-from ha.testing import History, Recorder, check_history
+from ha.testing import History, Recorder, check_history, faults
 from tests.support.harness import FAST, Net, SqliteNet, cluster, net, wait_for
 
 __all__ = ("net",)  # the fixture
@@ -99,10 +99,10 @@ async def test_hold_policy_rides_out_a_short_disconnect() -> None:
         a = await c.add("a", timing=hold, session_timeout=2.0)
         await wait_for(c.settled)
         lease = a.elector.lease
-        a.driver.disconnect()
+        faults(a.driver).disconnect()
         await anyio.sleep(0.05)
         assert a.state is ha.State.ACTIVE and lease is not None and lease.valid
-        a.driver.reconnect()
+        faults(a.driver).reconnect()
         await wait_for(lambda: a.elector._machine.phase.value == "active")
         assert a.elector.lease is lease and lease.valid
         assert [e.kind for e in c.history.events if e.kind in ("start", "stop")] == ["start"]
@@ -114,14 +114,14 @@ async def test_default_policy_stops_at_once_on_disconnect() -> None:
         await wait_for(c.settled)
         lease = a.elector.lease
         assert lease is not None
-        a.driver.disconnect()
+        faults(a.driver).disconnect()
         await wait_for(lambda: a.state is ha.State.NEUTRAL)
         assert not lease.valid
         assert [e.kind for e in c.history.events if e.kind in ("start", "stop")] == [
             "start",
             "stop",
         ]
-        a.driver.reconnect()
+        faults(a.driver).reconnect()
         await wait_for(lambda: a.state is ha.State.ACTIVE)
         assert a.elector.lease is not None and a.elector.lease.epoch == 2  # a new epoch
 
@@ -356,9 +356,9 @@ async def test_a_driver_cut_off_before_the_elector_starts() -> None:
     """The elector catches up with a driver that lost contact before run() subscribed."""
     async with cluster() as c:
         a = await c.add("a")
-        a.driver.disconnect()  # before the elector's task has run at all
+        faults(a.driver).disconnect()  # before the elector's task has run at all
         await anyio.sleep(0.05)
-        a.driver.reconnect()
+        faults(a.driver).reconnect()
         await wait_for(lambda: a.state is ha.State.ACTIVE)
 
 

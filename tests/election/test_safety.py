@@ -25,6 +25,7 @@ from ha.drivers.sqlite.driver import SqliteDriver
 from ha.election.lease import Lease
 from ha.errors import TransactionFailed
 from ha.services import services
+from ha.testing import faults
 from tests.services.test_services import FAST as SERVICES_FAST
 from tests.services.test_services import SESSION, join, process
 from tests.stores.test_stores import ProxyDriver
@@ -66,7 +67,7 @@ async def test_a_lease_is_not_valid_past_its_deadline_after_a_pause() -> None:
     async with MemoryDriver(f"pause-{uuid.uuid4()}", session_timeout=timeout) as driver:
 
         def pause() -> None:
-            driver.partition()  # no contact after the pause either: the session is lost
+            faults(driver).partition()  # no contact after the pause either: the session is lost
             time.sleep(timeout * 1.5)  # the whole process stops (a GC pause, a blocking call)
 
         actor = Actor(pause)
@@ -121,10 +122,10 @@ async def test_a_quit_while_disconnected_releases_the_lock_once_back() -> None:
         assert isinstance(driver, MemoryDriver)
         a, b = await active_beside_standby(c, driver, tg, 2.0)
         session = driver.session_id
-        driver.disconnect()
+        faults(driver).disconnect()
         a.quit()
         await anyio.sleep(0.05)
-        driver.reconnect()  # the same session: nothing expires
+        faults(driver).reconnect()  # the same session: nothing expires
         await wait_for(lambda: b.state is ha.State.ACTIVE, within=1.5)
         assert driver.session_id == session
 
@@ -137,7 +138,7 @@ async def test_a_quit_while_the_database_is_busy_releases_the_lock(tmp_path: Pat
         assert isinstance(driver, SqliteDriver)
         a, b = await active_beside_standby(c, driver, tg, 3.0)
         session = driver.session_id
-        driver._fail_next(2, transient=True)  # the release meets "database is busy"
+        faults(driver).fail_next(2, transient=True)  # the release meets "database is busy"
         a.quit()
         await wait_for(lambda: b.state is ha.State.ACTIVE, within=2.0)
         assert driver.session_id == session  # well before a's lease could have run out

@@ -24,6 +24,7 @@ from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.election.lease import Lease
 from ha.errors import ConfigurationError
 from ha.supervisor import Settings, Supervisor, spawn, timing_for
+from ha.testing import faults
 
 pytestmark = pytest.mark.anyio
 
@@ -86,9 +87,9 @@ class Member:
     def state(self) -> str:
         return self.supervisor.state
 
-    def crash(self) -> None:
+    async def crash(self) -> None:
         """Die without a goodbye: the session stays until the backend times it out."""
-        self.driver.crash()
+        await faults(self.driver).crash()
         self.scope.cancel()
 
 
@@ -185,7 +186,7 @@ async def test_command_is_dead_before_another_state_is_reported(tmp_path: Path) 
         await g.settled()
         pid_a = child_pid(tmp_path, "a")
         assert pid_a is not None
-        a.driver.expire()  # the backend drops a's session: a is fenced
+        await faults(a.driver).expire()  # the backend drops a's session: a is fenced
         # the state changes only after become_active returned from its cancellation
         await wait_until(lambda: a.state != "active", "a to lose the lead")
         assert not alive(pid_a)
@@ -212,7 +213,7 @@ async def test_crashed_supervisor_is_fenced_with_its_breadcrumb(tmp_path: Path) 
         await g.settled()
         pid_a = child_pid(tmp_path, "a")
         assert pid_a is not None
-        a.crash()  # a's scope is cancelled: its COMMAND is stopped; its breadcrumb stays
+        await a.crash()  # a's scope is cancelled: its COMMAND is stopped; its breadcrumb stays
         await wait_until(lambda: fence_log.exists(), "the fence command")
         assert not alive(pid_a)
         env = [__import__("json").loads(line) for line in fence_log.read_text().splitlines()]

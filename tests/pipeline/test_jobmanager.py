@@ -27,6 +27,7 @@ from ha.pipeline.jobs import cancel_job, job_status, list_jobs, submit_job, wait
 from ha.pipeline.plan import make_plan
 from ha.pipeline.registry import unregister
 from ha.pipeline.spark import WarmSession
+from ha.testing import faults
 
 pytestmark = pytest.mark.anyio
 
@@ -114,8 +115,8 @@ class Manager:
     def active(self) -> bool:
         return self.jm.elector.state is ha.State.ACTIVE and not self.done.is_set()
 
-    def crash(self) -> None:
-        self.driver.crash()
+    async def crash(self) -> None:
+        await faults(self.driver).crash()
         self.scope.cancel()
 
 
@@ -250,7 +251,7 @@ async def test_the_new_active_resumes_from_the_checkpoint_after_a_crash(cluster:
     KNOBS.pause = 0.05
     out = await cluster.submit("job-1")
     await cluster.wait_event("batch_committed", job="job-1", batch=2)
-    a.crash()  # like SIGKILL: no goodbye; the session expires after 0.3 s
+    await a.crash()  # like SIGKILL: no goodbye; the session expires after 0.3 s
     status = await cluster.wait("job-1")
     assert status.state == "succeeded"
     assert output_digest(out) == await _reference(cluster.tmp)
@@ -345,7 +346,7 @@ async def test_failures_add_up_across_failovers(cluster: Cluster) -> None:
     await cluster.submit("job")
     await cluster.wait_event("batch_failed", job="job", identity="a")
     cluster.hold_after.clear()
-    a.crash()
+    await a.crash()
     KNOBS.release.set()
     status = await cluster.wait("job")  # one failure on a, one on b: max_attempts is 2
     assert status.state == "failed" and status.detail and status.detail["failures"] == 2

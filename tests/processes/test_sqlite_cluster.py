@@ -40,7 +40,7 @@ import anyio.to_thread
 import pytest
 
 from ha.drivers.sqlite.driver import SqliteDriver
-from ha.testing import Event, check_history
+from ha.testing import Event, check_history, faults
 from tests.drivers.test_sqlite import stop_outside_write
 from tests.support.backends.sqlite import SqliteBackend, sqlite_backend
 
@@ -380,8 +380,8 @@ async def test_a_renewal_that_commits_before_the_reap_is_not_undone(tmp_path: Pa
         SqliteDriver(path, session_timeout=1.0, poll_interval=0.05) as a,
         SqliteDriver(path, session_timeout=1.0, poll_interval=0.05) as b,
     ):
-        a._freeze()  # the background loops stop at their next call; the test drives them
-        b._freeze()
+        faults(a).freeze()  # the background loops stop at their next call; the test drives them
+        faults(b).freeze()
         await anyio.sleep(0.3)
         sid_a, sid_b = a.session_id, b.session_id
         assert sid_a is not None and sid_b is not None
@@ -425,8 +425,8 @@ async def test_a_renewal_that_commits_before_the_reap_is_not_undone(tmp_path: Pa
             return renewed
 
         alive, renewed_at = await anyio.to_thread.run_sync(race)
-        a._thaw()
-        b._thaw()
+        faults(a).thaw()
+        faults(b).thaw()
         assert alive, "the renewal itself must succeed: it read the clock before the lease end"
         # a now counts on its lease until renewed_at + session_timeout: it must still exist
         assert lease_end() is not None, "b ended the session a had just renewed"

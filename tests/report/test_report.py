@@ -199,6 +199,7 @@ async def _real_run(workdir: Path) -> int:
     same identity (a new elector, as a restarted process would be)."""
     import ha
     from ha.drivers.memory import MemoryCluster, MemoryDriver
+    from ha.testing import faults
 
     cluster = f"report-{os.getpid()}-{id(workdir)}"
     timing = ha.Timing(backoff=ha.Backoff(initial=0.005, maximum=0.05), hook_timeout=0.5)
@@ -250,7 +251,7 @@ async def _real_run(workdir: Path) -> int:
             if round_no % 2 == 0:
                 elector.quit()
             else:
-                driver.crash()
+                await faults(driver).crash()
                 scope.cancel()
             await wait_for(lambda: len(actives()) == 1)
             start(name)

@@ -21,6 +21,7 @@ from ha.drivers.base import Driver, post_order
 from ha.errors import ConfigurationError, Fenced
 from ha.services import HAServices, LeaderElection, LeaderInfo, services
 from ha.stores import JobOutcome, JobResult, RunStatus
+from ha.testing import faults
 
 pytestmark = pytest.mark.anyio
 
@@ -77,16 +78,7 @@ async def process(backend: Any, name: str, **kw: Any) -> AsyncIterator[tuple[HAS
 
 async def expire(backend: Any, driver: Any) -> None:
     """End the driver's session from the backend's side (the process stays up)."""
-    if backend.name == "memory":
-        driver.expire()
-    elif backend.name == "sqlite":
-        from tests.support.backends.sqlite import expire_session
-
-        await expire_session(driver)
-    else:
-        from tests.support.backends.zookeeper import expire_session as expire_zk
-
-        await expire_zk(driver)
+    await faults(driver).expire()
 
 
 class Watcher:
@@ -204,7 +196,7 @@ async def test_cut_off_leader_revokes_before_the_next_is_granted(backend: Any) -
     """Stop before handover: the partitioned leader revokes on its local deadline, before its
     session can expire and the lock pass on."""
     if backend.name != "memory":
-        pytest.skip("uses the memory driver's partition()")
+        pytest.skip(f"{backend.name} cannot partition (ha.testing.faults): memory only")
     log: list[tuple[str, str]] = []
     async with process(backend, "a") as (a, driver_a), process(backend, "b") as (b, _):
         a1 = await join(a, "dispatcher", log, address="a:1")
@@ -212,12 +204,12 @@ async def test_cut_off_leader_revokes_before_the_next_is_granted(backend: Any) -
         await wait_for(lambda: a1.leading and a2.leading)
         b1 = await join(b, "dispatcher", log, address="b:1")
         b2 = await join(b, "rm", log, address="b:2")
-        driver_a.partition()
+        faults(driver_a).partition()
         await wait_for(lambda: b1.leading and b2.leading)
         assert sorted(log[:2]) == [("a/dispatcher", "grant"), ("a/rm", "grant")]
         assert sorted(log[2:4]) == [("a/dispatcher", "revoke"), ("a/rm", "revoke")]
         assert sorted(log[4:6]) == [("b/dispatcher", "grant"), ("b/rm", "grant")]
-        driver_a.heal()
+        faults(driver_a).heal()
 
 
 async def test_published_address_is_corrected(backend: Any) -> None:
@@ -331,8 +323,8 @@ async def test_retrieval_from_a_process_that_never_contends(backend: Any) -> Non
 
 
 async def test_retrieval_says_none_without_contact(backend: Any) -> None:
-    if backend.name != "memory":
-        pytest.skip("uses the memory driver's disconnect()")
+    if backend.name == "sqlite":
+        pytest.skip("sqlite cannot disconnect (ha.testing.faults)")
     log: list[tuple[str, str]] = []
     async with process(backend, "a") as (a, _), process(backend, "reader") as (reader, driver):
         comp = await join(a, "dispatcher", log, address="a:1")
@@ -340,9 +332,9 @@ async def test_retrieval_says_none_without_contact(backend: Any) -> None:
         async with anyio.create_task_group() as tg:
             await tg.start(watcher.run, reader, "dispatcher")
             await wait_for(lambda: watcher.last is not None)
-            driver.disconnect()
+            faults(driver).disconnect()
             await wait_for(lambda: watcher.last is None)
-            driver.reconnect()
+            faults(driver).reconnect()
             await wait_for(lambda: watcher.last == LeaderInfo("a:1", comp.grants[0]))
             tg.cancel_scope.cancel()
 

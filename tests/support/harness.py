@@ -4,31 +4,28 @@
 own session) with a ``Recorder`` contender; every contender call and transition goes to
 ``c.history``, which is checked for the safety properties when the block ends.
 
-A *net* is the backend under the cluster and the faults it can inject, named in ``net.faults``:
+A *net* is the backend under the cluster and the faults it can inject, named in ``net.faults``;
+the driver's faults are those of ``ha.testing.faults(driver)``, which says what each does:
 
 ==========  =====================================  =========================================
 fault       memory (``MemoryNet``)                 sqlite (``SqliteNet``)
 ==========  =====================================  =========================================
-crash       the driver falls silent (``crash``)    the process dies: renewals and polls stop,
-            and the elector is cancelled           the connections close and the session's
-                                                   kernel lock is released, the session row
-                                                   stays (``SqliteDriver._abandon``); the
+crash       ``crash``: the driver falls silent;    ``crash``: the process dies (the session
+            the elector is cancelled               row stays until others reap it); the
                                                    elector is cancelled
-expire      the server expires the session         the session row is deleted from outside
-                                                   (``tests.support.backends.sqlite.expire_session``)
-cut_off     silent partition (``partition``);      every access of this driver to the file
-/restore    ``restore`` heals it                   hangs, renewals included, as on a stalled
-                                                   disk (``_freeze`` / ``_thaw``)
-disconnect  the connection drops at once           -
+expire      ``expire``: the server ends it now     ``expire``: the row is deleted from outside
+cut_off     ``partition``, silent;                 ``freeze``: every access of this driver to
+/restore    ``restore`` is ``heal``                the file hangs, renewals included, as on a
+                                                   stalled disk; ``restore`` is ``thaw``
+disconnect  ``disconnect`` / ``reconnect``         -
 /reconnect
-freeze      operations hang, pings go on           -
-/thaw
+freeze      ``freeze`` / ``thaw``: operations      -
+/thaw       hang, pings go on
 stall       -                                      another connection holds the database's
 /unstall                                           write lock: every driver's writes and
                                                    renewals get "busy" (a cluster-wide fault)
-transient   the next operations fail, transient    the next operations fail as on a busy
-fatal       ... or fatal (``fail_next``)           database, or with AccessDenied
-                                                   (``_fail_next``)
+transient   ``fail_next``: the next operations     ``fail_next``: as on a busy database, or
+fatal       fail, transient or fatal               with AccessDenied
 ==========  =====================================  =========================================
 
 A paused process (SIGSTOP) cannot be modelled in one process: its elector, its contender and its
@@ -57,8 +54,7 @@ from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.drivers.sqlite.driver import SqliteDriver
 from ha.election.lease import Lease
 from ha.errors import Unavailable
-from ha.testing import History, Recorder, check_history
-from tests.support.backends.sqlite import expire_session
+from ha.testing import History, Recorder, check_history, faults
 
 FAST = ha.Timing(backoff=ha.Backoff(initial=0.005, maximum=0.05), hook_timeout=0.5)
 TIMEOUT = 0.3  # the memory backend's session timeout (kept for the tests that import it)
@@ -125,30 +121,33 @@ class MemoryNet:
         return MemoryDriver(self.cluster_name, session_timeout=session_timeout or TIMEOUT)
 
     async def crash(self, driver: MemoryDriver) -> None:
-        driver.crash()
+        await faults(driver).crash()
 
     async def expire(self, driver: MemoryDriver) -> None:
-        driver.expire()
+        if driver.session_id is not None:  # a closed driver has nothing to expire
+            await faults(driver).expire()
 
     def fail_next(self, driver: MemoryDriver, count: int, transient: bool) -> None:
-        driver.fail_next(count, transient=transient)
+        faults(driver).fail_next(count, transient=transient)
 
     async def apply(self, fault: str, driver: MemoryDriver) -> None:
+        f = faults(driver)
         actions: dict[str, Callable[[], None]] = {
-            "cut_off": driver.partition,
-            "restore": driver.heal,
-            "disconnect": driver.disconnect,
-            "reconnect": driver.reconnect,
-            "freeze": driver.freeze,
-            "thaw": driver.thaw,
+            "cut_off": f.partition,
+            "restore": f.heal,
+            "disconnect": f.disconnect,
+            "reconnect": f.reconnect,
+            "freeze": f.freeze,
+            "thaw": f.thaw,
         }
         actions[fault]()
 
     async def heal(self, drivers: list[MemoryDriver]) -> None:
         for driver in drivers:
-            driver.heal()
-            driver.reconnect()
-            driver.thaw()
+            f = faults(driver)
+            f.heal()
+            f.reconnect()
+            f.thaw()
 
     def close(self) -> None:
         MemoryCluster.drop(self.cluster_name)
@@ -184,20 +183,20 @@ class SqliteNet:
         return self._staller is not None
 
     async def crash(self, driver: SqliteDriver) -> None:
-        await driver._abandon()
+        await faults(driver).crash()
 
     async def expire(self, driver: SqliteDriver) -> None:
         if driver.session_id is not None:  # between two sessions there is nothing to expire
-            await expire_session(driver)
+            await faults(driver).expire()
 
     def fail_next(self, driver: SqliteDriver, count: int, transient: bool) -> None:
-        driver._fail_next(count, transient=transient)
+        faults(driver).fail_next(count, transient=transient)
 
     async def apply(self, fault: str, driver: SqliteDriver) -> None:
         if fault == "cut_off":
-            driver._freeze()
+            faults(driver).freeze()
         elif fault == "restore":
-            driver._thaw()
+            faults(driver).thaw()
         elif fault == "stall":
             await self.stall()
         elif fault == "unstall":
@@ -234,7 +233,7 @@ class SqliteNet:
     async def heal(self, drivers: list[SqliteDriver]) -> None:
         await self.unstall()
         for driver in drivers:
-            driver._thaw()
+            faults(driver).thaw()
 
     def close(self) -> None:
         if self._staller is not None:

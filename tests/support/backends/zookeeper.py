@@ -12,8 +12,9 @@ Fixtures:
   the tests' session timeouts, as stock ZooKeeper (10 s) does.
 - ``zookeeper_server_factory``: private servers a test may restart at will.
 
-``expire_session(driver)`` forces a driver's session to expire (the kazoo trick: connect a
-second client with the same session id and password, then close it).
+``expire_session(driver, hosts)`` forces a driver's session to expire through the given
+server address, for drivers that talk to it through a fault proxy (otherwise use
+``ha.testing.faults(driver).expire()``).
 
 Tests are skipped, with the reason, only when java or Debian's zookeeper.jar is missing; a
 server that is installed but does not start is an error.
@@ -33,8 +34,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
+
+from ha.testing import faults
 
 __all__ = (
     "ZooKeeperBackend",
@@ -427,7 +429,7 @@ class ZooKeeperNet:
     crash: the link refuses (no goodbye reaches the server; the session times out);
     expire: ``expire_session``; cut_off/restore: the link pauses/resumes (a frozen network);
     disconnect/reconnect: the link refuses/accepts again (kazoo notices at once);
-    transient/fatal: the driver's ``_fail_next`` hook.
+    transient/fatal: ``ha.testing.faults(driver).fail_next``.
     """
 
     name = "zookeeper"
@@ -464,7 +466,7 @@ class ZooKeeperNet:
             await expire_session(driver, hosts=self.server.hosts)
 
     def fail_next(self, driver: Any, count: int, transient: bool) -> None:
-        driver._fail_next(count, transient=transient)
+        faults(driver).fail_next(count, transient=transient)
 
     async def apply(self, fault: str, driver: Any) -> None:
         link = self._links[id(driver)]
@@ -489,24 +491,8 @@ class ZooKeeperNet:
 
 
 async def expire_session(driver: Any, hosts: str | None = None) -> None:
-    """Make ZooKeeper expire ``driver``'s current session now.
-
-    A second client joins the session with its id and password, then closes it: the server
-    ends the session, and the driver learns it on its next contact (SUSPENDED, then LOST, then a
-    new session). ``hosts`` defaults to the driver's own (give the server's when the driver
-    talks through a fault proxy).
+    """Make ZooKeeper expire ``driver``'s current session now, as
+    ``ha.testing.faults(driver).expire()`` does, but joining the session at ``hosts`` (the
+    server's own address, when the driver talks to it through a fault proxy that may be cut).
     """
-    from kazoo.client import KazooClient
-
-    # the session password is not part of the driver's API: take it from its kazoo client
-    client_id = driver._client.client_id
-    if client_id is None:
-        raise RuntimeError("the driver has no session to expire")
-
-    def join_and_close() -> None:
-        other = KazooClient(hosts=hosts or driver.hosts, client_id=client_id, timeout=2.0)
-        other.start(timeout=10)
-        other.stop()
-        other.close()
-
-    await anyio.to_thread.run_sync(join_and_close)
+    await driver._expire(hosts)
