@@ -20,6 +20,7 @@ import pytest
 from ha.drivers.base import ConnectionEvent, ConnectionState, NodeEvent, NodeEventKind
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.errors import ConfigurationError, ConnectionLost
+from ha.testing import faults
 from tests.drivers.test_contract import Events
 
 S = ConnectionState
@@ -91,7 +92,7 @@ async def test_the_server_never_expires_a_session_early(name: str) -> None:
     async with MemoryDriver(name, session_timeout=0.2) as driver:
         cluster, sid = driver.cluster, driver.session_id
         assert sid is not None
-        driver.crash()  # no more heartbeats
+        await faults(driver).crash()  # no more heartbeats
         last = cluster.sessions[sid].last_heartbeat
         while cluster.alive(sid):
             cluster.reap()
@@ -122,14 +123,14 @@ async def test_disconnect_is_noticed_at_once_and_events_wait_for_reconnect(name:
         driver.subscribe(None, states)
         driver.subscribe("/n", node)
         session = driver.session_id
-        driver.disconnect()
+        faults(driver).disconnect()
         assert states.events == [ConnectionEvent(S.DISCONNECTED, session)]  # before any await
         with pytest.raises(ConnectionLost):
             await driver.exists("/")
         await other.create("/n")
         await other.set("/n", b"1")
         assert node.events == []  # held back while cut off
-        driver.reconnect()
+        faults(driver).reconnect()
         assert await states.next() == ConnectionEvent(S.DISCONNECTED, session)
         assert await states.next() == ConnectionEvent(S.RECONNECTED, session)
         # delivered after RECONNECTED, in order
@@ -145,12 +146,12 @@ async def test_partition_is_noticed_after_two_thirds_of_the_timeout(name: str) -
         states = Events()
         driver.subscribe(None, states)
         session = driver.session_id
-        driver.partition()
+        faults(driver).partition()
         assert driver.connected  # silent: the client learns only from unanswered pings
         assert await states.next() == ConnectionEvent(S.DISCONNECTED, session)
         # as ZooKeeper's client: lost after two thirds of the timeout without an answer
         assert anyio.current_time() >= driver.last_contact + 0.2
-        driver.heal()  # the server keeps the session for the full timeout
+        faults(driver).heal()  # the server keeps the session for the full timeout
         assert await states.next() in (
             ConnectionEvent(S.RECONNECTED, session),
             ConnectionEvent(S.EXPIRED, session),  # if the heal came after the timeout
@@ -165,12 +166,12 @@ async def test_freeze_holds_every_operation_until_thaw(name: str) -> None:
         async def create() -> None:
             done.append(await driver.create("/late"))
 
-        driver.freeze()
+        faults(driver).freeze()
         async with anyio.create_task_group() as tg:
             tg.start_soon(create)
             await anyio.wait_all_tasks_blocked()
             assert done == [] and await _exists_elsewhere(driver, "/late") is False
-            driver.thaw()
+            faults(driver).thaw()
         assert done == ["/late"]
 
 
@@ -197,7 +198,7 @@ async def test_crash_leaves_the_session_to_the_server(name: str) -> None:
         assert sid is not None
         states: Any = Events()
         driver.subscribe(None, states)
-        driver.crash()
+        await faults(driver).crash()
         assert driver.cluster.alive(sid) and not driver.connected  # no goodbye was said
         with pytest.raises(ConnectionLost):
             await driver.exists("/")
