@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 
 from ha.pipeline.clicks import generate_clicks
-from ha.pipeline.demo import Event, LocalJobCluster
+from ha.pipeline.local import Event, LocalJobCluster
 
 
 async def run_job(

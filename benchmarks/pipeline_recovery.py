@@ -28,7 +28,7 @@ import anyio
 
 from ha.pipeline.clicks import generate_clicks
 from ha.pipeline.commit import output_digest
-from ha.pipeline.demo import Event, LocalJobCluster
+from ha.pipeline.local import Event, LocalJobCluster
 
 
 def pct(values: list[float], q: float) -> float:

@@ -846,16 +846,16 @@ def _jobs_options(opts: Options, cluster: str, blobs: str | None) -> JobsOptions
 
 async def _active_manager(driver: Driver, cluster: str) -> str | None:
     """The identity of the cluster's active job manager, if any."""
-    from ..pipeline.jobs import Paths
+    from ..pipeline.layout import JobLayout
 
-    found = await admin.election_status(driver, Paths.of(cluster).election)
+    found = await admin.election_status(driver, JobLayout(cluster).election)
     return None if found.active is None else admin.text(found.active)
 
 
 async def _cancel_requested(driver: Driver, cluster: str, job_id: str) -> bool:
-    from ..pipeline.jobs import Paths
+    from ..pipeline.layout import JobLayout
 
-    return await driver.exists(Paths.of(cluster).cancel(job_id)) is not None
+    return await driver.exists(JobLayout(cluster).cancel(job_id)) is not None
 
 
 def _batches(status: Any) -> str:
@@ -1339,7 +1339,7 @@ def _pipeline_demo(opts: Options, rounds: int, workdir: str | None) -> None:
     """`ha demo --pipeline`: see ``ha.pipeline.demo.run_pipeline_demo``."""
     import tempfile
 
-    from ..pipeline import run_pipeline_demo
+    from ..pipeline.demo import run_pipeline_demo
 
     if rounds > 2:
         raise UsageFailure("--pipeline kills the active at most twice (--rounds 1 or 2)")

@@ -4,21 +4,22 @@
 - ``plan``: a job's execution plan, checked at submission;
 - ``commit`` and ``parquet``: exactly-once batch output (stage, then atomic rename);
 - ``spark``: SparkSession settings, job groups, hot standby;
+- ``layout``: the job manager's nodes beside the stores (``JobLayout``);
 - ``jobmanager``: the contender that runs jobs while active; ``worker``: it as a process;
-- ``jobs``: submitting, cancelling and watching jobs from any process;
+- ``jobs``: submitting, cancelling and watching jobs from any process (``JobState``);
 - ``clicks``: the example pipeline and its data generator;
-- ``demo``: job manager processes on one host, and the pipeline demo.
+- ``local``: job manager processes on one host (``LocalJobCluster``);
+- ``demo``: the pipeline demo (``ha demo --pipeline``, ``run_pipeline_demo``).
 
 The calls behind the command line: ``make_plan`` + ``submit_job``, ``list_jobs``,
 ``job_status``, ``cancel_job``, ``wait_for_job`` (``ha jobs ...``), ``run_job_manager`` (a job
-manager process), ``run_pipeline_demo`` (``ha demo --pipeline``).
-Importing this package does not import pyspark.
+manager process). Importing this package imports neither pyspark nor ``demo``, ``local`` or
+``ha.report``.
 """
 
 from __future__ import annotations
 
-from .demo import run_pipeline_demo
-from .jobs import JobStatus, cancel_job, job_status, list_jobs, submit_job, wait_for_job
+from .jobs import JobState, JobStatus, cancel_job, job_status, list_jobs, submit_job, wait_for_job
 from .plan import JobPlan, make_plan, parse_params
 from .registry import REQUIRED, Param, Pipeline, get_pipeline, pipeline, pipeline_names
 from .worker import run_job_manager
@@ -26,6 +27,7 @@ from .worker import run_job_manager
 __all__ = (
     "REQUIRED",
     "JobPlan",
+    "JobState",
     "JobStatus",
     "Param",
     "Pipeline",
@@ -38,7 +40,6 @@ __all__ = (
     "pipeline",
     "pipeline_names",
     "run_job_manager",
-    "run_pipeline_demo",
     "submit_job",
     "wait_for_job",
 )

@@ -24,8 +24,8 @@ harmless for the same reason a redo is.
 
 On loss of leadership the elector cancels ``become_active``: the running batch's Spark job
 group is cancelled, its staging directory is never committed, and the active stops touching
-outputs (it also checks its own contact deadline before each commit, in case the process was
-paused and wakes up late). A job whose pipeline raises is retried up to its ``max_attempts``
+outputs (it also checks ``lease.valid``, which includes ``Lease.stop_deadline()``, before each
+commit, in case the process was paused and wakes up late). A job whose pipeline raises is retried up to its ``max_attempts``
 (failures are counted in a fenced node, so they add up across failovers); then it is failed
 with the error. A process killed while running a job does not count as a failure.
 """
@@ -62,13 +62,13 @@ from ..errors import (
     NoNode,
     NotEmpty,
 )
-from ..stores import BlobStore, CompletedCheckpoint, JobOutcome, JobResult, Stores
-from ..stores.fencing import Writer
+from ..stores import BlobStore, CompletedCheckpoint, JobOutcome, JobResult, Stores, Writer
 from .commit import clean_staging, commit_batch, stage_batch
-from .jobs import Paths, failure_record, read_failures
+from .jobs import children
+from .layout import JobLayout, failure_record, read_failures
 from .plan import JobPlan
 from .registry import Pipeline, get_pipeline
-from .spark import SparkSettings, WarmSession, cancel_job_group, job_group
+from .spark import SparkSettings, WarmSession, run_in_thread
 
 __all__ = ("JobManager", "EventSink")
 
@@ -118,10 +118,10 @@ class JobManager:
         self.identity = identity
         self.blobs = blobs
         self.prefix = prefix
-        self.paths = Paths.of(cluster_id, prefix)
+        self.layout = JobLayout(cluster_id, prefix)
         self.warm = spark if isinstance(spark, WarmSession) else WarmSession(spark, hot=hot_standby)
         self.elector = Elector(
-            driver, self.paths.election, identity, timing=timing, journal=journal
+            driver, self.layout.election, identity, timing=timing, journal=journal
         )
         self.poll_interval = poll_interval
         self.checkpointing = checkpointing
@@ -198,7 +198,7 @@ class _Term:
         self.lease = lease
         self.spark = spark
         self.driver = jm.driver
-        self.paths = jm.paths
+        self.layout = jm.layout
         self.writer = Writer(jm.driver, lease)
         self.queue: list[JobPlan] = []
         self.running: JobPlan | None = None
@@ -208,8 +208,8 @@ class _Term:
         self.queued = anyio.Event()
 
     async def run(self) -> None:
-        await self.driver.ensure_path(self.paths.inbox)
-        sub = self.driver.subscribe(self.paths.inbox, self._on_doorbell)
+        await self.driver.ensure_path(self.layout.inbox)
+        sub = self.driver.subscribe(self.layout.inbox, self._on_doorbell)
         try:
             await self._guarded(self._recover)
             async with anyio.create_task_group() as tg:
@@ -251,11 +251,6 @@ class _Term:
     def _on_doorbell(self, event: NodeEvent) -> None:
         self.wake.set()
 
-    def may_act(self) -> bool:
-        """Still the active, and within the contact deadline (``Lease.valid`` checks both: a
-        paused process may wake late)."""
-        return self.lease.valid
-
     # --- recovery -------------------------------------------------------------------------------
 
     async def _recover(self) -> None:
@@ -267,7 +262,7 @@ class _Term:
             if await self.stores.job_results.has_entry(job_id):
                 await self._cleanup(job_id)  # a finished job's leftovers
                 continue
-            where = f"{self.stores.layout.execution_plans}/{job_id}"
+            where = f"{self.layout.execution_plans}/{job_id}"
             try:
                 plan = JobPlan.from_bytes(await self.stores.execution_plans.recover(job_id), where)
             except CorruptData as exc:
@@ -291,20 +286,14 @@ class _Term:
             with anyio.move_on_after(self.jm.poll_interval):
                 await self.wake.wait()
 
-    async def _children(self, path: str) -> list[str]:
-        try:
-            return await self.driver.children(path)
-        except NoNode:
-            return []
-
     async def _known(self, job_id: str) -> bool:
         return await self.stores.execution_plans.get(job_id) is not None or (
             await self.stores.job_results.has_entry(job_id)
         )
 
     async def _take_submissions(self) -> None:
-        for job_id in await self._children(self.paths.inbox):
-            path = self.paths.submission(job_id)
+        for job_id in await children(self.driver, self.layout.inbox):
+            path = self.layout.submission(job_id)
             try:
                 data, _ = await self.driver.get(path)
             except NoNode:
@@ -340,8 +329,8 @@ class _Term:
         return plan
 
     async def _take_cancels(self) -> None:
-        for job_id in await self._children(self.paths.cancels):
-            path = self.paths.cancel(job_id)
+        for job_id in await children(self.driver, self.layout.cancels):
+            path = self.layout.cancel(job_id)
             if self.running is not None and self.running.job_id == job_id:
                 # Only the Spark work is interrupted; store writes are never cut in half.
                 self.cancelled.add(job_id)
@@ -384,10 +373,6 @@ class _Term:
             **extra,
         }
 
-    async def _batches_done(self, job_id: str) -> int:
-        ids = await self.stores.checkpoints(job_id).ids()
-        return ids[-1] if ids else 0
-
     async def _run_job(self, plan: JobPlan) -> tuple[JobOutcome, dict[str, Any]]:
         started = time.monotonic()
         job_id = plan.job_id
@@ -418,13 +403,13 @@ class _Term:
                     self.stage_scope = None
                 if job_id in self.cancelled:
                     return JobOutcome.CANCELLED, self._detail(plan, index)
-                if not self.may_act():
-                    await anyio.sleep_forever()  # deposed: our scope is being cancelled
+                if not self.lease.valid:  # deposed, or woke up past its stop_deadline()
+                    await anyio.sleep_forever()  # our scope is being cancelled
                 result = await anyio.to_thread.run_sync(commit_batch, staged, plan.output, index)
             except Exception as exc:
                 failures += 1
                 error = f"batch {index}: {type(exc).__name__}: {exc}"
-                await self.writer.put(self.paths.failure(job_id), failure_record(failures, error))
+                await self.writer.put(self.layout.failure(job_id), failure_record(failures, error))
                 self.jm.emit(
                     "batch_failed", job=job_id, batch=index, error=error, failures=failures
                 )
@@ -456,36 +441,27 @@ class _Term:
         spark = self.spark
 
         def work() -> Path:
-            with job_group(spark, group):
-                df = spec.compute(spark, plan.params, plan.batches[index])
-                if stop.is_set():
-                    raise _Stopped(group)
-                return stage_batch(
-                    df,
-                    plan.output,
-                    index,
-                    files=spec.files_per_batch,
-                    sort_by=spec.sort_by,
-                    token=token,
-                )
+            df = spec.compute(spark, plan.params, plan.batches[index])
+            if stop.is_set():
+                raise _Stopped(group)
+            return stage_batch(
+                df,
+                plan.output,
+                index,
+                files=spec.files_per_batch,
+                sort_by=spec.sort_by,
+                token=token,
+            )
 
         try:
-            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            # Cancelled: the thread finishes on its own; what it staged is never committed.
+            return await run_in_thread(spark, group, work, abandoned=stop)
         except anyio.get_cancelled_exc_class():
-            # The thread finishes on its own; what it staged is never committed.
-            stop.set()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
-                try:
-                    await anyio.to_thread.run_sync(
-                        cancel_job_group, spark, group, abandon_on_cancel=True
-                    )
-                except Exception:  # Spark stopping too: its jobs end with it
-                    log.warning("cancelling Spark job group %s failed", group, exc_info=True)
             self.jm.emit("batch_cancelled", job=plan.job_id, batch=index)
             raise
 
     async def _failures(self, job_id: str) -> int:
-        path = self.paths.failure(job_id)
+        path = self.layout.failure(job_id)
         try:
             data, _ = await self.driver.get(path)
         except NoNode:
@@ -511,13 +487,13 @@ class _Term:
         """Remove what only a running job needs; its result entry stays as the record."""
         await self.stores.checkpoints(job_id).remove_all()
         await self.stores.checkpoint_ids(job_id).remove()
-        layout = self.stores.layout
+        layout = self.layout
         for container in (layout.completed_checkpoints(job_id), layout.checkpoints(job_id)):
             try:
                 await self.writer.delete(container)  # empty now; one node per job otherwise
             except NotEmpty:
                 log.info("%s: not empty, left in place", container)
         await self.stores.execution_plans.remove(job_id)
-        await self.writer.delete(self.paths.failure(job_id))
+        await self.writer.delete(self.layout.failure(job_id))
         await self.stores.running_jobs.clear(job_id)
-        await self._delete_request(self.paths.cancel(job_id))
+        await self._delete_request(self.layout.cancel(job_id))

@@ -3,22 +3,17 @@
 Clients do not hold the election's lease, so they cannot write the fenced stores. They drop a
 submission (the plan's bytes) or a cancel request in an inbox under the cluster's root and
 ring a doorbell node; the active job manager moves each submission into the execution plan
-store (fenced) and acts on each request. Reading a job's state needs no lease.
+store (fenced) and acts on each request (nodes: ``layout``). Reading a job's state needs no
+lease.
 
-Nodes, under ``<prefix>/<cluster_id>/pipeline/``::
-
-    inbox                   the doorbell: its data is rewritten to wake the active
-    inbox/<job_id>          a submitted plan (JSON), until the active has taken it
-    cancel/<job_id>         a cancel request, until the job has a result
-    failures/<job_id>       failed attempts so far (fenced; the active's bookkeeping)
-
-A job's state, from first to last: ``submitted`` (in the inbox), ``pending`` (taken, not
-started), ``running``, then ``succeeded``, ``failed`` or ``cancelled`` (its job result).
+A job's state (``JobState``), from first to last: ``submitted`` (in the inbox), ``pending``
+(taken, not started), ``running``, then ``succeeded``, ``failed`` or ``cancelled`` (its job
+result).
 """
 
 from __future__ import annotations
 
-import json
+import enum
 import os
 import time
 from dataclasses import dataclass
@@ -29,13 +24,13 @@ import anyio
 from ..drivers.base import Driver
 from ..errors import ConfigurationError, CorruptData, NodeExists, NoNode
 from ..stores import BlobStore, RunStatus, Stores
-from ..stores.layout import Layout, check_name
+from ..stores.layout import check_name
+from .layout import JobLayout
 from .plan import JobPlan
 
 __all__ = (
-    "FINAL_STATES",
+    "JobState",
     "JobStatus",
-    "Paths",
     "cancel_job",
     "job_status",
     "list_jobs",
@@ -43,49 +38,30 @@ __all__ = (
     "wait_for_job",
 )
 
-FINAL_STATES = ("succeeded", "failed", "cancelled")
 
+class JobState(enum.StrEnum):
+    """Where a job is. The values are what ``ha jobs`` prints and a job result stores."""
 
-@dataclass(frozen=True, slots=True)
-class Paths:
-    """Where the job manager's own nodes are, for one cluster."""
-
-    root: str  # the cluster's root, shared with the stores
-
-    @classmethod
-    def of(cls, cluster_id: str, prefix: str = "/ha") -> Paths:
-        return cls(Layout(cluster_id, prefix).root)
-
-    @property
-    def election(self) -> str:
-        return f"{self.root}/jobmanager"
+    SUBMITTED = "submitted"  # in the inbox
+    PENDING = "pending"  # taken by the active, not started
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"  # ended, outcome not learned; or its nodes did not decode
 
     @property
-    def inbox(self) -> str:
-        return f"{self.root}/pipeline/inbox"
+    def finished(self) -> bool:
+        return self in _FINAL
 
-    @property
-    def cancels(self) -> str:
-        return f"{self.root}/pipeline/cancel"
 
-    @property
-    def failures(self) -> str:
-        return f"{self.root}/pipeline/failures"
-
-    def submission(self, job_id: str) -> str:
-        return f"{self.inbox}/{check_name('job_id', job_id)}"
-
-    def cancel(self, job_id: str) -> str:
-        return f"{self.cancels}/{check_name('job_id', job_id)}"
-
-    def failure(self, job_id: str) -> str:
-        return f"{self.failures}/{check_name('job_id', job_id)}"
+_FINAL = frozenset((JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED))
 
 
 @dataclass(frozen=True, slots=True)
 class JobStatus:
     job_id: str
-    state: str  # submitted, pending, running, succeeded, failed, cancelled
+    state: JobState
     pipeline: str | None = None
     batches_done: int = 0
     batches: int | None = None
@@ -95,12 +71,12 @@ class JobStatus:
 
     @property
     def finished(self) -> bool:
-        return self.state in FINAL_STATES
+        return self.state.finished
 
     def to_json(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id,
-            "state": self.state,
+            "state": self.state.value,
             "pipeline": self.pipeline,
             "batches_done": self.batches_done,
             "batches": self.batches,
@@ -109,13 +85,13 @@ class JobStatus:
         }
 
 
-async def ring(driver: Driver, paths: Paths) -> None:
+async def ring(driver: Driver, layout: JobLayout) -> None:
     """Wake the active job manager (it watches the inbox node)."""
     try:
-        await driver.set(paths.inbox, str(time.time()).encode())
+        await driver.set(layout.inbox, str(time.time()).encode())
     except NoNode:
-        await driver.ensure_path(paths.inbox)
-        await driver.set(paths.inbox, str(time.time()).encode())
+        await driver.ensure_path(layout.inbox)
+        await driver.set(layout.inbox, str(time.time()).encode())
 
 
 async def submit_job(
@@ -125,8 +101,7 @@ async def submit_job(
 
     Refuses a job id that is already submitted, known, or finished.
     """
-    paths = Paths.of(cluster_id, prefix)
-    layout = Layout(cluster_id, prefix)
+    layout = JobLayout(cluster_id, prefix)
     job_id = check_name("job_id", plan.job_id)
     for where in (
         f"{layout.execution_plans}/{job_id}",
@@ -135,23 +110,23 @@ async def submit_job(
     ):
         if await driver.exists(where) is not None:
             raise ConfigurationError(f"job id {job_id!r} is already used ({where})")
-    await driver.ensure_path(paths.inbox)
+    await driver.ensure_path(layout.inbox)
     try:
-        await driver.create(paths.submission(job_id), plan.to_bytes())
+        await driver.create(layout.submission(job_id), plan.to_bytes())
     except NodeExists:
         raise ConfigurationError(f"job {job_id!r} is already submitted") from None
-    await ring(driver, paths)
+    await ring(driver, layout)
 
 
 async def cancel_job(driver: Driver, cluster_id: str, job_id: str, *, prefix: str = "/ha") -> None:
     """Ask the active job manager to cancel a job (idempotent; a finished job stays as it is)."""
-    paths = Paths.of(cluster_id, prefix)
-    await driver.ensure_path(paths.cancels)
+    layout = JobLayout(cluster_id, prefix)
+    await driver.ensure_path(layout.cancels)
     try:
-        await driver.create(paths.cancel(job_id), str(time.time()).encode())
+        await driver.create(layout.cancel(job_id), str(time.time()).encode())
     except NodeExists:
         pass
-    await ring(driver, paths)
+    await ring(driver, layout)
 
 
 def _read_stores(driver: Driver, cluster_id: str, blobs: Any, prefix: str) -> Stores:
@@ -169,7 +144,7 @@ async def job_status(
     prefix: str = "/ha",
 ) -> JobStatus:
     """The job's state now. ConfigurationError if no such job is known."""
-    paths = Paths.of(cluster_id, prefix)
+    layout = JobLayout(cluster_id, prefix)
     stores = _read_stores(driver, cluster_id, blobs, prefix)
     check_name("job_id", job_id)
     entry = await stores.job_results.get(job_id)
@@ -177,7 +152,7 @@ async def job_status(
         detail = dict(entry.result.detail)
         return JobStatus(
             job_id,
-            entry.result.outcome.value,
+            JobState(entry.result.outcome.value),
             pipeline=detail.get("pipeline"),
             batches_done=int(detail.get("batches_done", 0)),
             batches=detail.get("batches"),
@@ -192,24 +167,25 @@ async def job_status(
         done = await stores.checkpoints(job_id).ids()
         return JobStatus(
             job_id,
-            "running" if status is RunStatus.RUNNING else "pending",
+            JobState.RUNNING if status is RunStatus.RUNNING else JobState.PENDING,
             pipeline=plan.pipeline,
             batches_done=done[-1] if done else 0,  # checkpoint n: n batches committed
             batches=len(plan.batches),
             output=plan.output,
         )
     try:
-        data, _ = await driver.get(paths.submission(job_id))
+        data, _ = await driver.get(layout.submission(job_id))
     except NoNode:
         raise ConfigurationError(f"no job {job_id!r} in cluster {cluster_id!r}") from None
     try:
-        plan = JobPlan.from_bytes(data, paths.submission(job_id))
+        plan = JobPlan.from_bytes(data, layout.submission(job_id))
     except CorruptData as exc:  # the active will refuse it; say why already
-        return JobStatus(job_id, "submitted", error=str(exc))
-    return JobStatus(job_id, "submitted", plan.pipeline, 0, len(plan.batches), plan.output)
+        return JobStatus(job_id, JobState.SUBMITTED, error=str(exc))
+    return JobStatus(job_id, JobState.SUBMITTED, plan.pipeline, 0, len(plan.batches), plan.output)
 
 
-async def _children(driver: Driver, path: str) -> list[str]:
+async def children(driver: Driver, path: str) -> list[str]:
+    """The children of ``path``; none if it does not exist (yet)."""
     try:
         return await driver.children(path)
     except NoNode:
@@ -224,11 +200,10 @@ async def list_jobs(
     prefix: str = "/ha",
 ) -> list[JobStatus]:
     """Every known job (submitted, current and finished), by job id."""
-    paths = Paths.of(cluster_id, prefix)
-    layout = Layout(cluster_id, prefix)
+    layout = JobLayout(cluster_id, prefix)
     ids: set[str] = set()
-    for where in (paths.inbox, layout.execution_plans, layout.job_results):
-        ids.update(await _children(driver, where))
+    for where in (layout.inbox, layout.execution_plans, layout.job_results):
+        ids.update(await children(driver, where))
     found = []
     for job_id in sorted(ids):
         try:
@@ -236,7 +211,7 @@ async def list_jobs(
         except ConfigurationError:
             continue  # it moved from one place to the next while we looked, and is gone
         except CorruptData as exc:
-            found.append(JobStatus(job_id, "unknown", error=str(exc)))
+            found.append(JobStatus(job_id, JobState.UNKNOWN, error=str(exc)))
     return found
 
 
@@ -255,17 +230,3 @@ async def wait_for_job(
         if status.finished:
             return status
         await anyio.sleep(poll)
-
-
-def failure_record(failures: int, error: str) -> bytes:
-    return json.dumps({"failures": failures, "last_error": error}).encode()
-
-
-def read_failures(path: str, data: bytes) -> int:
-    try:
-        value = json.loads(data)["failures"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptData(path, f"not a failure record: {exc}") from exc
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise CorruptData(path, f"bad failure count {value!r}")
-    return value

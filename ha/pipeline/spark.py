@@ -35,6 +35,7 @@ __all__ = (
     "job_group",
     "prepare_environment",
     "run_in_group",
+    "run_in_thread",
 )
 
 log = logging.getLogger("ha.pipeline.spark")
@@ -149,6 +150,31 @@ def run_in_group(spark: SparkSession, group_id: str, fn: Callable[[], T]) -> T:
     """Call ``fn()`` with every Spark job it starts tagged ``group_id`` (for worker threads)."""
     with job_group(spark, group_id):
         return fn()
+
+
+async def run_in_thread(
+    spark: SparkSession, group_id: str, fn: Callable[[], T], *, abandoned: threading.Event
+) -> T:
+    """``fn()`` in a worker thread, its Spark jobs tagged ``group_id``.
+
+    Cancelling the caller does not wait for the thread: it sets ``abandoned`` (``fn`` may check
+    it to drop its result), cancels the group's Spark jobs (shielded, at most a second) and
+    re-raises the cancellation. The thread then finishes on its own.
+    """
+    try:
+        return await anyio.to_thread.run_sync(
+            run_in_group, spark, group_id, fn, abandon_on_cancel=True
+        )
+    except anyio.get_cancelled_exc_class():
+        abandoned.set()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+            try:
+                await anyio.to_thread.run_sync(
+                    cancel_job_group, spark, group_id, abandon_on_cancel=True
+                )
+            except Exception:  # Spark stopping too: its jobs end with it
+                log.warning("cancelling Spark job group %s failed", group_id, exc_info=True)
+        raise
 
 
 class WarmSession:

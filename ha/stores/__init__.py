@@ -68,6 +68,7 @@ __all__ = (
     "StateHandle",
     "StateHandleStore",
     "Stores",
+    "Writer",
 )
 
 _BATCH = 100  # deletes per fenced transaction when removing everything

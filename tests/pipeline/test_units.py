@@ -20,9 +20,12 @@ from ha.pipeline.commit import (
     output_digest,
     output_files,
 )
+from ha.pipeline.jobs import JobState, JobStatus
+from ha.pipeline.layout import JobLayout, failure_record, read_failures
 from ha.pipeline.plan import JobPlan, make_plan, output_path
 from ha.pipeline.registry import unregister
 from ha.report.synthetic import generate_journal
+from ha.stores import JobOutcome, Layout
 
 
 def _compute(spark, params, batch):  # type: ignore[no-untyped-def]
@@ -367,3 +370,53 @@ def test_command_line_params_become_typed_at_submission(toy, tmp_path: Path) -> 
     for bad in (["parts"], ["=1"], ["label=a", "label=b"]):
         with pytest.raises(ConfigurationError):
             parse_params(bad)
+
+
+# --- the job manager's nodes and job states -------------------------------------------------
+
+
+def test_job_layout_names_the_same_nodes_as_before() -> None:
+    layout = JobLayout("nightly", "/x")
+    assert layout.election == "/x/nightly/jobmanager"
+    assert layout.inbox == "/x/nightly/pipeline/inbox"
+    assert layout.submission("j1") == "/x/nightly/pipeline/inbox/j1"
+    assert layout.cancel("j1") == "/x/nightly/pipeline/cancel/j1"
+    assert layout.failure("j1") == "/x/nightly/pipeline/failures/j1"
+    # it is the stores' layout too
+    assert layout.execution_plans == Layout("nightly", "/x").execution_plans
+    assert JobLayout("nightly").root == "/ha/nightly"
+    with pytest.raises(ConfigurationError):
+        layout.cancel("../j1")
+    with pytest.raises(ConfigurationError):
+        JobLayout("a/b")
+
+
+def test_job_states_keep_the_strings_that_are_printed_and_stored() -> None:
+    assert [s.value for s in JobState] == [
+        "submitted", "pending", "running", "succeeded", "failed", "cancelled", "unknown",
+    ]  # fmt: skip
+    assert {s for s in JobState if s.finished} == {
+        JobState.SUCCEEDED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+    }
+    for outcome in JobOutcome:  # a job result's outcome is a job state
+        assert JobState(outcome.value) == outcome.value
+    status = JobStatus("j1", JobState.RUNNING)
+    assert status.to_json()["state"] == "running" and f"{status.state}" == "running"
+    assert json.dumps(status.to_json())  # plain JSON, as `ha jobs status --json` prints it
+
+
+def test_the_failure_record_keeps_its_bytes() -> None:
+    data = failure_record(2, "batch 1: boom")
+    assert json.loads(data) == {"failures": 2, "last_error": "batch 1: boom"}
+    assert data == b'{"failures": 2, "last_error": "batch 1: boom"}'
+    assert read_failures("/p", data) == 2
+
+
+@pytest.mark.parametrize(
+    "data", [b"not json", b"[1]", b"{}", b'{"failures": -1}', b'{"failures": true}']
+)
+def test_a_bad_failure_record_is_corrupt_data(data: bytes) -> None:
+    with pytest.raises(CorruptData, match="/p"):
+        read_failures("/p", data)

@@ -17,7 +17,7 @@ pytest.importorskip("pyspark")
 
 from ha.pipeline.clicks import generate_clicks  # noqa: E402
 from ha.pipeline.commit import STAGING, committed_batches, output_digest  # noqa: E402
-from ha.pipeline.demo import Event, LocalJobCluster  # noqa: E402
+from ha.pipeline.local import Event, LocalJobCluster  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.anyio]
 

@@ -1,0 +1,76 @@
+"""Where the job manager keeps its own nodes, beside the stores, and what the failure record holds.
+
+Clients hold no lease, so they cannot write the fenced stores: they drop a submission or a
+cancel request under ``pipeline/`` and ring the doorbell; the active moves each submission into
+the execution plan store. Nodes of one cluster (``<prefix>/<cluster_id>/``, the stores' root)::
+
+    jobmanager/{lock,breadcrumb,epoch}  the job managers' election (ha.election)
+    pipeline/inbox                      the doorbell: its data (a time) is rewritten to wake it
+    pipeline/inbox/<job_id>             a submitted plan (``JobPlan``'s JSON), until taken
+    pipeline/cancel/<job_id>            a cancel request (a time), until the job has a result
+    pipeline/failures/<job_id>          {"failures": n, "last_error": "..."}: failed attempts
+                                        so far (fenced; the active's bookkeeping)
+
+``JobLayout`` is a ``stores.Layout``, so one object names both these nodes and the stores'.
+The inbox, cancel and doorbell nodes are written by clients, unfenced; only the failure record
+is written under the active's lease (``stores.Writer``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..errors import CorruptData
+from ..stores.layout import Layout, check_name
+
+__all__ = ("JobLayout", "failure_record", "read_failures")
+
+
+@dataclass(frozen=True, slots=True)
+class JobLayout(Layout):
+    """The paths of one cluster's job manager nodes (and, inherited, of its stores)."""
+
+    @property
+    def election(self) -> str:
+        return f"{self.root}/jobmanager"
+
+    @property
+    def inbox(self) -> str:
+        return f"{self.root}/pipeline/inbox"
+
+    @property
+    def cancels(self) -> str:
+        return f"{self.root}/pipeline/cancel"
+
+    @property
+    def failures(self) -> str:
+        return f"{self.root}/pipeline/failures"
+
+    def submission(self, job_id: str) -> str:
+        return f"{self.inbox}/{check_name('job_id', job_id)}"
+
+    def cancel(self, job_id: str) -> str:
+        return f"{self.cancels}/{check_name('job_id', job_id)}"
+
+    def failure(self, job_id: str) -> str:
+        return f"{self.failures}/{check_name('job_id', job_id)}"
+
+
+# The failure record predates the stores' versioned documents; its bytes stay as they are.
+def failure_record(failures: int, error: str) -> bytes:
+    return json.dumps({"failures": failures, "last_error": error}).encode()
+
+
+def read_failures(path: str, data: bytes) -> int:
+    """The failure count of the record at ``path``; CorruptData if it is not one."""
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise CorruptData(path, f"not a failure record: {exc}") from exc
+    if not isinstance(doc, dict) or "failures" not in doc:
+        raise CorruptData(path, "not a failure record: no 'failures' field")
+    value = doc["failures"]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise CorruptData(path, f"bad failure count {value!r}")
+    return value
