@@ -62,6 +62,7 @@ from ..drivers.base import ConnectionEvent, ConnectionState, Driver, NodeEvent, 
 from ..drivers.memory import MemoryCluster, MemoryDriver
 from ..election.elector import Elector
 from ..election.lease import Lease
+from ..election.nodes import ElectionNodes
 from ..election.timing import Timing
 from ..errors import ConfigurationError, DriverError, Fenced
 from ..stores import BlobStore, Stores
@@ -278,7 +279,7 @@ class HAServices:
 
     async def _lead(self, lease: Lease) -> None:
         """The leadership scope of the process: grant, keep published, revoke on the way out."""
-        lock = f"{self.election_path}/lock"
+        lock = ElectionNodes(self.election_path).lock
         _, stat = await self.driver.get(lock)
         if stat.ephemeral_owner != lease.session_id:
             raise Fenced("the election lock is not ours")  # the elector backs off and retries

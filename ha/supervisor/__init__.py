@@ -353,7 +353,7 @@ class Supervisor:
         """Who holds the lock now (its node names the holder), or None."""
         try:
             with anyio.fail_after(self.driver.session_timeout):
-                holder, _ = await self.driver.get(f"{self.settings.path}/lock")
+                holder, _ = await self.driver.get(ElectionNodes(self.settings.path).lock)
             return holder
         except (NoNode, HAError, TimeoutError):
             return None
