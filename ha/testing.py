@@ -14,10 +14,12 @@ one spelling on every backend, as kazoo's ``KazooTestHarness.expire_session`` an
 
 from __future__ import annotations
 
+import inspect
 import json
 import sqlite3
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -31,9 +33,6 @@ from .election.nodes import decode_breadcrumb
 
 if TYPE_CHECKING:
     from .drivers.base import Driver
-    from .drivers.memory import MemoryDriver
-    from .drivers.sqlite import SqliteDriver
-    from .drivers.zookeeper import ZooKeeperDriver
 
 __all__ = (
     "Event",
@@ -237,13 +236,19 @@ class Faults:
     this host), zookeeper (kazoo against a real server).
     """
 
-    backend: ClassVar[str] = "?"
-    # fault -> why this backend cannot inject it
-    cannot: ClassVar[dict[str, str]] = {}
+    backend: ClassVar[str]
+    hooks: ClassVar[dict[str, str]]  # fault -> the driver's method that injects it
+    cannot: ClassVar[dict[str, str]] = {}  # fault -> why this backend cannot inject it
 
-    def _unsupported(self, fault: str) -> UnsupportedFault:
-        why = self.cannot.get(fault, "ha.testing has no such fault for this backend")
-        return UnsupportedFault(self.backend, fault, why)
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    def _hook(self, fault: str) -> Callable[..., Any]:
+        name = self.hooks.get(fault)
+        if name is None:
+            why = self.cannot.get(fault, "ha.testing has no such fault for this backend")
+            raise UnsupportedFault(self.backend, fault, why)
+        return getattr(self.driver, name)  # type: ignore[no-any-return]
 
     async def crash(self) -> None:
         """The client dies without a goodbye, as a killed process does; there is no undo.
@@ -256,7 +261,7 @@ class Faults:
         Returns once the client has stopped: at once (memory), when the renewer and poller
         have stopped (sqlite), when kazoo's threads have ended (zookeeper).
         """
-        raise self._unsupported("crash")
+        await _completed(self._hook("crash")())
 
     async def expire(self) -> None:
         """The backend ends the session now, as when its timeout ran out unseen.
@@ -269,7 +274,10 @@ class Faults:
         Raises ``RuntimeError`` if the driver has no session now (not started, or between
         two sessions).
         """
-        raise self._unsupported("expire")
+        hook = self._hook("expire")
+        if self.driver.session_id is None:
+            raise RuntimeError(f"the {self.backend} driver has no session to expire")
+        await _completed(hook())
 
     def disconnect(self) -> None:
         """The connection drops and the client knows it: DISCONNECTED at once; until
@@ -279,12 +287,12 @@ class Faults:
         Operations raise ``ConnectionLost``: at once on memory; on zookeeper they wait for the
         connection (kazoo queues them) up to the op timeout. sqlite has no connection.
         """
-        raise self._unsupported("disconnect")
+        self._hook("disconnect")()
 
     def reconnect(self) -> None:
         """Undo ``disconnect()``: the client connects again at once, RECONNECTED with the same
         session if it did not expire meanwhile."""
-        raise self._unsupported("reconnect")
+        self._hook("reconnect")()
 
     def partition(self) -> None:
         """The network between client and server is cut silently: nothing tells the client,
@@ -293,12 +301,12 @@ class Faults:
         raise ``ConnectionLost``. Memory only: sqlite has no network, and kazoo's socket
         cannot be silenced from inside (put ``tests/support/faultproxy.py`` or a firewall
         between a zookeeper driver and its server)."""
-        raise self._unsupported("partition")
+        self._hook("partition")()
 
     def heal(self) -> None:
         """Undo ``partition()``: heartbeats are answered again (RECONNECTED, or EXPIRED and a
         new session if the server expired it meanwhile)."""
-        raise self._unsupported("heal")
+        self._hook("heal")()
 
     def freeze(self) -> None:
         """The client stalls: every operation waits, without error, until ``thaw()``.
@@ -310,54 +318,34 @@ class Faults:
         runs out after the session timeout, others expire the session, and the driver learns
         it after ``thaw()``.
         """
-        raise self._unsupported("freeze")
+        self._hook("freeze")()
 
     def thaw(self) -> None:
         """Undo ``freeze()``: the waiting operations go on."""
-        raise self._unsupported("thaw")
+        self._hook("thaw")()
 
     def fail_next(self, count: int = 1, *, transient: bool = True) -> None:
         """The next ``count`` operations fail before reaching the backend, with
         ``ConnectionLost`` (transient: as a lost reply, or a busy sqlite file) or else
         ``AccessDenied``; the session and the connection are untouched. On zookeeper the
         driver's own periodic syncs count among the operations."""
-        raise self._unsupported("fail_next")
+        self._hook("fail_next")(count, transient=transient)
+
+
+async def _completed(result: object) -> None:
+    if inspect.isawaitable(result):  # some hooks are coroutines, others take effect at once
+        await result
+
+
+_FAULTS = (
+    *("crash", "expire", "disconnect", "reconnect", "partition", "heal", "freeze", "thaw"),
+    "fail_next",
+)
 
 
 class _MemoryFaults(Faults):
     backend = "memory"
-
-    def __init__(self, driver: MemoryDriver) -> None:
-        self.driver = driver
-
-    async def crash(self) -> None:
-        self.driver.crash()
-
-    async def expire(self) -> None:
-        if self.driver.session_id is None:
-            raise RuntimeError("the memory driver has no session to expire")
-        self.driver.expire()
-
-    def disconnect(self) -> None:
-        self.driver.disconnect()
-
-    def reconnect(self) -> None:
-        self.driver.reconnect()
-
-    def partition(self) -> None:
-        self.driver.partition()
-
-    def heal(self) -> None:
-        self.driver.heal()
-
-    def freeze(self) -> None:
-        self.driver.freeze()
-
-    def thaw(self) -> None:
-        self.driver.thaw()
-
-    def fail_next(self, count: int = 1, *, transient: bool = True) -> None:
-        self.driver.fail_next(count, transient=transient)
+    hooks: ClassVar[dict[str, str]] = {fault: fault for fault in _FAULTS}  # MemoryDriver's own
 
 
 _NO_CONNECTION = "it opens a local file, there is no connection to drop; freeze() stalls the file"
@@ -366,6 +354,13 @@ _NO_NETWORK = "driver and file share one host, there is no network to cut; freez
 
 class _SqliteFaults(Faults):
     backend = "sqlite"
+    # expire: below, from outside the driver
+    hooks: ClassVar[dict[str, str]] = {
+        "crash": "_abandon",
+        "freeze": "_freeze",
+        "thaw": "_thaw",
+        "fail_next": "_fail_next",
+    }
     cannot: ClassVar[dict[str, str]] = {
         "disconnect": _NO_CONNECTION,
         "reconnect": _NO_CONNECTION,
@@ -373,17 +368,13 @@ class _SqliteFaults(Faults):
         "heal": _NO_NETWORK,
     }
 
-    def __init__(self, driver: SqliteDriver) -> None:
-        self.driver = driver
-
-    async def crash(self) -> None:
-        await self.driver._abandon()
-
     async def expire(self) -> None:
-        """End the session's row from outside, as another process's reaper would."""
+        # the session's row is ended from outside, as another process's reaper would
+        from .drivers.sqlite import SqliteDriver
         from .drivers.sqlite.schema import writing
         from .drivers.sqlite.tree import end_session
 
+        assert isinstance(self.driver, SqliteDriver)
         sid, path = self.driver.session_id, self.driver.path
         if sid is None:
             raise RuntimeError(f"the sqlite driver on {path} has no session to expire")
@@ -398,15 +389,6 @@ class _SqliteFaults(Faults):
 
         await anyio.to_thread.run_sync(end)
 
-    def freeze(self) -> None:
-        self.driver._freeze()
-
-    def thaw(self) -> None:
-        self.driver._thaw()
-
-    def fail_next(self, count: int = 1, *, transient: bool = True) -> None:
-        self.driver._fail_next(count, transient=transient)
-
 
 _NO_SILENCE = (
     "kazoo's socket cannot be silenced from inside the client; put a TCP proxy (pause it) or"
@@ -416,31 +398,10 @@ _NO_SILENCE = (
 
 class _ZooKeeperFaults(Faults):
     backend = "zookeeper"
+    hooks: ClassVar[dict[str, str]] = {
+        fault: "_" + fault for fault in _FAULTS if fault not in ("partition", "heal")
+    }
     cannot: ClassVar[dict[str, str]] = {"partition": _NO_SILENCE, "heal": _NO_SILENCE}
-
-    def __init__(self, driver: ZooKeeperDriver) -> None:
-        self.driver = driver
-
-    async def crash(self) -> None:
-        await self.driver._crash()
-
-    async def expire(self) -> None:
-        await self.driver._expire()
-
-    def disconnect(self) -> None:
-        self.driver._disconnect()
-
-    def reconnect(self) -> None:
-        self.driver._reconnect()
-
-    def freeze(self) -> None:
-        self.driver._freeze()
-
-    def thaw(self) -> None:
-        self.driver._thaw()
-
-    def fail_next(self, count: int = 1, *, transient: bool = True) -> None:
-        self.driver._fail_next(count, transient=transient)
 
 
 def faults(driver: Driver) -> Faults:
