@@ -388,7 +388,7 @@ class MemoryDriver(Driver):
         if sid == self._sid and self._reachable():
             self._wake.set()  # a connected client is told at once, as ZooKeeper does
 
-    # --- faults -----------------------------------------------------------------------------
+    # --- faults: the hooks behind ha.testing.faults(driver), which documents them --------------
 
     def disconnect(self) -> None:
         """Drop the connection now (DISCONNECTED at once); the session ages until reconnect()."""
