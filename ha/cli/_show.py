@@ -1,0 +1,194 @@
+"""What the ``ha`` commands print: times, an election's status, leader changes, jobs, events.
+
+Tables go through rich (imported when first printed, so that ``ha --help`` stays quick); one-line
+records go through ``click.echo``, flushed at once when another program may be reading them as
+they come (``ha watch``, a job manager's events).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+
+from .. import admin
+
+__all__ = (
+    "ago",
+    "batches",
+    "clock",
+    "print_event",
+    "print_event_json",
+    "print_job",
+    "print_jobs",
+    "print_leader",
+    "print_status",
+    "stamp",
+    "status_json",
+    "when",
+)
+
+
+# --- times --------------------------------------------------------------------------------------
+
+
+def when(ts: float | None) -> str:
+    """``2024-05-01 12:00:00 (3m05s ago)``."""
+    if ts is None:
+        return "?"
+    day = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    return f"{day} ({ago(time.time() - ts)} ago)"
+
+
+def ago(seconds: float) -> str:
+    """``4.2s``, ``3m05s``, ``2h07m``."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def clock(t: float) -> str:
+    """``12:00:00.123``: the local time of day, to the millisecond."""
+    return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d}"
+
+
+def stamp() -> str:
+    """Now, as ``2024-05-01T12:00:00.123``."""
+    now = time.time()
+    return time.strftime("%Y-%m-%dT", time.localtime(now)) + clock(now)
+
+
+# --- elections ----------------------------------------------------------------------------------
+
+
+def print_status(status: admin.ElectionStatus, url: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    t = admin.text
+    console.print(f"[bold]election[/] {status.path}  [dim]{url}[/]")
+    if not status.exists:
+        console.print("  does not exist (nothing has run there; `ha format` creates it)")
+        return
+    if status.active is not None:
+        console.print(
+            f"  [green]active[/]  {t(status.active)}  epoch {status.epoch}"
+            f"  since {when(status.since)}"
+        )
+    elif status.holder is not None:
+        console.print(f"  [yellow]no active[/]: {t(status.holder)} holds the lock, taking over")
+    else:
+        console.print("  [yellow]no active[/]")
+    if status.epoch is not None and status.active is None:
+        console.print(f"  epoch {status.epoch}")
+    if status.breadcrumb is not None:
+        crumb = status.breadcrumb
+        data = f"  data {t(crumb.data)}" if crumb.data else ""
+        console.print(f"  breadcrumb  {t(crumb.identity)}  epoch {crumb.epoch}{data}")
+    elif status.breadcrumb_raw is not None:
+        console.print(f"  breadcrumb  unreadable: {status.breadcrumb_raw[:60]!r}")
+    else:
+        console.print("  breadcrumb  none (the last active left cleanly, or none ever was)")
+    if status.failover is not None and status.failover_pending:
+        request = status.failover
+        target = "any standby" if request.to is None else t(request.to)
+        console.print(f"  failover pending: {t(request.active)} -> {target}")
+    for problem in status.problems:
+        console.print(f"  [red]problem[/]: {problem}")
+    if status.members:
+        table = Table(box=None, padding=(0, 2), show_edge=False)
+        for column in ("member", "state", "epoch", "host", "pid", "since", "note"):
+            table.add_column(column)
+        for m in status.members:
+            table.add_row(
+                t(m.identity),
+                m.state,
+                "" if m.epoch is None else str(m.epoch),
+                m.host,
+                str(m.pid or ""),
+                ago(time.time() - m.since) + " ago" if m.since else "",
+                m.note,
+            )
+        console.print(table)
+
+
+def print_leader(found: admin.ElectionStatus, as_json: bool) -> None:
+    """One line of ``ha watch``."""
+    active = None if found.active is None else admin.text(found.active)
+    if as_json:
+        record = {"ts": time.time(), "path": found.path, "active": active, "epoch": found.epoch}
+        click.echo(json.dumps(record))
+    elif active is not None:
+        click.echo(f"{stamp()} {found.path} active {active} epoch {found.epoch}")
+    else:
+        click.echo(f"{stamp()} {found.path} no active")
+    sys.stdout.flush()
+
+
+# --- jobs (a ha.pipeline.jobs.JobStatus each, typed Any: the pipeline is imported lazily) --------
+
+
+def batches(status: Any) -> str:
+    """``3/10``: committed batches out of the job's (``?`` before its plan is read)."""
+    total = "?" if status.batches is None else str(status.batches)
+    return f"{status.batches_done}/{total}"
+
+
+def status_json(status: Any, cancel_requested: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = status.to_json()
+    doc["cancel_requested"] = cancel_requested and not status.finished
+    return doc
+
+
+def print_job(status: Any, cancel_requested: bool) -> None:
+    color = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}.get(status.state)
+    state = click.style(status.state, fg=color) if color else status.state
+    click.echo(f"job {status.job_id}  {state}  {status.pipeline or '?'}")
+    click.echo(f"  batches  {batches(status)} committed")
+    if status.output:
+        click.echo(f"  output   {status.output}")
+    if status.error:
+        click.echo(f"  error    {status.error}")
+    if cancel_requested and not status.finished:
+        click.echo("  cancel requested (the active job manager acts on it)")
+
+
+def print_jobs(found: list[tuple[Any, bool]]) -> None:
+    """The table of ``ha jobs list``: each job with whether its cancellation is requested."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    for column in ("job", "state", "pipeline", "batches", "output", "note"):
+        table.add_column(column)
+    for s, cancel in found:
+        note = s.error or ("cancel requested" if cancel and not s.finished else "")
+        table.add_row(s.job_id, s.state, s.pipeline or "", batches(s), s.output or "", note)
+    Console(highlight=False).print(table)
+
+
+def print_event(name: str, fields: dict[str, Any]) -> None:
+    """A job manager's event as one line: ``12:00:00.123 jm-1 batch_committed job=x batch=3``."""
+    fields = dict(fields)
+    t = float(fields.pop("t", time.time()))
+    who = fields.pop("identity", "?")
+    parts = []
+    for key, value in fields.items():
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        parts.append(f"{key}={text}")
+    click.echo(" ".join([clock(t), str(who), name, *parts]))
+    sys.stdout.flush()
+
+
+def print_event_json(name: str, fields: dict[str, Any]) -> None:
+    click.echo(json.dumps({"event": name, **fields}, default=str))
+    sys.stdout.flush()

@@ -1,0 +1,360 @@
+"""The election commands: ``ha run``, ``status``, ``watch``, ``failover`` and ``format``.
+
+``run`` supervises a COMMAND (``ha.supervisor``); the others read or change the election's nodes
+through ``ha.admin``. Exit code 3 says there is no active (``status``, ``failover``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import sys
+import time
+from contextlib import aclosing
+
+import anyio
+import click
+
+from .. import admin
+from ..drivers.base import Driver
+from ..errors import ConfigurationError
+from ._run import (
+    EXIT_NO_ACTIVE,
+    Failure,
+    NoActiveFailure,
+    Options,
+    UsageFailure,
+    run_as,
+    with_driver,
+)
+from ._show import print_leader, print_status
+
+__all__ = ("failover", "format_", "run", "status", "watch")
+
+
+def _argv(what: str, value: str | None) -> tuple[str, ...]:
+    if not value:
+        return ()
+    try:
+        argv = tuple(shlex.split(value))
+    except ValueError as exc:
+        raise Failure(f"cannot parse {what} {value!r}: {exc}") from None
+    if not argv:
+        raise Failure(f"{what} is empty")
+    return argv
+
+
+def _check_executable(what: str, argv: tuple[str, ...]) -> None:
+    if argv and shutil.which(argv[0]) is None:
+        raise Failure(f"{what}: command not found or not executable: {argv[0]}")
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("path")
+@click.option(
+    "--id", "identity", required=True, help="This host's identity in the election (unique)."
+)
+@click.option(
+    "--grace",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="Seconds between SIGTERM and SIGKILL when stopping COMMAND.",
+)
+@click.option(
+    "--fence",
+    metavar="CMD",
+    help="Command run before taking over from another active (split like a shell"
+    " would, but never run by one); the old active is in HA_OLD_IDENTITY,"
+    " HA_OLD_EPOCH, HA_OLD_HOST, HA_OLD_PID, HA_OLD_BREADCRUMB_B64;"
+    " a non-zero exit refuses the takeover.",
+)
+@click.option("--fence-timeout", type=float, default=30.0, show_default=True, metavar="S")
+@click.option(
+    "--health",
+    metavar="CMD",
+    help="Health check: while it fails, leave the election (HA_STATE tells it"
+    " whether COMMAND runs here).",
+)
+@click.option("--health-interval", type=float, default=2.0, show_default=True, metavar="S")
+@click.option("--health-timeout", type=float, default=5.0, show_default=True, metavar="S")
+@click.option(
+    "--journal", type=click.Path(dir_okay=False), help="Append transitions to this JSON-lines file."
+)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_obj
+def run(
+    opts: Options,
+    path: str,
+    identity: str,
+    grace: float,
+    fence: str | None,
+    fence_timeout: float,
+    health: str | None,
+    health_interval: float,
+    health_timeout: float,
+    journal: str | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND only while this host is the active of the election at PATH.
+
+    COMMAND starts when this supervisor becomes active and is stopped, with everything it
+    started (SIGTERM, SIGKILL after --grace), before leadership can pass on. If the supervisor
+    dies, even by SIGKILL, a guard process kills COMMAND's whole tree, daemons that left its
+    process group included (Linux). An --id already running is refused. COMMAND gets
+    HA_ELECTION, HA_IDENTITY and HA_EPOCH (a fencing token). SIGINT/SIGTERM stop COMMAND and leave the election
+    without fencing; `ha failover` asks the active to hand over gracefully.
+
+    \b
+    Examples:
+      ha run /myapp --id host-a -- python -m myapp.server --port 8080
+      ha run /myapp --id host-b --fence './fence-old.sh --force' -- ./serve.sh
+      ha --url 'sqlite:///var/lib/myapp/ha.db?session_timeout=10' \\
+         run /myapp --id host-c --grace 5 --health './check.sh' -- ./serve.sh
+    """
+    from ..supervisor import Settings, Supervisor
+
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageFailure("no COMMAND to run (put it after --)")
+    fence_argv = _argv("--fence", fence)
+    health_argv = _argv("--health", health)
+    _check_executable("COMMAND", command)
+    _check_executable("--fence", fence_argv)
+    _check_executable("--health", health_argv)
+    try:
+        settings = Settings(
+            path,
+            identity,
+            command,
+            grace=grace,
+            fence=fence_argv,
+            fence_timeout=fence_timeout,
+            health=health_argv,
+            health_interval=health_interval,
+            health_timeout=health_timeout,
+            journal=journal,
+        )
+    except ConfigurationError as exc:
+        raise Failure(str(exc)) from None
+
+    run_as(identity)
+
+    async def go(driver: Driver) -> None:
+        supervisor = Supervisor(driver, settings, handle_signals=True)
+        await supervisor.run()
+
+    with_driver(opts, go)
+
+
+@click.command()
+@click.argument("path")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def status(opts: Options, path: str, as_json: bool) -> None:
+    """Show the active of the election at PATH, its epoch, breadcrumb and members.
+
+    Exit code 0 when an active exists, 3 when none.
+
+    \b
+    Examples:
+      ha status /myapp
+      ha status /myapp --json | jq .active
+    """
+    found = with_driver(opts, lambda driver: admin.election_status(driver, path))
+    if as_json:
+        click.echo(json.dumps(found.to_json(), indent=2))
+    else:
+        print_status(found, opts.backend_url())
+    sys.exit(0 if found.active is not None else EXIT_NO_ACTIVE)
+
+
+@click.command()
+@click.argument("path")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
+@click.option("--count", type=click.IntRange(1), help="Stop after this many lines.")
+@click.pass_obj
+def watch(opts: Options, path: str, as_json: bool, count: int | None) -> None:
+    """Print one line per leader change of the election at PATH, until interrupted.
+
+    The first line is the current leader (or none).
+
+    \b
+    Examples:
+      ha watch /myapp
+      ha watch /myapp --json --count 2
+    """
+
+    async def go(driver: Driver) -> None:
+        shown = 0
+        last: object = ()
+        async with aclosing(admin.watch_status(driver, path)) as statuses:
+            async for found in statuses:
+                if found.leader == last:
+                    continue
+                last = found.leader
+                print_leader(found, as_json)
+                shown += 1
+                if count is not None and shown >= count:
+                    return
+
+    async def until_signal(driver: Driver) -> None:
+        import signal
+
+        async with anyio.create_task_group() as tg:
+
+            async def watching() -> None:
+                await go(driver)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watching)
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()  # interrupted: the normal end of a watch
+                    break
+
+    with_driver(opts, until_signal)
+
+
+@click.command()
+@click.argument("path")
+@click.option("--to", "target", metavar="ID", help="The standby to hand over to (default: any).")
+@click.option(
+    "--cooldown",
+    type=float,
+    default=admin.DEFAULT_COOLDOWN,
+    show_default=True,
+    metavar="S",
+    help="Seconds the old active stays out of the election.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=30.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds to wait for the new active.",
+)
+@click.option(
+    "--confirm",
+    type=click.FloatRange(0),
+    default=2.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds the new active must stay active (its COMMAND running) to count as done.",
+)
+@click.option(
+    "--force", is_flag=True, help="Ask the active to cede even when no standby can take over."
+)
+@click.option("--no-wait", is_flag=True, help="Ask and return at once.")
+@click.pass_obj
+def failover(
+    opts: Options,
+    path: str,
+    target: str | None,
+    cooldown: float,
+    timeout: float,
+    confirm: float,
+    force: bool,
+    no_wait: bool,
+) -> None:
+    """Hand the lead over gracefully: the active cedes and a standby takes over.
+
+    The active's `ha run` stops its COMMAND, leaves without fencing and stays out for the
+    cooling period; with --to, the other standbys step aside so the chosen one takes over.
+    Refused when no standby could take over (unless --force); fails when the new active
+    does not stay active for --confirm seconds (e.g. its COMMAND exits at once).
+    Exit code 3 when there is no active.
+
+    \b
+    Examples:
+      ha failover /myapp
+      ha failover /myapp --to host-b
+    """
+
+    async def go(driver: Driver) -> None:
+        started = time.monotonic()
+        try:
+            request = await admin.request_failover(
+                driver, path, target, cooldown=cooldown, force=force
+            )
+        except admin.NoActive as exc:
+            raise NoActiveFailure(str(exc)) from None
+        who = admin.text(request.active)
+        to = "any standby" if request.to is None else repr(admin.text(request.to))
+        click.echo(f"asked {who!r} (epoch {request.epoch}) to hand {path} over to {to}")
+        if no_wait:
+            return
+        try:
+            with anyio.fail_after(timeout):
+                found = await admin.wait_for_failover(driver, path, request)
+                elapsed = (time.monotonic() - started) * 1000
+        except TimeoutError:
+            now = await admin.election_status(driver, path)
+            held = f"; {admin.text(now.active)!r} is active" if now.active is not None else ""
+            raise Failure(f"{to} did not take over {path} within {timeout:g}s{held}") from None
+        assert found.active is not None
+        if confirm > 0:  # a bound of its own: the confirmation must not eat into --timeout
+            new = admin.text(found.active)
+            try:
+                with anyio.fail_after(confirm + max(confirm, 5.0)):
+                    await admin.confirm_failover(driver, path, found, confirm)
+            except TimeoutError:
+                raise Failure(f"couldn't confirm that {new!r} stays active on {path}") from None
+        click.echo(
+            f"{path}: {who!r} -> {admin.text(found.active)!r}"
+            f" (epoch {request.epoch} -> {found.epoch}) in {elapsed:.0f} ms"
+        )
+
+    with_driver(opts, go)
+
+
+@click.command(name="format")
+@click.argument("path")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Clear what no live process holds (a stale lock, old members, failover requests)"
+    " even while an active runs; its lock, the breadcrumb and the epoch counter stay.",
+)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def format_(opts: Options, path: str, force: bool, yes: bool) -> None:
+    """Create the election at PATH, or with --force clear it (like `zkfc -formatZK`).
+
+    Without --force it only creates missing nodes and refuses while the lock is held.
+
+    \b
+    Examples:
+      ha format /myapp
+      ha format /myapp --force --yes
+    """
+    if force and not yes:
+        found = with_driver(opts, lambda driver: admin.election_status(driver, path))
+        if found.exists:
+            what = []
+            if found.holder is not None:
+                what.append(f"leaves the lock of {admin.text(found.holder)!r} if it is live")
+            detail = "; ".join(what) or "the election holds nothing"
+            if not sys.stdin.isatty():
+                raise Failure(
+                    f"refusing to clear {path} without confirmation ({detail}): add --yes"
+                )
+            click.confirm(f"Clear the election at {path}? This {detail}.", abort=True, err=True)
+
+    result = with_driver(opts, lambda driver: admin.format_election(driver, path, force=force))
+    parts = ["created" if result.created else "exists"]
+    if result.removed:
+        parts.append(f"cleared {', '.join(result.removed)}")
+    if result.holder is not None:
+        parts.append(
+            f"{admin.text(result.holder)!r} holds the lock and stays active"
+            " (stop it, or `ha failover`, to end its term)"
+        )
+    if result.epoch_reset:
+        parts.append("the epoch was unreadable: reset to 0")
+    elif result.epoch is not None:
+        parts.append(f"epoch {result.epoch} kept")
+    click.echo(f"{path}: {'; '.join(parts)}")
