@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
@@ -200,13 +200,15 @@ class MemoryCluster:
             ):
                 raise NotEmpty(op.path)
             staged[op.path] = None
+        elif isinstance(op, SetData):  # later ops of the transaction see the new version
+            staged[op.path] = replace(node, data=op.data, version=node.version + 1)
 
     def apply(self, ops: Sequence[Op], sid: int) -> list[str | Stat | None]:
-        """Validate every op, then apply all of them, or raise TransactionFailed."""
+        """Check every op (made by ``_checked``) against the tree as the earlier ones leave it,
+        then apply all of them, or raise TransactionFailed."""
         self.ops += 1
         staged: dict[str, _Node | None] = {}
         for index, op in enumerate(ops):
-            validate_path(op.path)
             try:
                 self._check_op(op, sid, staged)
             except (NodeExists, NoNode, BadVersion, NotEmpty) as exc:
@@ -305,9 +307,10 @@ class MemoryDriver(Driver):
         self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
 
     def _open_session(self) -> None:
+        now = anyio.current_time()  # before the server's reading: never later than its view
         self._sid = self.cluster.open_session(self, self._timeout)
         self._connected = True
-        self._last_contact = anyio.current_time()
+        self._last_contact = now
         self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._sid))
 
     # --- the client's heartbeat loop ---------------------------------------------------------
@@ -469,13 +472,15 @@ class MemoryDriver(Driver):
             raise self._fail.pop(0)
         if not self._reachable() or not self._connected:
             raise ConnectionLost(f"memory cluster {self.cluster.name!r} unreachable")
+        now = anyio.current_time()  # before the server's reading: never later than its view
         if not self.cluster.heartbeat(self._sid):
             self._learn_expired()
             raise SessionExpired(f"session {self._sid:#x} expired")
-        self._contact(anyio.current_time())
+        self._contact(now)
         return self.cluster.apply(ops, self._sid)
 
     async def _one(self, op: Op) -> str | Stat | None:
+        op = _checked(op)
         try:
             return (await self._call([op]))[0]
         except TransactionFailed as exc:
@@ -485,6 +490,7 @@ class MemoryDriver(Driver):
         self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
     ) -> str:
         validate_path(path)
+        data = _data(data)  # before any parent is made
         if makepath:
             parents: list[str] = []
             parent = parent_of(path)
@@ -496,7 +502,7 @@ class MemoryDriver(Driver):
                     await self._one(Create(p))
                 except NodeExists:
                     pass
-        result = await self._one(Create(path, bytes(data), ephemeral))
+        result = await self._one(Create(path, data, ephemeral))
         assert isinstance(result, str)
         return result
 
@@ -515,12 +521,14 @@ class MemoryDriver(Driver):
         return self.cluster.nodes[path].stat()
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
-        result = await self._one(SetData(path, bytes(data), version))
+        result = await self._one(SetData(path, data, version))
         assert isinstance(result, Stat)
         return result
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         validate_path(path)
+        if path == "/":
+            raise ConfigurationError("the root node cannot be deleted")
         if recursive:
             # all or nothing: check the version, then drop the whole subtree in one step
             await self._one(Check(path, version))
@@ -534,13 +542,25 @@ class MemoryDriver(Driver):
         return sorted(self.cluster.nodes[path].children)
 
     async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
-        return await self._call([_copy(op) for op in ops])
+        return await self._call([_checked(op) for op in ops])
 
 
-def _copy(op: Op) -> Op:
-    # bytes-like data (bytearray, memoryview) is copied so later mutation cannot leak in
+def _checked(op: object) -> Op:
+    """``op`` as the cluster keeps it, or ConfigurationError if it is not a valid operation."""
+    if not isinstance(op, Check | Create | SetData | Delete):
+        raise ConfigurationError(f"not a transaction operation: {op!r}")
+    validate_path(op.path)
+    if isinstance(op, Delete) and op.path == "/":
+        raise ConfigurationError("the root node cannot be deleted")
     if isinstance(op, Create):
-        return Create(op.path, bytes(op.data), op.ephemeral)
+        return Create(op.path, _data(op.data), op.ephemeral)
     if isinstance(op, SetData):
-        return SetData(op.path, bytes(op.data), op.version)
+        return SetData(op.path, _data(op.data), op.version)
     return op
+
+
+def _data(data: object) -> bytes:
+    """A copy of bytes-like ``data``, so that later changes to a bytearray cannot leak in."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise ConfigurationError(f"node data must be bytes, not {type(data).__name__}")
+    return bytes(data)

@@ -313,8 +313,8 @@ async def test_the_root_cannot_be_deleted(request: pytest.FixtureRequest, backen
     known_gap(
         request,
         backend,
-        {"memory", "zookeeper"},
-        "delete('/', recursive=True) removes the root (memory) or the chroot (ZooKeeper);"
+        {"zookeeper"},
+        "delete('/', recursive=True) removes the chroot;"
         " every later operation then fails with NoNode",
     )
     async with backend.driver() as driver:
@@ -322,6 +322,8 @@ async def test_the_root_cannot_be_deleted(request: pytest.FixtureRequest, backen
         for recursive in (False, True):
             with pytest.raises(ConfigurationError):
                 await driver.delete("/", recursive=recursive)
+        with pytest.raises(ConfigurationError):
+            await driver.transaction([Delete("/")])
         assert await driver.children("/") == ["kept"]
 
 
@@ -345,7 +347,7 @@ async def test_node_data_must_be_bytes(request: pytest.FixtureRequest, backend: 
     known_gap(
         request,
         backend,
-        {"memory", "zookeeper"},
+        {"zookeeper"},
         "str data raises TypeError, not an ha.errors error (ConfigurationError)",
     )
     async with backend.driver() as driver:
@@ -537,16 +539,7 @@ async def test_transactions_are_all_or_nothing(backend: Any) -> None:
         assert await driver.exists("/full") is None
 
 
-async def test_later_ops_of_a_transaction_see_the_earlier_ones(
-    request: pytest.FixtureRequest, backend: Any
-) -> None:
-    known_gap(
-        request,
-        backend,
-        {"memory"},
-        "a transaction's SetData does not raise the version seen by its later ops"
-        " (SetData v0 then SetData v1 fails with BadVersion at op 2)",
-    )
+async def test_later_ops_of_a_transaction_see_the_earlier_ones(backend: Any) -> None:
     async with backend.driver() as driver:
         results = await driver.transaction(
             [
@@ -571,7 +564,7 @@ async def test_a_transaction_of_non_ops_is_a_configuration_error(
     known_gap(
         request,
         backend,
-        {"memory", "zookeeper"},
+        {"zookeeper"},
         "an object that is not an Op in a transaction raises AttributeError",
     )
     async with backend.driver() as driver:
