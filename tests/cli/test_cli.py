@@ -1,97 +1,13 @@
-"""The `ha` command in subprocesses: help, errors as one line, status, format.
-
-The helpers here (``ha``, ``popen_ha``, ``wait_until``...) serve the other test_cli_* files.
-"""
+"""The `ha` command in subprocesses: help, errors as one line, status, format."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
 
 import pytest
 
-
-def sqlite_url(directory: Path) -> str:
-    return "sqlite://" + quote(str(directory / "ha.db"))
-
-
-def ha_env(directory: Path, **extra: str) -> dict[str, str]:
-    """The environment of a test's commands: its own state directory, no inherited HA_URL."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HA_")}
-    env["XDG_STATE_HOME"] = str(directory / "state")
-    env["COLUMNS"] = "200"  # rich wraps long lines at 80 columns otherwise
-    env.update(extra)
-    return env
-
-
-def ha(
-    *args: str, env: dict[str, str], timeout: float = 60, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ha", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        input=stdin if stdin is not None else "",
-    )
-
-
-def popen_ha(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """A long-running `ha` command, its stdout and stderr in ``log``."""
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "ha", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-
-
-def stop_procs(procs: Iterable[subprocess.Popen[bytes]], timeout: float = 10) -> None:
-    """SIGTERM every process still running, then wait; SIGKILL what outlives ``timeout``."""
-    procs = list(procs)
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, which nobody may reap in a container, counts as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def wait_until(check: Callable[[], Any], what: str, within: float = 30.0) -> Any:
-    """Poll ``check`` until truthy. The bound only turns a hang into a failure."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-# --- tests --------------------------------------------------------------------------------------
+from tests.cli.helpers import ha, ha_env, one_error_line, sqlite_url
 
 COMMANDS = ["demo", "run", "status", "watch", "failover", "format"]
 
@@ -122,12 +38,7 @@ def test_every_help_has_an_example(tmp_path: Path, command: str | None) -> None:
 )
 def test_errors_are_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
     result = ha(*args, env=ha_env(tmp_path))
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("ha: error: ")
-    assert expected in lines[0]
+    assert expected in one_error_line(result)
 
 
 def test_a_file_that_is_not_an_ha_database(tmp_path: Path) -> None:

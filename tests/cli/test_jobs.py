@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_cli import ha, ha_env, popen_ha, wait_until
+from tests.cli.helpers import ha, ha_env, one_error_line, popen_ha, wait_until
 
 SPARK = importlib.util.find_spec("pyspark") is not None
 needs_pyspark = pytest.mark.skipif(not SPARK, reason="PySpark is not installed (ha[spark])")
@@ -32,16 +32,6 @@ COMMANDS = [
     ["jobs", "manager"],
     ["report"],
 ]
-
-
-def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
-    """The single ``ha: error: ...`` line of a failed command (and no traceback)."""
-    assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("ha: error: ")
-    return lines[0]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.test_cli import alive, ha, ha_env, popen_ha, sqlite_url, stop_procs, wait_until
+from tests.cli.helpers import Supervisors, alive, ha, popen_ha, sqlite_url, wait_until
 from tests.support.backends.zookeeper import ZooKeeperBackend, zookeeper_backend, zookeeper_server
 
 __all__ = ("zookeeper_backend", "zookeeper_server")  # fixtures, until the plugin is registered
@@ -38,15 +38,13 @@ while True:
 """
 
 
-class Hosts:
-    """`ha run` supervisors of one election, each a process."""
+class Hosts(Supervisors):
+    """`ha run` supervisors whose COMMAND is ``CHILD``."""
 
-    def __init__(self, directory: Path, env: dict[str, str]) -> None:
-        self.directory = directory
-        self.env = env
+    def __init__(self, directory: Path, url: str | None = None, **env: str) -> None:
+        super().__init__(directory, url, **env)
         self.script = directory / "child.py"
         self.script.write_text(CHILD)
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, identity: str, *extra: str, wrap: bool = False) -> subprocess.Popen[bytes]:
         """``wrap``: COMMAND is a shell that forks the child and waits (a service wrapper)."""
@@ -65,12 +63,6 @@ class Hosts:
         except FileNotFoundError:
             return None
         return int(pid), int(epoch)
-
-    def status(self) -> dict[str, Any]:
-        result = ha("status", "/svc", "--json", env=self.env)
-        assert result.returncode in (0, 3), result.stderr
-        doc: dict[str, Any] = json.loads(result.stdout)
-        return doc
 
     def settled(self) -> dict[str, Any]:
         """Wait for one active running its COMMAND and every other supervisor standby."""
@@ -92,23 +84,16 @@ class Hosts:
     def log(self, identity: str) -> str:
         return (self.directory / f"{identity}.log").read_text()
 
-    def stop_all(self) -> None:
-        stop_procs(self.procs.values())
-
 
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[Hosts]:
-    h = Hosts(tmp_path, ha_env(tmp_path, HA_URL=sqlite_url(tmp_path)))
-    try:
+    with Hosts(tmp_path) as h:
         yield h
-    finally:
-        h.stop_all()
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "trio"])
 def test_kill_9_of_the_active_supervisor_kills_its_command(tmp_path: Path, loop: str) -> None:
-    h = Hosts(tmp_path, ha_env(tmp_path, HA_URL=sqlite_url(tmp_path), HA_ASYNC_BACKEND=loop))
-    try:
+    with Hosts(tmp_path, HA_ASYNC_BACKEND=loop) as h:
         h.start("a", wrap=True)  # the child is COMMAND's child: PDEATHSIG alone misses it
         h.settled()
         h.start("b", wrap=True)
@@ -135,8 +120,6 @@ def test_kill_9_of_the_active_supervisor_kills_its_command(tmp_path: Path, loop:
         assert h.procs["b"].wait(timeout=20) == 0
         assert not alive(b_child[0])
         assert (tmp_path / "b.term").read_text().split() == [str(b_child[0])]
-    finally:
-        h.stop_all()
 
 
 def test_sigterm_stops_command_and_hands_over(hosts: Hosts, tmp_path: Path) -> None:
@@ -240,8 +223,7 @@ def test_run_status_and_format_on_zookeeper(
     zookeeper_backend: ZooKeeperBackend, tmp_path: Path
 ) -> None:
     url = zookeeper_backend.url() + "?session_timeout=2"
-    h = Hosts(tmp_path, ha_env(tmp_path, HA_URL=url))
-    try:
+    with Hosts(tmp_path, url) as h:
         h.start("a")
         h.settled()
         h.start("b")
@@ -255,8 +237,6 @@ def test_run_status_and_format_on_zookeeper(
         wait_until(lambda: not alive(a_child[0]), "a's COMMAND to die with its supervisor")
         doc = h.settled()  # after ZooKeeper expired a's session
         assert doc["active"] == "b" and doc["epoch"] == 2
-    finally:
-        h.stop_all()
 
 
 def test_a_refused_fence_is_shown_by_status_and_backs_off(hosts: Hosts) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.test_cli import ha, ha_env, popen_ha, sqlite_url, stop_procs, wait_until
+from tests.cli.helpers import Supervisors, alive, ha, popen_ha, wait_until
 
 SERVER = r"""
 import json, os, signal, sys, time
@@ -72,24 +72,17 @@ wait
 """
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie counts as dead; it may vanish while being read)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
+class Hosts(Supervisors):
+    """`ha run` supervisors whose COMMAND is the wrapper (or the one given to ``start``)."""
 
+    stop_timeout = 20.0
 
-class Hosts:
-    def __init__(self, directory: Path, env: dict[str, str]) -> None:
-        self.directory = directory
-        self.env = env
+    def __init__(self, directory: Path, url: str | None = None, **env: str) -> None:
+        super().__init__(directory, url, **env)
         (directory / "server.py").write_text(SERVER)
         self.wrapper = directory / "serve.sh"
         self.wrapper.write_text(WRAPPER.format(python=sys.executable, dir=directory))
         self.wrapper.chmod(0o755)
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, identity: str, *command: str) -> subprocess.Popen[bytes]:
         argv = ["run", "/svc", "--id", identity, "--", *(command or [str(self.wrapper)])]
@@ -122,12 +115,6 @@ class Hosts:
         child = next(r for r in records if r["role"] == "child")
         return [child["ppid"], *(r["pid"] for r in records)]
 
-    def status(self) -> dict[str, Any]:
-        result = ha("status", "/svc", "--json", env=self.env)
-        assert result.returncode in (0, 3), result.stderr
-        doc: dict[str, Any] = json.loads(result.stdout)
-        return doc
-
     def active(self, identity: str, epoch: int) -> dict[str, Any]:
         def check() -> dict[str, Any] | None:
             doc = self.status()
@@ -148,7 +135,7 @@ class Hosts:
         )
 
     def stop_all(self) -> None:
-        stop_procs(self.procs.values(), timeout=20)
+        super().stop_all()
         for path in self.directory.glob("*.proc"):  # nothing may outlive the test, even failed
             pid = json.loads(path.read_text())["pid"]
             if alive(pid):
@@ -157,19 +144,15 @@ class Hosts:
 
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[Hosts]:
-    h = Hosts(tmp_path, ha_env(tmp_path, HA_URL=sqlite_url(tmp_path)))
-    try:
+    with Hosts(tmp_path) as h:
         yield h
-    finally:
-        h.stop_all()
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "trio"])
 def test_sigkill_of_the_supervisor_kills_the_whole_tree_before_the_standby_starts(
     tmp_path: Path, loop: str
 ) -> None:
-    h = Hosts(tmp_path, ha_env(tmp_path, HA_URL=sqlite_url(tmp_path), HA_ASYNC_BACKEND=loop))
-    try:
+    with Hosts(tmp_path, HA_ASYNC_BACKEND=loop) as h:
         h.start("a")
         h.active("a", 1)
         a_pids = h.pids("a", 1)
@@ -188,8 +171,6 @@ def test_sigkill_of_the_supervisor_kills_the_whole_tree_before_the_standby_start
         # no overlap: when each of b's processes started, none of a's was alive any more
         assert [r["overlap"] for r in b_records] == [[], []]
         assert [r["identity"] for r in h.records("a")] == ["a", "a"]  # a's ran once
-    finally:
-        h.stop_all()
 
 
 def test_failover_and_quit_stop_the_whole_tree(hosts: Hosts, tmp_path: Path) -> None:
