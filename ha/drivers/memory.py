@@ -36,6 +36,7 @@ from ..errors import (
     SessionExpired,
     TransactionFailed,
 )
+from ._input import checked_op, node_data
 from .base import (
     Capabilities,
     Check,
@@ -204,7 +205,7 @@ class MemoryCluster:
             staged[op.path] = replace(node, data=op.data, version=node.version + 1)
 
     def apply(self, ops: Sequence[Op], sid: int) -> list[str | Stat | None]:
-        """Check every op (made by ``_checked``) against the tree as the earlier ones leave it,
+        """Check every op (from ``checked_op``) against the tree as the earlier ones leave it,
         then apply all of them, or raise TransactionFailed."""
         self.ops += 1
         staged: dict[str, _Node | None] = {}
@@ -480,7 +481,7 @@ class MemoryDriver(Driver):
         return self.cluster.apply(ops, self._sid)
 
     async def _one(self, op: Op) -> str | Stat | None:
-        op = _checked(op)
+        op = checked_op(op)
         try:
             return (await self._call([op]))[0]
         except TransactionFailed as exc:
@@ -490,7 +491,7 @@ class MemoryDriver(Driver):
         self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
     ) -> str:
         validate_path(path)
-        data = _data(data)  # before any parent is made
+        data = node_data(data)  # before any parent is made
         if makepath:
             parents: list[str] = []
             parent = parent_of(path)
@@ -542,25 +543,4 @@ class MemoryDriver(Driver):
         return sorted(self.cluster.nodes[path].children)
 
     async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
-        return await self._call([_checked(op) for op in ops])
-
-
-def _checked(op: object) -> Op:
-    """``op`` as the cluster keeps it, or ConfigurationError if it is not a valid operation."""
-    if not isinstance(op, Check | Create | SetData | Delete):
-        raise ConfigurationError(f"not a transaction operation: {op!r}")
-    validate_path(op.path)
-    if isinstance(op, Delete) and op.path == "/":
-        raise ConfigurationError("the root node cannot be deleted")
-    if isinstance(op, Create):
-        return Create(op.path, _data(op.data), op.ephemeral)
-    if isinstance(op, SetData):
-        return SetData(op.path, _data(op.data), op.version)
-    return op
-
-
-def _data(data: object) -> bytes:
-    """A copy of bytes-like ``data``, so that later changes to a bytearray cannot leak in."""
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise ConfigurationError(f"node data must be bytes, not {type(data).__name__}")
-    return bytes(data)
+        return await self._call([checked_op(op) for op in ops])

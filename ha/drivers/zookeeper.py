@@ -88,6 +88,7 @@ from ..errors import (
     TransactionFailed,
     Unavailable,
 )
+from ._input import checked_op, node_data
 from .base import (
     Capabilities,
     Check,
@@ -880,7 +881,7 @@ class ZooKeeperDriver(Driver):
     async def create(
         self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
     ) -> str:
-        full, value = self._abs(path), bytes(data)
+        full, value = self._abs(path), node_data(data)
         created = await self._call(
             path,
             -1,
@@ -902,7 +903,7 @@ class ZooKeeperDriver(Driver):
         return None if stat is None else _stat(stat)
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
-        full, value = self._abs(path), bytes(data)
+        full, value = self._abs(path), node_data(data)
         stat = await self._call(
             path, version, lambda: self._client.set_async(full, value, version), leader=True
         )
@@ -910,6 +911,8 @@ class ZooKeeperDriver(Driver):
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         full = self._abs(path)
+        if path == "/":  # with a chroot, the driver's whole namespace
+            raise ConfigurationError("the root node cannot be deleted")
         if not recursive:
             await self._call(
                 path, version, lambda: self._client.delete_async(full, version), leader=True
@@ -950,7 +953,7 @@ class ZooKeeperDriver(Driver):
         return sorted(names)
 
     async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
-        ops = list(ops)
+        ops = [checked_op(op) for op in ops]
         if not ops:
             return []
 
@@ -961,13 +964,11 @@ class ZooKeeperDriver(Driver):
                 if isinstance(op, Check):
                     tx.check(full, op.version)
                 elif isinstance(op, Create):
-                    tx.create(full, bytes(op.data), acl=self._acl, ephemeral=op.ephemeral)
+                    tx.create(full, op.data, acl=self._acl, ephemeral=op.ephemeral)
                 elif isinstance(op, SetData):
-                    tx.set_data(full, bytes(op.data), op.version)
-                elif isinstance(op, Delete):
-                    tx.delete(full, op.version)
+                    tx.set_data(full, op.data, op.version)
                 else:
-                    raise ConfigurationError(f"not a transaction operation: {op!r}")
+                    tx.delete(full, op.version)
             return tx.commit_async()
 
         results = await self._call(ops[0].path, -1, build, leader=True)
