@@ -37,7 +37,7 @@ from ha.drivers.base import (
     NodeEvent,
     NodeEventKind,
 )
-from ha.drivers.sqlite.driver import SqliteDriver, default_path, default_url
+from ha.drivers.sqlite import SqliteDriver, default_path, default_url
 from ha.errors import (
     BadVersion,
     ConfigurationError,
@@ -153,9 +153,9 @@ async def member_stopping_in_reap(driver, name):
     # a member that, told "stop" on stdin, stops itself (SIGSTOP) in its poller's next reap:
     # after the poller read the sessions table, before the reaper reads the clock
     import signal, threading
-    from ha.drivers.sqlite.driver import SqliteDriver
+    from ha.drivers.sqlite.liveness import Liveness
     armed = []
-    reap = SqliteDriver._reap
+    reap = Liveness.reap
     def stopping_reap(self, *args):
         if armed:
             armed.clear()
@@ -163,7 +163,7 @@ async def member_stopping_in_reap(driver, name):
             # of the process takes the signal and stops the group)
             signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
         return reap(self, *args)
-    SqliteDriver._reap = stopping_reap
+    Liveness.reap = stopping_reap
     async with anyio.create_task_group() as tg:
         tg.start_soon(member, driver, name)
         while True:
@@ -819,7 +819,7 @@ async def test_start_errors_are_raised_in_process(tmp_path: Path) -> None:
 async def test_poller_behind_the_trimmed_log_resyncs_its_watches(
     sqlite_backend: SqliteBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ha.drivers.sqlite.driver as module
+    import ha.drivers.sqlite.tree as module
 
     monkeypatch.setattr(module, "KEEP_CHANGES", 20)
     monkeypatch.setattr(module, "TRIM_EVERY", 10)
@@ -857,12 +857,12 @@ async def test_deleted_file_makes_the_driver_expire_and_move_to_the_new_file(
 
 
 def _open_fresh(path: str, barrier: object, results: multiprocessing.Queue[str]) -> None:
-    from ha.drivers import sqlite as driver_module
+    from ha.drivers.sqlite import schema
 
     barrier.wait()  # type: ignore[attr-defined]
     try:
-        conn = driver_module._connect(path, 5.0, "normal")
-        driver_module._prepare(conn, path)
+        conn = schema.connect(path, 5.0, "normal")
+        schema.prepare(conn, path)
         conn.close()
         results.put("ok")
     except Exception as exc:  # reported to the test, which names it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from .driver import SqliteDriver, default_path, default_url
+from .driver import SqliteDriver
+from .settings import default_path, default_url
 
 __all__ = ("SqliteDriver", "default_path", "default_url")
