@@ -84,7 +84,7 @@ class OptionTable:
         if kind is Kind.SECONDS:
             if isinstance(value, str):
                 try:
-                    return seconds(name, float(value))
+                    value = float(value)
                 except ValueError:
                     raise ConfigurationError(
                         f"{name} must be a number of seconds, got {value!r}"

@@ -54,6 +54,7 @@ __all__ = (
     "NodeEvent",
     "NodeEventKind",
     "Op",
+    "SessionKind",
     "SetData",
     "Stat",
     "Subscription",
@@ -156,6 +157,13 @@ DriverEvent = ConnectionEvent | NodeEvent
 Callback = Callable[[Any], None]
 
 
+class SessionKind(enum.StrEnum):
+    """How a backend keeps a session alive."""
+
+    SESSION = "session"  # ZooKeeper-style: the client pings, the backend times the session out
+    LEASE = "lease"  # a lease the client renews (sqlite, etcd, Kubernetes)
+
+
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a backend offers, declared by each driver (the driver matrix is built from these)."""
@@ -165,7 +173,7 @@ class Capabilities:
     cross_host: bool  # ... and on other hosts
     durable: bool  # persistent nodes survive a restart of every client
     push_watches: bool  # node events are pushed by the backend (False: polled)
-    sessions: str  # "session" (ZooKeeper-style) or "lease" (renewed by the client)
+    sessions: SessionKind
 
 
 class Subscription:

@@ -18,7 +18,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Self
-from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import anyio.lowlevel
@@ -37,6 +36,7 @@ from ..errors import (
     TransactionFailed,
 )
 from ._input import checked_op, node_data
+from ._options import OptionTable
 from .base import (
     Capabilities,
     Check,
@@ -48,6 +48,7 @@ from .base import (
     NodeEvent,
     NodeEventKind,
     Op,
+    SessionKind,
     SetData,
     Stat,
     parent_of,
@@ -237,6 +238,9 @@ class MemoryCluster:
         return results
 
 
+_OPTIONS = OptionTable("memory", seconds=("session_timeout",))
+
+
 class MemoryDriver(Driver):
     """A client of a ``MemoryCluster`` holding one session at a time."""
 
@@ -246,7 +250,7 @@ class MemoryDriver(Driver):
         cross_host=False,
         durable=False,
         push_watches=True,
-        sessions="session",
+        sessions=SessionKind.SESSION,
     )
 
     def __init__(self, cluster: str | MemoryCluster = "default", *, session_timeout: float = 2.0):
@@ -273,19 +277,11 @@ class MemoryDriver(Driver):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
-        parts = urlsplit(url)
-        if parts.scheme != "memory" or not (parts.netloc or parts.path.strip("/")):
+        parsed = _OPTIONS.parse(url, scheme="memory", usage="memory://NAME")
+        name = parsed.netloc or parsed.path.strip("/")
+        if not name:
             raise ConfigurationError(f"expected memory://NAME, got {url!r}")
-        name = parts.netloc or parts.path.strip("/")
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        if "session_timeout" in query:
-            try:
-                options.setdefault("session_timeout", float(query.pop("session_timeout")))
-            except ValueError:
-                raise ConfigurationError(f"session_timeout must be a number in {url!r}") from None
-        if query:
-            raise ConfigurationError(f"unknown options in {url!r}: {', '.join(sorted(query))}")
-        return cls(name, **options)
+        return cls(name, **{**parsed.options, **_OPTIONS.keywords(options)})
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -64,7 +64,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Self
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote
 
 import anyio
 import anyio.abc
@@ -89,6 +89,7 @@ from ..errors import (
     Unavailable,
 )
 from ._input import checked_op, node_data
+from ._options import OptionTable
 from .base import (
     Capabilities,
     Check,
@@ -100,6 +101,7 @@ from .base import (
     NodeEvent,
     NodeEventKind,
     Op,
+    SessionKind,
     SetData,
     Stat,
     validate_path,
@@ -108,9 +110,6 @@ from .base import (
 __all__ = ("ZooKeeperDriver", "map_errors")
 
 log = logging.getLogger("ha.drivers.zookeeper")
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -187,36 +186,12 @@ class _Options:
     check_hostname: bool = False
 
 
-_FLOATS = {"session_timeout", "connect_timeout", "op_timeout", "tick_time"}
-_BOOLS = {"create_chroot", "randomize_hosts", "use_ssl", "verify_certs", "check_hostname"}
-_KNOWN = set(_Options.__slots__)
-
-
-def _convert(name: str, value: Any) -> Any:
-    if name not in _KNOWN:
-        raise ConfigurationError(
-            f"unknown ZooKeeper option {name!r}; known: {', '.join(sorted(_KNOWN))}"
-        )
-    if value is None:
-        return None
-    if name in _FLOATS:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}") from None
-        if not number > 0 or number == float("inf"):
-            raise ConfigurationError(f"{name} must be positive and finite, got {value!r}")
-        return number
-    if name in _BOOLS:
-        if isinstance(value, bool):
-            return value
-        text = str(value).lower()
-        if text in _TRUE | _FALSE:
-            return text in _TRUE
-        raise ConfigurationError(f"{name} must be true or false, got {value!r}")
-    if not isinstance(value, str):
-        raise ConfigurationError(f"{name} must be a string, got {value!r}")
-    return value
+_OPTIONS = OptionTable(
+    "ZooKeeper",
+    seconds=("session_timeout", "connect_timeout", "op_timeout", "tick_time"),
+    flags=("create_chroot", "randomize_hosts", "use_ssl", "verify_certs", "check_hostname"),
+    text=("acl", "auth", "certfile", "keyfile", "keyfile_password", "ca"),
+)
 
 
 def _parse_hosts(netloc: str) -> str:
@@ -292,7 +267,7 @@ class ZooKeeperDriver(Driver):
         cross_host=True,
         durable=True,
         push_watches=True,
-        sessions="session",
+        sessions=SessionKind.SESSION,
     )
 
     def __init__(self, hosts: str = "127.0.0.1:2181", *, chroot: str = "", **options: Any) -> None:
@@ -302,7 +277,7 @@ class ZooKeeperDriver(Driver):
         if chroot:
             validate_path(chroot)
         self.chroot = chroot
-        opts = _Options(**{name: _convert(name, value) for name, value in options.items()})
+        opts = _Options(**_OPTIONS.keywords(options))
         if opts.acl not in ("open", "creator"):
             raise ConfigurationError(f"acl must be 'open' or 'creator', got {opts.acl!r}")
         if opts.auth is not None and ":" not in opts.auth:
@@ -347,28 +322,12 @@ class ZooKeeperDriver(Driver):
         doc); acl=open|creator; auth=USER:PASSWORD; create_chroot; randomize_hosts; TLS:
         use_ssl, certfile, keyfile, keyfile_password, ca, verify_certs, check_hostname.
         """
-        if not isinstance(url, str):
-            raise ConfigurationError(f"not a ZooKeeper URL: {url!r}")
-        try:
-            parts = urlsplit(url)
-        except ValueError as exc:
-            raise ConfigurationError(f"malformed ZooKeeper URL {url!r}: {exc}") from None
-        if parts.scheme != "zk":
-            raise ConfigurationError(f"expected zk://HOST:PORT[/CHROOT], got {url!r}")
-        netloc = parts.netloc
-        query: dict[str, Any] = {}
+        parsed = _OPTIONS.parse(url, scheme="zk", usage="zk://HOST:PORT[/CHROOT]")
+        netloc, query = parsed.netloc, {}
         if "@" in netloc:
             userinfo, netloc = netloc.rsplit("@", 1)
             query["auth"] = unquote(userinfo)
-        try:
-            pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-        except ValueError:
-            raise ConfigurationError(f"malformed query string in {url!r}") from None
-        query.update(pairs)
-        if parts.fragment:
-            raise ConfigurationError(f"unexpected fragment in ZooKeeper URL {url!r}")
-        query.update(options)
-        return cls(netloc, chroot=unquote(parts.path), **query)
+        return cls(netloc, chroot=parsed.path, **{**query, **parsed.options, **options})
 
     # --- plumbing between kazoo's threads and the loop -------------------------------------
 

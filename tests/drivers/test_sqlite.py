@@ -36,6 +36,7 @@ from ha.drivers.base import (
     DriverEvent,
     NodeEvent,
     NodeEventKind,
+    SessionKind,
 )
 from ha.drivers.sqlite import SqliteDriver, default_path, default_url
 from ha.errors import (
@@ -267,7 +268,7 @@ def test_url_names_the_absolute_path_and_options() -> None:
     )
     assert driver.path == "/var/tmp/my app/ha.db"
     assert driver.session_timeout == 3.0
-    assert driver.capabilities.sessions == "lease" and driver.capabilities.cross_process
+    assert driver.capabilities.sessions is SessionKind.LEASE and driver.capabilities.cross_process
     # keywords win over the query string
     driver = SqliteDriver.from_url("sqlite:///x/ha.db?session_timeout=3", session_timeout=5)
     assert driver.session_timeout == 5.0

@@ -57,7 +57,8 @@ import anyio
 import anyio.to_thread
 
 from ...errors import AccessDenied, ConfigurationError, ConnectionLost, NodeExists, SessionExpired
-from ..base import Capabilities, Check, Create, Delete, Op, SetData, Stat, validate_path
+from .._input import checked_op, node_data
+from ..base import Capabilities, Create, Op, SessionKind, Stat, validate_path
 from . import tree
 from .schema import writing
 from .session import FileSession, Lifecycle
@@ -77,7 +78,7 @@ class SqliteDriver(FileSession):
         cross_host=False,
         durable=True,
         push_watches=False,
-        sessions="lease",
+        sessions=SessionKind.LEASE,
     )
 
     def __init__(
@@ -200,7 +201,7 @@ class SqliteDriver(FileSession):
         self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
     ) -> str:
         validate_path(path)
-        data = _bytes(data)
+        data = node_data(data)
         owner = self._owner() if ephemeral else None
         if path == "/":
             raise NodeExists(path)
@@ -216,7 +217,7 @@ class SqliteDriver(FileSession):
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         validate_path(path)
-        return await self._write(tree.set_data, path, _bytes(data), version)
+        return await self._write(tree.set_data, path, node_data(data), version)
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         validate_path(path)
@@ -232,25 +233,9 @@ class SqliteDriver(FileSession):
         checked: list[Op] = []
         owner: int | None = None
         for op in ops:
-            if not isinstance(op, Check | Create | SetData | Delete):
-                raise ConfigurationError(f"not a transaction operation: {op!r}")
-            validate_path(op.path)
-            if isinstance(op, Create):
-                op = Create(op.path, _bytes(op.data), op.ephemeral)
-                if op.ephemeral:
-                    owner = self._owner()
-            elif isinstance(op, SetData):
-                op = SetData(op.path, _bytes(op.data), op.version)
-            elif isinstance(op, Delete) and op.path == "/":
-                raise ConfigurationError("the root node cannot be deleted")
-            checked.append(op)
+            checked.append(checked_op(op))
+            if isinstance(checked[-1], Create) and checked[-1].ephemeral:
+                owner = self._owner()
         if not checked:
             return []
         return await self._write(tree.transact, checked, owner)
-
-
-def _bytes(data: object) -> bytes:
-    """A copy of bytes-like ``data``: later changes to a bytearray must not leak in."""
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise ConfigurationError(f"node data must be bytes, not {type(data).__name__}")
-    return bytes(data)
