@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from .._fs import fsync_dir, fsync_file
 from ..errors import ConfigurationError
 from .parquet import canonicalize_footer
 
@@ -156,8 +157,8 @@ def _normalize(staging: Path) -> None:
         entry.rename(target)
         if target.name.endswith(".parquet"):
             canonicalize_footer(target)  # the one part of the bytes that varies by JVM
-        _fsync_file(target)
-    _fsync_dir(staging)
+        fsync_file(target)
+    fsync_dir(staging)
 
 
 def commit_batch(staging: Path, output: Path | str, index: int) -> Outcome:
@@ -165,7 +166,7 @@ def commit_batch(staging: Path, output: Path | str, index: int) -> Outcome:
     target = batch_dir(output, index)
     try:
         os.rename(staging, target)  # atomic; refused when target is a non-empty directory
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
         return "created"
     except OSError as exc:
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
@@ -180,7 +181,7 @@ def commit_batch(staging: Path, output: Path | str, index: int) -> Outcome:
         output,
     )
     _exchange(staging, target)
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
     shutil.rmtree(staging, ignore_errors=True)  # now holds the old content
     return "replaced"
 
@@ -268,25 +269,6 @@ def read_output(
 
 
 # --- file system details -------------------------------------------------------------------
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _same_content(a: Path, b: Path) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import anyio.to_thread
 
+from .._fs import fsync_dir, write_atomically
 from ..errors import ConfigurationError, CorruptData
 from .layout import check_name
 
@@ -112,7 +113,7 @@ class FileBlobStore:
     async def put(self, prefix: str, data: bytes) -> BlobRef:
         data = bytes(data)
         key = _new_key(prefix)
-        await anyio.to_thread.run_sync(_write_atomically, self._file(key), data)
+        await anyio.to_thread.run_sync(write_atomically, self._file(key), data)
         return BlobRef(key, len(data), hashlib.sha256(data).hexdigest())
 
     async def get(self, ref: BlobRef) -> bytes:
@@ -131,55 +132,6 @@ class FileBlobStore:
         await anyio.to_thread.run_sync(_remove_tree, self.directory)
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _make_parents(file: Path) -> None:
-    # create missing directories one by one, so each new entry can be made durable
-    created: list[Path] = []
-    parent = file.parent
-    while not parent.exists():
-        created.append(parent)
-        parent = parent.parent
-    for directory in reversed(created):
-        try:
-            directory.mkdir()
-        except FileExistsError:
-            pass
-        _fsync_dir(directory.parent)
-
-
-def _write_atomically(file: Path, data: bytes) -> None:
-    tmp = file.with_name(f".{file.name}.tmp")
-    for attempt in range(100):
-        try:
-            _make_parents(file)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            break
-        except FileNotFoundError:
-            # a delete pruned an empty directory of ours meanwhile; once tmp is in it, none can
-            if attempt == 99:
-                raise
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, file)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(file.parent)
-
-
 def _unlink(file: Path, top: Path) -> None:
     try:
         file.unlink()
@@ -194,7 +146,7 @@ def _unlink(file: Path, top: Path) -> None:
             break
         directory = directory.parent
     try:
-        _fsync_dir(directory)
+        fsync_dir(directory)
     except FileNotFoundError:
         pass
 
@@ -205,7 +157,7 @@ def _remove_tree(directory: Path) -> None:
     except FileNotFoundError:
         return
     if directory.parent.exists():
-        _fsync_dir(directory.parent)
+        fsync_dir(directory.parent)
 
 
 class MemoryBlobStore:
