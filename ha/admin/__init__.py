@@ -1,0 +1,64 @@
+"""Operating an election from outside it, on any backend: status, format, graceful failover.
+
+The election at ``PATH`` is the elector's nodes plus two kept by ``ha run`` (all drawn, with
+their paths and the elector's encodings, in ``ha/election/nodes.py``)::
+
+    PATH/lock          ephemeral, the holder's identity            (the elector)
+    PATH/breadcrumb    the last active's identity and epoch        (the elector)
+    PATH/epoch         the fencing token, a decimal counter        (the elector)
+    PATH/members/ID    ephemeral, one per running supervisor: its state, host and pid
+    PATH/failover      the last graceful failover request (JSON)
+
+One module per idea:
+
+    records.py     Member and FailoverRequest: the two records ``ha run`` writes, one codec
+    members.py     the member nodes: claim, write, remove, list (a duplicate identity refused)
+    status.py      ElectionStatus: one consistent reading of all the nodes, and a watch
+    format.py      format_election (``ha format``)
+    failover.py    the graceful failover protocol (``ha failover``) and its waits
+"""
+
+from __future__ import annotations
+
+from .failover import (
+    FailoverError,
+    NoActive,
+    confirm_failover,
+    read_failover,
+    request_failover,
+    wait_for_failover,
+)
+from .format import ElectionInUse, FormatResult, format_election
+from .members import (
+    DuplicateIdentity,
+    claim_member,
+    member_path,
+    remove_member,
+    write_member,
+)
+from .records import DEFAULT_COOLDOWN, FailoverRequest, Member, text
+from .status import ElectionStatus, election_status, watch_status
+
+__all__ = (
+    "DEFAULT_COOLDOWN",
+    "DuplicateIdentity",
+    "ElectionInUse",
+    "ElectionStatus",
+    "FailoverError",
+    "FailoverRequest",
+    "FormatResult",
+    "Member",
+    "NoActive",
+    "claim_member",
+    "confirm_failover",
+    "election_status",
+    "format_election",
+    "member_path",
+    "read_failover",
+    "remove_member",
+    "request_failover",
+    "text",
+    "wait_for_failover",
+    "watch_status",
+    "write_member",
+)

@@ -1,0 +1,208 @@
+"""Graceful failover: ``ha failover PATH [--to ID]``, and how ``ha run`` supervisors honour it.
+
+In the spirit of Hadoop's ZKFC ``gracefulFailover`` / ``cedeActive``:
+
+1. The operator writes a request to ``PATH/failover``: the active's identity and epoch ``E``
+   (read just before), an optional target, a cooling period and a fresh id. A request is
+   *pending* only while the epoch node still reads ``E``; once anyone becomes active it is
+   history, so nothing ever has to clean it up.
+2. Every ``ha run`` supervisor watches that node (and the epoch node). The active whose lease
+   has epoch ``E`` cedes: it stops COMMAND, quits the election *without* fencing (its
+   breadcrumb is deleted, it stopped cleanly) and stays out for the cooling period.
+3. With a target, every other supervisor steps aside too (quits, stays out) until the epoch
+   moves past ``E`` or the cooling period has passed on its own clock, whichever comes first;
+   so only the target competes for the lock. No wall clocks are compared between hosts.
+4. A supervisor that wins while a pending request names another target (it saw the lock go
+   before the request) cedes at once, before starting COMMAND: the epoch then moves past
+   ``E + 1``, which is harmless (epochs only have to increase).
+5. The operator waits until an active with an epoch above ``E`` shows up and reports it.
+If the target never takes over, everyone is back in the election after the cooling period:
+liveness needs no operator. Only ``ha run`` supervisors honour requests, so
+``request_failover`` refuses when the active is not a registered member.
+
+The request is the ``FailoverRequest`` record at ``PATH/failover`` (``records.py``); the
+supervisor's side of the protocol is ``ha/supervisor/eligibility.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import time
+from contextlib import aclosing
+
+import anyio
+
+from ..drivers.base import Driver
+from ..election.nodes import ElectionNodes
+from ..errors import ConfigurationError, HAError, NoNode
+from .records import DEFAULT_COOLDOWN, FailoverRequest, text
+from .status import ElectionStatus, check_election, election_status, watch_status
+
+__all__ = (
+    "FailoverError",
+    "NoActive",
+    "confirm_failover",
+    "read_failover",
+    "request_failover",
+    "wait_for_failover",
+)
+
+
+class NoActive(HAError):
+    """The operation needs an active and there is none."""
+
+
+class FailoverError(HAError):
+    """A graceful failover was refused or did not complete."""
+
+
+async def read_failover(driver: Driver, path: str) -> FailoverRequest | None:
+    """The last request written at ``PATH/failover`` (pending or not), or None."""
+    try:
+        raw, _ = await driver.get(ElectionNodes(path).failover)
+    except NoNode:
+        return None
+    return FailoverRequest.decode(raw)
+
+
+_READY = ("standby", "neutral")  # member states that can take over
+
+
+def _requester() -> str:
+    try:
+        user = os.getlogin()
+    except OSError:
+        user = os.environ.get("USER", "?")
+    return f"{user}@{socket.gethostname()}:{os.getpid()}"
+
+
+async def request_failover(
+    driver: Driver,
+    path: str,
+    to: bytes | str | None = None,
+    *,
+    cooldown: float = DEFAULT_COOLDOWN,
+    force: bool = False,
+) -> FailoverRequest:
+    """Ask the active at ``path`` to cede, optionally to ``to`` (see the module docstring).
+
+    Raises ``NoActive`` when nobody is active, ``FailoverError`` when the request could not be
+    honoured (the target is already active or not a running supervisor, the active is not an
+    ``ha run`` supervisor, no standby could take over: unless ``force``, as the service would
+    only stop for the cooling period). Returns the request written; ``wait_for_failover``
+    waits for it.
+    """
+    check_election(path)
+    if not cooldown > 0:
+        raise ConfigurationError(f"the cooling period must be positive, got {cooldown}")
+    target = to.encode() if isinstance(to, str) else to
+    status = await election_status(driver, path)
+    if status.active is None or status.epoch is None:
+        raise NoActive(f"no active in {path}: nothing to fail over")
+    if target is not None and target == status.active:
+        raise FailoverError(f"{text(target)!r} is already the active of {path}")
+    members = {m.identity: m for m in status.members}
+    if status.active not in members:
+        raise FailoverError(
+            f"the active {text(status.active)!r} of {path} is not an `ha run` supervisor"
+            " (it has no member node), so it cannot be asked to cede"
+        )
+    standbys = [i for i, m in members.items() if i != status.active and m.state in _READY]
+    if target is None and not standbys and not force:
+        raise FailoverError(
+            f"no standby can take over {path} (members: "
+            + ", ".join(f"{text(i)} {m.state}" for i, m in sorted(members.items()))
+            + "): refusing, as it would only stop the service for the cooling period (force it)"
+        )
+    if target is not None:
+        member = members.get(target)
+        if member is None or member.state not in _READY:
+            running = ", ".join(sorted(text(i) for i in members if i != status.active)) or "none"
+            state = "not running" if member is None else f"{member.state}, not a standby"
+            raise FailoverError(
+                f"{text(target)!r} cannot take over {path}: it is {state} (standbys: {running})"
+            )
+    request = FailoverRequest(
+        secrets.token_hex(8),
+        status.active,
+        status.epoch,
+        target,
+        float(cooldown),
+        time.time(),
+        _requester(),
+    )
+    node = ElectionNodes(path).failover
+    try:
+        await driver.set(node, request.encode())
+    except NoNode:
+        await driver.create(node, request.encode())
+    return request
+
+
+async def wait_for_failover(driver: Driver, path: str, request: FailoverRequest) -> ElectionStatus:
+    """Wait until an active with an epoch above the request's shows up; return that status.
+
+    Raises ``FailoverError`` when the old active came back instead. With a target, another
+    standby may win the lock first and then give way (it saw the request late): that is waited
+    out, and the caller's bound (``anyio.fail_after``) ends a wait in which the target never
+    took over.
+    """
+    async with aclosing(watch_status(driver, path, fallback=0.5)) as statuses:
+        async for status in statuses:
+            if request.to is not None:
+                _check_target(status, request.to)
+            leader = status.leader
+            if leader is None or leader[1] <= request.epoch:
+                continue
+            identity, epoch = leader
+            if identity == request.active:
+                raise FailoverError(
+                    f"{text(identity)!r} became active again (epoch {epoch}): nobody else took over"
+                )
+            if request.to is not None and identity != request.to:
+                continue  # a non-target that won before it saw the request gives way
+            return status
+    raise AssertionError("watch_status never ends")
+
+
+def _check_target(status: ElectionStatus, to: bytes) -> None:
+    """Raise when the target's supervisor has given up: it left, or is out (its COMMAND
+    exited or could not start, it is unhealthy), as Hadoop's failover reports a target that
+    could not become active."""
+    member = next((m for m in status.members if m.identity == to), None)
+    if member is None:
+        raise FailoverError(f"couldn't make {text(to)!r} active: its `ha run` is gone")
+    if member.state == "out":
+        raise FailoverError(f"couldn't make {text(to)!r} active: {member.note or 'it is out'}")
+
+
+async def confirm_failover(
+    driver: Driver, path: str, found: ElectionStatus, seconds: float
+) -> ElectionStatus:
+    """Check that the new active of ``found`` stays active, with its member node saying so,
+    for ``seconds``: a COMMAND that dies at once makes its supervisor leave, and that is a
+    failed failover, not a done one. Raises ``FailoverError`` otherwise."""
+    leader = found.leader
+    assert leader is not None
+    identity = leader[0]
+    started = anyio.current_time()
+    lost: float | None = None
+    async with aclosing(watch_status(driver, path, fallback=0.1)) as statuses:
+        async for status in statuses:
+            _check_target(status, identity)
+            if status.leader != leader:
+                # its member node may tell why a moment later (it is written after the quit)
+                lost = anyio.current_time() if lost is None else lost
+                if anyio.current_time() - lost < 1.0:
+                    continue
+                now = "nobody" if status.active is None else repr(text(status.active))
+                raise FailoverError(
+                    f"couldn't make {text(identity)!r} active: it lost the lead ({now} is active)"
+                )
+            lost = None
+            member = next(m for m in status.members if m.identity == identity)
+            if member.state == "active" and anyio.current_time() - started >= seconds:
+                return status
+    raise AssertionError("watch_status never ends")
