@@ -1,13 +1,23 @@
-"""What users supply: a contender, any object with ``become_active`` and optional hooks."""
+"""What users supply: a contender, any object with ``become_active`` and optional hooks.
+
+Also how the elector calls the optional hooks: each bounded by its timeout, a hook that raises
+or overruns is logged (on ``ha.elector``) and never stops the election; a refused fence is
+returned as text for the machine. ``become_active`` is run by ``leadership.py``.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import logging
+from typing import Any, Protocol, runtime_checkable
+
+import anyio
 
 from ..errors import ConfigurationError
 from .lease import Lease
 
-__all__ = ("Contender", "HOOKS", "check_contender")
+__all__ = ("Contender", "HOOKS", "call_hook", "check_contender", "fence_old_active")
+
+log = logging.getLogger("ha.elector")
 
 HOOKS = ("become_standby", "enter_neutral", "fence_old_active", "on_fatal_error")
 
@@ -40,3 +50,36 @@ def check_contender(contender: object) -> None:
         hook = getattr(contender, name, None)
         if hook is not None and not callable(hook):
             raise ConfigurationError(f"contender attribute {name} is not callable")
+
+
+async def call_hook(contender: object, name: str, seconds: float, path: str, *args: Any) -> None:
+    """Await ``contender.<name>(*args)`` for at most ``seconds`` if it has that hook; failures
+    are logged, not raised."""
+    hook = getattr(contender, name, None)
+    if hook is None:
+        return
+    try:
+        with anyio.fail_after(seconds):
+            await hook(*args)
+    except TimeoutError:
+        log.error("%s: contender hook %s did not finish in time", path, name)
+    except Exception:
+        log.exception("%s: contender hook %s raised", path, name)
+
+
+async def fence_old_active(
+    contender: object, breadcrumb: bytes, seconds: float, path: str
+) -> str | None:
+    """Ask the contender to fence the old active; None if done (or no hook), else the refusal."""
+    hook = getattr(contender, "fence_old_active", None)
+    if hook is None:
+        log.info("%s: no fence_old_active hook; relying on epoch fencing", path)
+        return None
+    try:
+        with anyio.fail_after(seconds):
+            await hook(breadcrumb)
+    except TimeoutError:
+        return f"fence_old_active took over {seconds:g}s"
+    except Exception as exc:
+        return repr(exc)
+    return None

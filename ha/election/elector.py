@@ -3,14 +3,14 @@
 One task runs the loop: it takes an input (driver events first, then the outcome of the last
 effect, then timers), hands it to ``Machine.handle`` and executes the effects in order: backend
 calls through ``ElectionNodes`` (``nodes.py``), each bounded by the op timeout, the contender's
-hooks, timers, the leadership scope and the reports. The contender's ``become_active`` runs
-in a second task, in a cancel scope that ``StopActive`` cancels and then awaits, so nobody is
-told of any other state while the work may still run.
+hooks, timers, the leadership scope and the reports. Where the rest lives:
 
-Timing assumption (see ``ha/drivers/base.py``): the backend expires a session no earlier than
-``session_timeout`` after the last contact. The leadership scope has a watchdog of its own that
-cancels it at ``driver.last_contact + deadline_ratio * session_timeout`` unless contact was made
-since, so the work stops before the lock can pass on even if the loop is stuck in a slow call.
+- ``leadership.py``: the contender's ``become_active`` in a second task, in a cancel scope that
+  ``StopActive`` cancels and then awaits (so nobody is told of any other state while the work
+  may still run), with the watchdog that stops it on the local deadline; the timing assumption
+  it relies on is written there.
+- ``reporting.py``: where each public transition goes (log, journal, listeners, streams,
+  counts) and the records ``statistics()`` returns.
 """
 
 from __future__ import annotations
@@ -18,19 +18,15 @@ from __future__ import annotations
 import logging
 import math
 import random
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from types import MappingProxyType
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .._clock import monotonic_minus_loop
 from ..drivers.base import (
     ConnectionEvent,
     ConnectionState,
@@ -42,37 +38,19 @@ from ..drivers.base import (
 from ..errors import ConfigurationError, CorruptData, DriverError, ElectionFailed, SessionExpired
 from . import events as ev
 from . import machine as m
-from .contender import check_contender
+from .contender import call_hook, check_contender, fence_old_active
 from .journal import JournalWriter, Transition
+from .leadership import Leadership
 from .lease import Lease
 from .machine import State
 from .nodes import Breadcrumb, ElectionNodes, decode_breadcrumb
+from .reporting import ElectorStatistics, FencingStatistics, Reporting
 from .timing import Timing
 
-__all__ = ("Elector", "ElectorStatistics", "FencingStatistics")
+__all__ = ("Elector",)
 
 log = logging.getLogger("ha.elector")
 _SHARED_RNG = random.Random()
-
-
-@dataclass(frozen=True, slots=True)
-class FencingStatistics:
-    """Fences of one old active keep being refused (a takeover is blocked on them)."""
-
-    old: str  # the old active's identity, as text ("an unreadable breadcrumb" if unknown)
-    failures: int  # refusals in a row of that breadcrumb (the machine's count)
-    error: str  # the last refusal
-    next_try_in: float | None  # seconds until the next attempt; None if none is scheduled
-
-
-@dataclass(frozen=True, slots=True)
-class ElectorStatistics:
-    """What ``Elector.statistics()`` returns: one reading, never updated afterwards."""
-
-    state: State  # the public state as last reported
-    epoch: int | None  # the lease's epoch while ACTIVE
-    transitions: Mapping[str, int]  # "neutral->active": how often each public change happened
-    fencing: FencingStatistics | None = None  # set while fences are being refused
 
 
 def _identity_bytes(identity: bytes | str) -> bytes:
@@ -92,9 +70,9 @@ class Elector:
     """
 
     __slots__ = (
-        "driver", "path", "identity", "data", "timing", "nodes", "counts",
-        "_journal_spec", "_journal", "_rng", "_machine", "_state", "_lease", "_send",
-        "_watchers", "_listeners", "_lead_scope", "_lead_done", "_backoff_at", "_closed",
+        "driver", "path", "identity", "data", "timing", "nodes",
+        "_journal_spec", "_reporting", "_rng", "_machine", "_state", "_lease", "_send",
+        "_leadership", "_backoff_at", "_closed",
         "_quit_pending", "_fencing", "_may_hold",
     )  # fmt: skip
 
@@ -122,7 +100,7 @@ class Elector:
         self.nodes = ElectionNodes(path)
         # a path is opened for each run and closed after it; a writer given is the caller's
         self._journal_spec = journal
-        self._journal: JournalWriter | None = None
+        self._reporting = Reporting(path, self.identity)
         # one generator for all electors unless seeded: a Random costs ~2.5 KB per elector
         self._rng = _SHARED_RNG if seed is None else random.Random(seed)
         self._machine = m.Machine(
@@ -133,10 +111,9 @@ class Elector:
         self._state = State.NEUTRAL
         self._lease: Lease | None = None
         self._send: MemoryObjectSendStream[ev.Input] | None = None
-        self._watchers: list[MemoryObjectSendStream[Transition]] = []
-        self._listeners: list[Callable[[Transition], None]] = []
-        self._lead_scope: anyio.CancelScope | None = None
-        self._lead_done: anyio.Event | None = None
+        self._leadership = Leadership(
+            driver, self.timing, self.nodes, self.identity, self._machine, self._feed
+        )
         self._backoff_at: tuple[float, int] | None = None
         self._closed = False
         self._quit_pending: ev.QuitRequested | None = None
@@ -145,9 +122,13 @@ class Elector:
         # the session that may hold our lock: set before every create, cleared once a release
         # finds the lock not (or no longer) ours
         self._may_hold: int | None = None
-        self.counts: Counter[tuple[str, str]] = Counter()
 
     # --- public -------------------------------------------------------------------------------
+
+    @property
+    def counts(self) -> Counter[tuple[str, str]]:
+        """How often each public change happened: ``counts["neutral", "active"]``."""
+        return self._reporting.counts
 
     @property
     def state(self) -> State:
@@ -176,35 +157,23 @@ class Elector:
         return ElectorStatistics(
             self._state,
             self._lease.epoch if self._lease else None,
-            MappingProxyType({f"{a}->{b}": n for (a, b), n in sorted(self.counts.items())}),
+            self._reporting.transition_counts(),
             fencing,
         )
 
     def fencing_note(self) -> str | None:
         """ "fencing 'x' failed 5 times, next try in 8s" while fences keep being refused."""
         fencing = self.statistics().fencing
-        if fencing is None:
-            return None
-        note = f"fencing {fencing.old!r} failed {fencing.failures} times"
-        if fencing.next_try_in is not None:
-            note += f", next try in {fencing.next_try_in:.0f}s"
-        return f"{note} ({fencing.error})"
+        return None if fencing is None else fencing.note()
 
     def add_listener(self, callback: Callable[[Transition], None]) -> None:
         """Call ``callback(transition)`` synchronously on every transition (must not block)."""
-        self._listeners.append(callback)
+        self._reporting.add_listener(callback)
 
-    @asynccontextmanager
-    async def transitions(self) -> AsyncIterator[MemoryObjectReceiveStream[Transition]]:
-        """A stream of every transition from now on: ``async for t in stream``."""
-        send, receive = anyio.create_memory_object_stream[Transition](math.inf)
-        self._watchers.append(send)
-        try:
-            with receive:
-                yield receive
-        finally:
-            self._watchers.remove(send)
-            send.close()
+    def transitions(self) -> AbstractAsyncContextManager[MemoryObjectReceiveStream[Transition]]:
+        """A stream of every transition from now on: ``async with elector.transitions() as
+        stream: async for t in stream``."""
+        return self._reporting.stream()
 
     async def run(
         self,
@@ -221,7 +190,7 @@ class Elector:
         self._send = send
         error: str | None = None
         spec = self._journal_spec
-        self._journal = JournalWriter(spec) if isinstance(spec, str) else spec
+        journal = self._reporting.journal = JournalWriter(spec) if isinstance(spec, str) else spec
         subs = [
             self.driver.subscribe(None, self._on_connection),
             self.driver.subscribe(self.nodes.lock, self._on_lock),
@@ -247,7 +216,7 @@ class Elector:
             for sub in subs:
                 sub.close()
             with anyio.CancelScope(shield=True):
-                await self._stop_active("elector stopped")
+                await self._leadership.stop("elector stopped")
                 if self._machine.phase not in (m.Phase.DONE, m.Phase.FAILED):
                     # cancelled from outside: leave as a quit that keeps our breadcrumb (the
                     # next active fences us), releasing what we hold quickly, best effort
@@ -260,8 +229,8 @@ class Elector:
                             # from the state last published, not the machine's
                             self._report(ev.Report(self._state, effect.new, None, effect.cause))
             self._send = None
-            if isinstance(spec, str) and self._journal is not None:
-                self._journal.close()
+            if isinstance(spec, str) and journal is not None:
+                journal.close()
         if error is not None:  # raised outside the task group: a plain exception, not a group
             raise ElectionFailed(f"election {self.path} as {self.identity!r} failed: {error}")
 
@@ -385,9 +354,9 @@ class Elector:
                 claim = nodes.claim(driver, effect, Breadcrumb(me, epoch, self.data))
                 return await self._op("claim", session, claim)
             case ev.StartActive(session, epoch, epoch_version):
-                await self._start_active(tg, contender, session, epoch, epoch_version)
+                self._lease = self._leadership.start(tg, contender, session, epoch, epoch_version)
             case ev.StopActive(cause):
-                await self._stop_active(cause)
+                await self._leadership.stop(cause)
             case ev.VerifyEpoch(session):
                 return await self._op("verify epoch", session, nodes.verify_epoch(driver, effect))
             case ev.ReleaseLock(session):
@@ -490,30 +459,11 @@ class Elector:
     # --- the contender ------------------------------------------------------------------------
 
     async def _hook(self, contender: object, name: str, *args: Any) -> None:
-        hook = getattr(contender, name, None)
-        if hook is None:
-            return
-        try:
-            with anyio.fail_after(self.timing.hook_timeout):
-                await hook(*args)
-        except TimeoutError:
-            log.error("%s: contender hook %s did not finish in time", self.path, name)
-        except Exception:
-            log.exception("%s: contender hook %s raised", self.path, name)
+        await call_hook(contender, name, self.timing.hook_timeout, self.path, *args)
 
     async def _fence(self, contender: object, session: int, breadcrumb: bytes) -> ev.Input:
-        hook = getattr(contender, "fence_old_active", None)
-        if hook is None:
-            log.info("%s: no fence_old_active hook; relying on epoch fencing", self.path)
-            return ev.FenceSucceeded(session)
-        error = None
-        try:
-            with anyio.fail_after(self.timing.fence_timeout):
-                await hook(breadcrumb)
-        except TimeoutError:
-            error = f"fence_old_active took over {self.timing.fence_timeout:g}s"
-        except Exception as exc:
-            error = repr(exc)
+        timeout = self.timing.fence_timeout
+        error = await fence_old_active(contender, breadcrumb, timeout, self.path)
         if error is None:
             self._fencing = None
             return ev.FenceSucceeded(session)
@@ -524,100 +474,6 @@ class Elector:
         log.warning("%s: fencing %r refused (%d in a row): %s", self.path, old, count, error)
         return ev.FenceFailed(session, error)
 
-    async def _start_active(
-        self,
-        tg: anyio.abc.TaskGroup,
-        contender: object,
-        session: int,
-        epoch: int,
-        epoch_version: int,
-    ) -> None:
-        scope = anyio.CancelScope()
-        done = anyio.Event()
-        self._lead_scope, self._lead_done = scope, done
-
-        # the lease is asked from any thread: its deadline is on time.monotonic()
-        to_monotonic = monotonic_minus_loop()
-        span = self.timing.deadline_ratio * self.driver.session_timeout
-        driver = self.driver
-
-        def deadline() -> float:
-            return driver.last_contact + span + to_monotonic
-
-        def valid() -> bool:
-            return not scope.cancel_called and self._machine.epoch == epoch
-
-        def fenced() -> None:
-            if valid():
-                self._feed(ev.EpochSuperseded(session, epoch))
-
-        self._lease = Lease(
-            self.path,
-            self.identity,
-            epoch,
-            session,
-            self.nodes.epoch,
-            epoch_version,
-            valid,
-            fenced,
-            deadline,
-        )
-        tg.start_soon(self._lead, contender, self._lease, scope, done)
-
-    async def _lead(
-        self, contender: Any, lease: Lease, scope: anyio.CancelScope, done: anyio.Event
-    ) -> None:
-        try:
-            with scope:
-                async with anyio.create_task_group() as inner:
-                    inner.start_soon(self._watchdog, lease, scope)
-                    try:
-                        await contender.become_active(lease)
-                    except BaseException as exc:
-                        # a contender's own task group may raise a group mixing our
-                        # cancellation with its errors: report the errors, re-raise the rest
-                        cancelled, failed = _split_cancelled(exc)
-                        if failed is not None:
-                            log.error("%s: become_active raised", self.path, exc_info=failed)
-                            self._feed(ev.ActiveFailed(lease.session_id, lease.epoch, repr(failed)))
-                            inner.cancel_scope.cancel()
-                        if cancelled is not None:
-                            raise cancelled from None
-                        return
-                    await anyio.sleep_forever()  # returned: keep leading until told to stop
-        finally:
-            done.set()
-
-    async def _watchdog(self, lease: Lease, scope: anyio.CancelScope) -> None:
-        """Stop the work on the local deadline counted from the last contact (property 3)."""
-        span = self.timing.deadline_ratio * self.driver.session_timeout
-        while True:
-            deadline = self.driver.last_contact + span
-            now = anyio.current_time()
-            if now >= deadline:
-                log.warning(
-                    "%s: no contact with the backend for %.3fs: stopping the active work",
-                    self.path,
-                    now - self.driver.last_contact,
-                )
-                scope.cancel()
-                self._feed(ev.DeadlineExpired(lease.session_id))
-                return
-            await anyio.sleep(deadline - now)
-
-    async def _stop_active(self, cause: str) -> None:
-        scope, done = self._lead_scope, self._lead_done
-        if scope is None or done is None:
-            return
-        scope.cancel()
-        while not done.is_set():
-            with anyio.move_on_after(self.timing.hook_timeout):
-                await done.wait()
-            if not done.is_set():
-                log.error("%s: the active work ignores cancellation; still waiting", self.path)
-        self._lead_scope = self._lead_done = None
-        log.debug("%s: active work stopped (%s)", self.path, cause)
-
     # --- reporting ----------------------------------------------------------------------------
 
     def _report(self, report: ev.Report) -> None:
@@ -626,62 +482,4 @@ class Elector:
             self._fencing = None  # someone leads: our refused fences are history
         if report.new is not State.ACTIVE:
             self._lease = None
-        ident = self.identity.decode(errors="replace")
-        transition = Transition(
-            time.time(),
-            anyio.current_time(),
-            self.path,
-            ident,
-            report.old,
-            report.new,
-            report.epoch,
-            report.cause,
-        )
-        self.counts[(report.old.value, report.new.value)] += 1
-        log.info(
-            "%s %s: %s -> %s (%s)",
-            self.path,
-            ident,
-            report.old.value,
-            report.new.value,
-            report.cause,
-            extra={
-                "election": self.path,
-                "identity": ident,
-                "from_state": report.old.value,
-                "to_state": report.new.value,
-                "epoch": report.epoch,
-                "cause": report.cause,
-            },
-        )
-        if self._journal is not None:
-            self._journal.write(transition)
-        for listener in self._listeners:
-            try:
-                listener(transition)
-            except Exception:
-                log.exception("%s: transition listener raised", self.path)
-        for watcher in list(self._watchers):
-            try:
-                watcher.send_nowait(transition)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self._watchers.remove(watcher)
-
-
-def _split_cancelled(
-    exc: BaseException,
-) -> tuple[BaseException | None, Exception | None]:
-    """Split what ``become_active`` raised into (cancellation to re-raise, failure to report).
-
-    Anything that is neither cancellation nor an ``Exception`` (KeyboardInterrupt, SystemExit)
-    is returned as "cancellation" so that it propagates.
-    """
-    cancelled_class = anyio.get_cancelled_exc_class()
-    if isinstance(exc, BaseExceptionGroup):
-        cancelled, rest = exc.split(cancelled_class)
-        if rest is not None and not isinstance(rest, Exception):
-            return exc, None  # a non-Exception inside: let it all propagate
-        return cancelled, rest
-    if isinstance(exc, Exception):
-        return None, exc
-    return exc, None
+        self._reporting.send(report)

@@ -1,0 +1,185 @@
+"""The leadership scope: the contender's ``become_active`` in a cancel scope, with a watchdog.
+
+The elector starts one term at a time (``StartActive``) and stops it (``StopActive``); ``stop``
+cancels the scope and then awaits the work, so nobody is told of any other state while it may
+still run. A failure of ``become_active`` is reported to the machine as ``ActiveFailed``.
+
+Timing assumption (see ``ha/drivers/base.py``): the backend expires a session no earlier than
+``session_timeout`` after the last contact. The watchdog cancels the scope at
+``driver.last_contact + deadline_ratio * session_timeout`` unless contact was made since, so
+the work stops before the lock can pass on even if the elector's loop is stuck in a slow call.
+The lease's ``stop_deadline()`` is the same deadline, on ``time.monotonic()``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from .._clock import monotonic_minus_loop
+from ..drivers.base import Driver
+from . import events as ev
+from .lease import Lease
+from .machine import Machine
+from .nodes import ElectionNodes
+from .timing import Timing
+
+__all__ = ("Leadership",)
+
+log = logging.getLogger("ha.elector")
+
+
+class Leadership:
+    """An elector's active work: at most one term runs at a time."""
+
+    __slots__ = (
+        "_driver",
+        "_timing",
+        "_nodes",
+        "_identity",
+        "_machine",
+        "_feed",
+        "_scope",
+        "_done",
+    )
+
+    def __init__(
+        self,
+        driver: Driver,
+        timing: Timing,
+        nodes: ElectionNodes,
+        identity: bytes,
+        machine: Machine,
+        feed: Callable[[ev.Input], None],
+    ) -> None:
+        self._driver = driver
+        self._timing = timing
+        self._nodes = nodes
+        self._identity = identity
+        self._machine = machine  # read for its epoch: a lease is valid while it is ours
+        self._feed = feed  # hands the machine an input (the watchdog's, a failure, a fence)
+        self._scope: anyio.CancelScope | None = None
+        self._done: anyio.Event | None = None
+
+    def start(
+        self,
+        tg: anyio.abc.TaskGroup,
+        contender: object,
+        session: int,
+        epoch: int,
+        epoch_version: int,
+    ) -> Lease:
+        """Start ``become_active`` in a task of ``tg``; return the lease it is handed."""
+        scope = anyio.CancelScope()
+        done = anyio.Event()
+        self._scope, self._done = scope, done
+
+        # the lease is asked from any thread: its deadline is on time.monotonic()
+        to_monotonic = monotonic_minus_loop()
+        span = self._timing.deadline_ratio * self._driver.session_timeout
+        driver, machine, feed = self._driver, self._machine, self._feed
+
+        def deadline() -> float:
+            return driver.last_contact + span + to_monotonic
+
+        def valid() -> bool:
+            return not scope.cancel_called and machine.epoch == epoch
+
+        def fenced() -> None:
+            if valid():
+                feed(ev.EpochSuperseded(session, epoch))
+
+        lease = Lease(
+            self._nodes.path,
+            self._identity,
+            epoch,
+            session,
+            self._nodes.epoch,
+            epoch_version,
+            valid,
+            fenced,
+            deadline,
+        )
+        tg.start_soon(self._lead, contender, lease, scope, done)
+        return lease
+
+    async def stop(self, cause: str) -> None:
+        """Cancel the running term, if any, and wait until its work has returned."""
+        scope, done = self._scope, self._done
+        if scope is None or done is None:
+            return
+        scope.cancel()
+        while not done.is_set():
+            with anyio.move_on_after(self._timing.hook_timeout):
+                await done.wait()
+            if not done.is_set():
+                log.error(
+                    "%s: the active work ignores cancellation; still waiting", self._nodes.path
+                )
+        self._scope = self._done = None
+        log.debug("%s: active work stopped (%s)", self._nodes.path, cause)
+
+    async def _lead(
+        self, contender: Any, lease: Lease, scope: anyio.CancelScope, done: anyio.Event
+    ) -> None:
+        try:
+            with scope:
+                async with anyio.create_task_group() as inner:
+                    inner.start_soon(self._watchdog, lease, scope)
+                    try:
+                        await contender.become_active(lease)
+                    except BaseException as exc:
+                        # a contender's own task group may raise a group mixing our
+                        # cancellation with its errors: report the errors, re-raise the rest
+                        cancelled, failed = _split_cancelled(exc)
+                        if failed is not None:
+                            log.error("%s: become_active raised", lease.election, exc_info=failed)
+                            self._feed(ev.ActiveFailed(lease.session_id, lease.epoch, repr(failed)))
+                            inner.cancel_scope.cancel()
+                        if cancelled is not None:
+                            raise cancelled from None
+                        return
+                    await anyio.sleep_forever()  # returned: keep leading until told to stop
+        finally:
+            done.set()
+
+    async def _watchdog(self, lease: Lease, scope: anyio.CancelScope) -> None:
+        """Stop the work on the local deadline counted from the last contact (property 3)."""
+        driver = self._driver
+        span = self._timing.deadline_ratio * driver.session_timeout
+        while True:
+            deadline = driver.last_contact + span
+            now = anyio.current_time()
+            if now >= deadline:
+                log.warning(
+                    "%s: no contact with the backend for %.3fs: stopping the active work",
+                    lease.election,
+                    now - driver.last_contact,
+                )
+                scope.cancel()
+                self._feed(ev.DeadlineExpired(lease.session_id))
+                return
+            await anyio.sleep(deadline - now)
+
+
+def _split_cancelled(
+    exc: BaseException,
+) -> tuple[BaseException | None, Exception | None]:
+    """Split what ``become_active`` raised into (cancellation to re-raise, failure to report).
+
+    Anything that is neither cancellation nor an ``Exception`` (KeyboardInterrupt, SystemExit)
+    is returned as "cancellation" so that it propagates.
+    """
+    cancelled_class = anyio.get_cancelled_exc_class()
+    if isinstance(exc, BaseExceptionGroup):
+        cancelled, rest = exc.split(cancelled_class)
+        if rest is not None and not isinstance(rest, Exception):
+            return exc, None  # a non-Exception inside: let it all propagate
+        return cancelled, rest
+    if isinstance(exc, Exception):
+        return None, exc
+    return exc, None
