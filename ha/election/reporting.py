@@ -84,7 +84,8 @@ class Reporting:
             with receive:
                 yield receive
         finally:
-            self._watchers.remove(send)
+            if send in self._watchers:  # not if send() found the reader closed and dropped it
+                self._watchers.remove(send)
             send.close()
 
     def send(self, report: ev.Report) -> None:
