@@ -9,17 +9,15 @@ election gracefully. ``run_job_manager`` is the same thing as a function (for ``
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import logging
-import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import anyio
 
+from .._process import die_with_parent, quit_on_signals
 from ..drivers import connect
 from ..election.timing import Timing
 from .jobmanager import EventSink, JobManager
@@ -62,14 +60,7 @@ async def run_job_manager(
             on_event=on_event,
         )
         async with anyio.create_task_group() as tg:
-
-            async def on_signals() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for _ in signals:
-                        manager.quit()
-                        return
-
-            tg.start_soon(on_signals)
+            tg.start_soon(quit_on_signals, manager.quit)
             await manager.run()
             tg.cancel_scope.cancel()
         await anyio.to_thread.run_sync(manager.warm.stop)  # Spark's JVM goes with us anyway
@@ -78,18 +69,6 @@ async def run_job_manager(
 def _print_event(name: str, fields: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps({"event": name, **fields}, default=str) + "\n")
     sys.stdout.flush()
-
-
-def _die_with_parent() -> None:
-    """Linux: be killed when the process that started us dies (no orphaned job managers)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os._exit(1)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -108,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--die-with-parent", action="store_true")
     args = parser.parse_args(argv)
     if args.die_with_parent:
-        _die_with_parent()
+        die_with_parent()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     options = {} if args.session_timeout is None else {"session_timeout": args.session_timeout}
     anyio.run(

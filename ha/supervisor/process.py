@@ -5,31 +5,30 @@ sends SIGTERM, then SIGKILL after the grace period, and returns only once it is 
 Linux COMMAND runs under a guard (``ha/supervisor/_guard.py``, a child subreaper): the stop
 reaches every descendant, even daemons that left the process group, and if the supervisor
 dies, even by SIGKILL, the guard kills the whole tree. Without a guard, PR_SET_PDEATHSIG kills
-the child itself when the supervisor dies.
+the child itself when the supervisor dies (``ha/_process.py``).
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import logging
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import anyio
 import anyio.to_thread
 
+from .._process import deathsig_preexec
 from ..errors import ConfigurationError
 
 __all__ = ("GUARD_MARGIN", "Child", "describe_exit", "spawn")
 
 log = logging.getLogger("ha.supervisor")
 
-PR_SET_PDEATHSIG = 1
 GUARD_MARGIN = 2.0  # seconds a guard may take beyond the grace period to end the tree
 
 # --- child processes ------------------------------------------------------------------------
@@ -46,27 +45,6 @@ def _spawner_pool() -> ThreadPoolExecutor:
     if _spawner is None:
         _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ha-spawn")
     return _spawner
-
-
-def _deathsig_preexec() -> Callable[[], None] | None:
-    """A preexec_fn arming PR_SET_PDEATHSIG=SIGKILL, or None off Linux.
-
-    Everything is looked up before the fork: the child only makes two system calls.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    parent = os.getpid()
-    kill, getppid, getpid, sigkill = os.kill, os.getppid, os.getpid, int(signal.SIGKILL)
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
-        if getppid() != parent:  # the supervisor died before the prctl: do not run at all
-            kill(getpid(), sigkill)
-
-    return preexec
 
 
 class Child:
@@ -223,7 +201,7 @@ async def spawn(
     full_env.update(env or {})
     guard_argv = _guard_argv() if guard else None
     options: dict[str, object] = {}
-    preexec = _deathsig_preexec() if guard_argv is None else None
+    preexec = deathsig_preexec() if guard_argv is None else None
     if preexec is not None:
         options["preexec_fn"] = preexec
     stdin_fd = subprocess.DEVNULL if stdin is None else stdin
