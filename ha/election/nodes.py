@@ -1,14 +1,14 @@
 """The election's nodes: where they live, how they are encoded, and the calls each effect needs.
 
-An election at ``PATH`` is these nodes (``ha/admin.py`` reads them all from outside)::
+An election at ``PATH`` is these nodes (``ha/admin/`` reads them all from outside)::
 
     PATH/lock          ephemeral, the holder's identity: whoever holds it may become active
     PATH/breadcrumb    persistent, ``ha.breadcrumb/1`` JSON: the last active's identity, epoch
                        and data, left for the next active to fence
     PATH/epoch         persistent, a decimal counter: the fencing token; its node version is
                        what ``Lease.fence_ops()`` checks
-    PATH/members/ID    ephemeral, one per ``ha run`` supervisor (``ha/admin.py``)
-    PATH/failover      the last graceful failover request (``ha/admin.py``)
+    PATH/members/ID    ephemeral, one per ``ha run`` supervisor (``ha/admin/members.py``)
+    PATH/failover      the last graceful failover request (``ha/admin/failover.py``)
 
 All knowledge of these paths and encodings sits in this file, as etcd's ``election.go`` holds
 its keys: the elector, ``ha status``, ``ha run`` and the demo go through ``ElectionNodes`` and

@@ -17,7 +17,7 @@ breadcrumb (identity, epoch, host and pid) in its environment, and can refuse th
 
 ``--health CMD`` (Hadoop's HealthMonitor): checked every interval; while it fails the
 supervisor leaves the election (stopping COMMAND first if active) and rejoins once it passes.
-Graceful failover requests are honoured as described in ``ha/admin.py``. Whether to take part
+Graceful failover requests are honoured as described in ``ha/admin/failover.py``. Whether to take part
 is decided by the pure rules of ``eligibility.py``; this module reads the facts, hands them
 over, and does what the ``Decision`` says (leave, wake the waiting loop, log).
 """
@@ -247,7 +247,7 @@ class Supervisor:
     async def become_active(self, lease: Lease) -> None:
         request = await self._read_failover()
         decision = self._eligibility.lock_won(anyio.current_time(), request, lease.epoch)
-        if decision.quit:  # a pending failover names someone else: give way (admin.py 4)
+        if decision.quit:  # a pending failover names someone else: give way (admin/failover.py 4)
             self._act(decision)
             return
         env = self._env(lease)
@@ -376,7 +376,7 @@ class Supervisor:
         epoch: int | None,
         holder: bytes | None | Literal[Unknown.UNKNOWN] = UNKNOWN,
     ) -> None:
-        """Act on the failover request as the protocol of ``ha/admin.py`` says."""
+        """Act on the failover request as the protocol of ``ha/admin/failover.py`` says."""
         lease = self._elector.lease if self._elector is not None else None
         leading = lease.epoch if lease is not None else None
         now = anyio.current_time()

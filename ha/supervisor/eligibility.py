@@ -17,7 +17,7 @@ The rules:
   doubles on each quick exit (1s up to 30s, back to 1s after a run of over a minute), so a
   crash loop does not keep the lock; ceding for a failover leaves it for the request's
   cooling period.
-- Failover requests, as ``ha/admin.py`` says: the active of the request's epoch cedes; with a
+- Failover requests, as ``ha/admin/failover.py`` says: the active of the request's epoch cedes; with a
   target, every other member steps aside until the target holds the lock past that epoch or
   the cooling period passed on our clock; a member that wins the lock while a request names
   someone else gives way before starting COMMAND. A request is acted on once; one whose
@@ -166,7 +166,7 @@ class Eligibility:
 
     def lock_won(self, now: float, request: admin.FailoverRequest | None, epoch: int) -> Decision:
         """We won the lock at ``epoch``, ``request`` read just after: a ``quit`` decision
-        means give way without starting COMMAND (admin.py, step 4)."""
+        means give way without starting COMMAND (admin/failover.py, step 4)."""
         self._expire(now)
         if (
             request is not None
@@ -235,7 +235,7 @@ class Eligibility:
         return Decision(quit=True, wake=True)
 
     def _expire(self, now: float) -> None:
-        # the cooling period of a step-aside passed on our clock: back in (admin.py, step 3)
+        # the cooling period of a step-aside passed on our clock: back in (admin/failover.py, step 3)
         if self._aside is not None and now >= self._aside.until:
             self.handled.add(self._aside.request_id)
             self._aside = None
