@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -212,6 +213,9 @@ class Driver(ABC):
 
     def __init__(self) -> None:
         self._subscribers: dict[str | None, list[Callback]] = {}
+        self._session_id: int | None = None
+        self._last_contact = -math.inf  # no contact yet
+        self._connected = False
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -241,26 +245,29 @@ class Driver(ABC):
         await self.aclose()
 
     # --- session ----------------------------------------------------------------------------
+    # Concrete: each driver keeps these four fields up to date and the properties read them.
+
+    _session_timeout: float  # set by the driver: asked for, or as the backend granted it
 
     @property
-    @abstractmethod
     def session_id(self) -> int | None:
         """The current session's id, or None when there is none (closed, or between sessions)."""
+        return self._session_id
 
     @property
-    @abstractmethod
     def session_timeout(self) -> float:
         """Seconds without contact after which the backend expires the session."""
+        return self._session_timeout
 
     @property
-    @abstractmethod
     def last_contact(self) -> float:
         """``anyio.current_time()`` when the backend last answered this session."""
+        return self._last_contact
 
     @property
-    @abstractmethod
     def connected(self) -> bool:
         """Whether the driver currently has contact with the backend."""
+        return self._connected
 
     # --- nodes ------------------------------------------------------------------------------
 

@@ -102,6 +102,24 @@ async def test_the_server_never_expires_a_session_early(name: str) -> None:
         assert time.monotonic() > last + 0.2
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's clock is the server's
+@pytest.mark.anyio
+async def test_last_contact_is_never_later_than_the_servers_record_of_it(name: str) -> None:
+    # base.py's timing assumption, exactly: on asyncio anyio.current_time() is time.monotonic(),
+    # the clock the cluster records heartbeats on, so the two compare with no conversion
+    async with MemoryDriver(name, session_timeout=0.06) as driver:
+        assert driver.session_id is not None
+        session = driver.cluster.sessions[driver.session_id]
+        assert driver.last_contact <= session.last_heartbeat  # the session's opening
+        for _ in range(50):
+            await driver.exists("/")  # an operation's contact
+            assert driver.last_contact <= session.last_heartbeat
+        start = driver.last_contact
+        while driver.last_contact < start + 0.1:  # the pinger's contacts (every 20 ms)
+            await anyio.sleep(0.005)
+            assert driver.last_contact <= session.last_heartbeat
+
+
 @pytest.mark.anyio
 async def test_a_closed_driver_may_start_again_with_a_new_session(name: str) -> None:
     driver = MemoryDriver(name)

@@ -56,7 +56,7 @@ from typing import Any, Self, TypeVar
 import anyio
 import anyio.to_thread
 
-from ...errors import AccessDenied, ConfigurationError, ConnectionLost, NodeExists, SessionExpired
+from ...errors import ConfigurationError, ConnectionLost, NodeExists, SessionExpired
 from .._input import checked_op, node_data
 from ..base import Capabilities, Create, Op, SessionKind, Stat, validate_path
 from . import tree
@@ -167,27 +167,24 @@ class SqliteDriver(FileSession):
     def _freeze(self) -> None:
         """Test hook: every access to the file (renewals, polls, operations) waits for
         ``_thaw()``, as when the file's disk stalls: no error, no contact, no renewal."""
-        if self._frozen is None:
-            self._frozen = anyio.Event()
+        self._injected.freeze()
 
     def _thaw(self) -> None:
-        if self._frozen is not None:
-            self._frozen.set()
-            self._frozen = None
+        self._injected.thaw()
 
     def _fail_next(self, count: int = 1, *, transient: bool = True) -> None:
         """Test hook: the next ``count`` operations fail before reaching the file, with
         ``ConnectionLost`` (as a busy database) or, if not transient, ``AccessDenied``."""
-        for _ in range(count):
-            self._fail.append(
-                ConnectionLost(f"{self._path}: injected fault (database is busy)")
-                if transient
-                else AccessDenied(f"{self._path}: injected fatal fault")
-            )
+        self._injected.fail_next(
+            count,
+            transient=transient,
+            lost=f"{self._path}: injected fault (database is busy)",
+            denied=f"{self._path}: injected fatal fault",
+        )
 
     def _injected_fault(self) -> None:
-        if self._fail and self._state is Lifecycle.STARTED:
-            raise self._fail.pop(0)
+        if self._state is Lifecycle.STARTED:
+            self._injected.raise_next()
 
     # --- nodes ------------------------------------------------------------------------------------
 

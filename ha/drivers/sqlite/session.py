@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
 import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -30,6 +29,7 @@ import anyio.to_thread
 from ..._background import BackgroundTask
 from ..._clock import loop_minus_monotonic
 from ...errors import ConfigurationError, ConnectionLost, HAError, Unavailable
+from .._faults import Injected
 from ..base import ConnectionEvent, ConnectionState, Driver, NodeEvent, NodeEventKind
 from . import tree
 from .liveness import Liveness
@@ -82,9 +82,7 @@ class FileSession(Driver):
         self._bg_limiter: anyio.CapacityLimiter | None = None
         self._file_id: tuple[int, int] = (0, 0)
         self._live: Liveness | None = None  # leases and lock files (bg thread)
-        self._session_id: int | None = None
-        self._last_contact = -math.inf
-        self._connected = False
+        self._session_timeout = settings.session_timeout
         self._cursor = 0  # the last change-log id delivered (bg thread)
         self._data_version = -1  # PRAGMA data_version when the tables were read (bg thread)
         self._poke: anyio.Event | None = None  # wakes the poller (after our own writes)
@@ -93,16 +91,14 @@ class FileSession(Driver):
         # the renewer and the poller, stopped alone by _abandon() and with the rest by aclose()
         self._loops: BackgroundTask | None = None
         # test hooks (SqliteDriver._freeze, _fail_next): a gate on all file access, injected errors
-        self._frozen: anyio.Event | None = None
-        self._fail: list[HAError] = []
+        self._injected = Injected()
 
     # --- threads ------------------------------------------------------------------------------
 
     async def _in_thread(
         self, limiter: anyio.CapacityLimiter | None, fn: Callable[..., T], *args: Any
     ) -> T:
-        while self._frozen is not None:  # test hook: _freeze()
-            await self._frozen.wait()
+        await self._injected.wait_thawed()  # test hook: _freeze()
         if self._state is not Lifecycle.STARTED or limiter is None:
             raise ConnectionLost(f"{self._path}: the driver is {self._state.value}, not started")
         try:
@@ -219,22 +215,6 @@ class FileSession(Driver):
         self._ops = self._bg = None
 
     # --- session ------------------------------------------------------------------------------
-
-    @property
-    def session_id(self) -> int | None:
-        return self._session_id
-
-    @property
-    def session_timeout(self) -> float:
-        return self._settings.session_timeout
-
-    @property
-    def last_contact(self) -> float:
-        return self._last_contact
-
-    @property
-    def connected(self) -> bool:
-        return self._connected
 
     def _open_session(self) -> float:
         """Open a session on the open file (bg thread); returns its CLOCK_MONOTONIC."""

@@ -1,0 +1,203 @@
+"""The memory backend's server: a named tree of nodes, its sessions and their expiry.
+
+``MemoryCluster`` answers its clients (``ha.drivers.memory.driver``) at once, in the caller's
+thread: a heartbeat records contact, ``apply`` checks a transaction against the tree and applies
+all of it or none, and a change is pushed to the drivers watching its path. Its clock is
+``time.monotonic()``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from ...errors import BadVersion, NodeExists, NoNode, NotEmpty, TransactionFailed
+from ..base import Create, Delete, NodeEvent, NodeEventKind, Op, SetData, Stat, parent_of
+
+if TYPE_CHECKING:
+    from .driver import MemoryDriver
+
+__all__ = ("MemoryCluster",)
+
+
+@dataclass(slots=True)
+class _Node:
+    data: bytes
+    version: int = 0
+    ephemeral_owner: int | None = None
+    mtime: float = field(default_factory=time.time)
+    children: set[str] = field(default_factory=set)
+
+    def stat(self) -> Stat:
+        return Stat(self.version, self.ephemeral_owner, self.mtime, len(self.children))
+
+
+@dataclass(slots=True)
+class _Session:
+    id: int
+    timeout: float
+    last_heartbeat: float
+    driver: MemoryDriver
+    expired: bool = False
+
+
+class MemoryCluster:
+    """A named in-process coordination server. ``MemoryCluster.named(name)`` shares one."""
+
+    _registry: dict[str, MemoryCluster] = {}
+    _ids = itertools.count(0x1000)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.nodes: dict[str, _Node] = {"/": _Node(b"")}
+        self.sessions: dict[int, _Session] = {}
+        self.watchers: dict[str, set[MemoryDriver]] = {}  # path -> drivers watching it
+        self.ephemerals: dict[int, set[str]] = {}  # session -> its ephemeral paths
+        self.ops = 0  # operations served, for tests and benchmarks
+        self._next_reap = 0.0
+
+    @classmethod
+    def named(cls, name: str) -> MemoryCluster:
+        cluster = cls._registry.get(name)
+        if cluster is None:
+            cluster = cls._registry[name] = cls(name)
+        return cluster
+
+    @classmethod
+    def drop(cls, name: str) -> None:
+        """Forget a named cluster (its data is gone for drivers that connect later)."""
+        cls._registry.pop(name, None)
+
+    # --- sessions ---------------------------------------------------------------------------
+
+    def open_session(self, driver: MemoryDriver, timeout: float) -> int:
+        sid = next(self._ids)
+        self.sessions[sid] = _Session(sid, timeout, time.monotonic(), driver)
+        return sid
+
+    def heartbeat(self, sid: int) -> bool:
+        """Record contact from ``sid``; False if the session is gone."""
+        self.reap()
+        session = self.sessions.get(sid)
+        if session is None or session.expired:
+            return False
+        session.last_heartbeat = time.monotonic()
+        return True
+
+    def alive(self, sid: int) -> bool:
+        session = self.sessions.get(sid)
+        return session is not None and not session.expired
+
+    def reap(self) -> None:
+        """Expire every session not heard from for its timeout (the server's session tracker).
+
+        It runs at most every 5 ms: checking every session on every call would make a cluster
+        of n sessions cost O(n) per operation. Expiry may thus come up to 5 ms late, never early.
+        """
+        now = time.monotonic()
+        if now < self._next_reap:
+            return
+        self._next_reap = now + 0.005
+        for session in list(self.sessions.values()):
+            if not session.expired and now - session.last_heartbeat > session.timeout:
+                self.expire(session.id)
+
+    def expire(self, sid: int) -> None:
+        """End a session now, deleting its ephemeral nodes (a fault, or the session tracker)."""
+        session = self.sessions.pop(sid, None)
+        if session is None:
+            return
+        session.expired = True
+        for path in sorted(self.ephemerals.pop(sid, ())):
+            if path in self.nodes:
+                self._remove(path)
+        session.driver._server_expired(sid)
+
+    def close_session(self, sid: int) -> None:
+        self.expire(sid)
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    def _notify(self, path: str, kind: NodeEventKind) -> None:
+        event = NodeEvent(path, kind)
+        for driver in list(self.watchers.get(path, ())):
+            driver._server_event(event)
+
+    def _remove(self, path: str) -> None:
+        node = self.nodes[path]
+        for child in list(node.children):  # children first: each unlinks itself from us
+            self._remove(f"{path.rstrip('/')}/{child}")
+        del self.nodes[path]
+        if node.ephemeral_owner is not None:
+            self.ephemerals.get(node.ephemeral_owner, set()).discard(path)
+        if path != "/":
+            self.nodes[parent_of(path)].children.discard(path.rsplit("/", 1)[1])
+        self._notify(path, NodeEventKind.DELETED)
+
+    def _check_op(self, op: Op, sid: int, staged: dict[str, _Node | None]) -> None:
+        """Validate ``op`` against the staged view of the tree; raise the op's error."""
+
+        def node_at(path: str) -> _Node | None:
+            return staged[path] if path in staged else self.nodes.get(path)
+
+        if isinstance(op, Create):
+            if node_at(op.path) is not None:
+                raise NodeExists(op.path)
+            if op.path == "/" or node_at(parent_of(op.path)) is None:
+                raise NoNode(parent_of(op.path))
+            parent = node_at(parent_of(op.path))
+            if parent is not None and parent.ephemeral_owner is not None:
+                raise NoNode(f"{op.path} (ephemeral nodes cannot have children)")
+            staged[op.path] = _Node(op.data, ephemeral_owner=sid if op.ephemeral else None)
+            return
+        node = node_at(op.path)
+        if node is None:
+            raise NoNode(op.path)
+        if op.version != -1 and node.version != op.version:
+            raise BadVersion(op.path, op.version, node.version)
+        if isinstance(op, Delete):
+            live_children = {
+                c for c in node.children if node_at(f"{op.path.rstrip('/')}/{c}") is not None
+            }
+            if live_children or any(
+                p.startswith(op.path + "/") and n is not None for p, n in staged.items()
+            ):
+                raise NotEmpty(op.path)
+            staged[op.path] = None
+        elif isinstance(op, SetData):  # later ops of the transaction see the new version
+            staged[op.path] = replace(node, data=op.data, version=node.version + 1)
+
+    def apply(self, ops: Sequence[Op], sid: int) -> list[str | Stat | None]:
+        """Check every op (from ``checked_op``) against the tree as the earlier ones leave it,
+        then apply all of them, or raise TransactionFailed."""
+        self.ops += 1
+        staged: dict[str, _Node | None] = {}
+        for index, op in enumerate(ops):
+            try:
+                self._check_op(op, sid, staged)
+            except (NodeExists, NoNode, BadVersion, NotEmpty) as exc:
+                raise TransactionFailed(index, exc) from None
+        results: list[str | Stat | None] = []
+        for op in ops:
+            if isinstance(op, Create):
+                self.nodes[op.path] = _Node(op.data, ephemeral_owner=sid if op.ephemeral else None)
+                if op.ephemeral:
+                    self.ephemerals.setdefault(sid, set()).add(op.path)
+                if op.path != "/":
+                    self.nodes[parent_of(op.path)].children.add(op.path.rsplit("/", 1)[1])
+                self._notify(op.path, NodeEventKind.CREATED)
+                results.append(op.path)
+            elif isinstance(op, SetData):
+                node = self.nodes[op.path]
+                node.data, node.version, node.mtime = op.data, node.version + 1, time.time()
+                self._notify(op.path, NodeEventKind.CHANGED)
+                results.append(node.stat())
+            elif isinstance(op, Delete):
+                self._remove(op.path)
+                results.append(None)
+            else:
+                results.append(None)
+        return results
