@@ -1,0 +1,103 @@
+"""When the ZooKeeper leader last heard from this session: the driver's ``last_contact``.
+
+Timing: ``session_timeout`` is the timeout the server granted (it may clamp the request to its
+``maxSessionTimeout``). ``last_contact`` must never be later than the *leader's* view of the
+contact, since only the ZooKeeper leader expires sessions:
+
+- a follower answers reads and pings by itself, and passes its clients' session touches on to
+  the leader only in its replies to the leader's pings (every tickTime/2). A follower cut off
+  from the leader goes on answering until its sync limit runs out (syncLimit x tickTime, 10 s
+  stock), long after the leader may have expired the session. So a reply proves nothing by
+  itself. A reply that went through the leader (``sync``, or a write) sent at ``t`` proves that
+  the follower's link to the leader worked after ``t``; a request answered before
+  ``t - tick_time`` was touched at the follower at least ``tick_time`` before that, time enough
+  for a ping reply carrying the touch to go ahead of the forwarded request on the same ordered
+  link. ``last_contact`` is the send time of the latest such request. ``tick_time`` (the
+  ensemble's tickTime in seconds; default a fifth of the session timeout, which covers stock
+  ZooKeeper's 2 s tick for sessions of 10 s and more) must cover the ping interval (tickTime/2)
+  plus the jitter of the leader's pings: give the real tickTime for shorter sessions.
+- a (re)connection is dated when kazoo's thread sends the connect request: a follower grants
+  it only after the leader has touched (revalidated, or created) the session. The stamp is
+  taken on kazoo's thread and converted to the loop's clock, so a stalled loop cannot date it
+  late.
+
+A ``sync`` every ``max(tick_time / 2, session_timeout / 12)`` keeps it fresh while nothing
+else is asked: each dates a request answered a ``tick_time`` earlier, so the contact is at most
+about ``1.5 * tick_time`` (by default 0.3 session timeouts) plus a few round trips old.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections import deque
+
+import anyio
+
+from ...errors import DriverError
+from ..base import Driver
+
+__all__ = ("ContactDating",)
+
+
+class ContactDating(Driver):
+    """Dates ``last_contact`` from the requests ZooKeeper answered and the replies that went
+    through its leader; a ``sync`` now and then (``_probe``) when nothing else does."""
+
+    def __init__(self, tick_time: float | None) -> None:
+        super().__init__()
+        self._tick_time = tick_time  # the ensemble's tickTime; None: a fifth of the timeout
+        # requests answered by the server: (sent, replied) on the loop's clock, candidates for
+        # last_contact once a reply through the leader proves their touch reached the leader
+        self._answered: deque[tuple[float, float]] = deque()
+        self._probe_now = anyio.Event()
+
+    @abstractmethod
+    async def _sync(self) -> None:
+        """A ``sync`` through the leader, dated as any request (``_call(..., leader=True)``)."""
+
+    def _remember(self, sent: float, replied: float) -> None:
+        """Keep an answered request until a sync proves it. Under heavy load the oldest two
+        become one (latest send, latest reply): proven later, never earlier, and the oldest
+        are the ones the next sync can prove, so they must not be dropped."""
+        if len(self._answered) >= 1024:
+            a, b = self._answered.popleft(), self._answered.popleft()
+            self._answered.appendleft((max(a[0], b[0]), max(a[1], b[1])))
+        self._answered.append((sent, replied))
+
+    @property
+    def _tick(self) -> float:
+        """How long before a reply through the leader a request must have been answered for
+        that reply to prove its touch reached the leader (see the module's doc)."""
+        return self._tick_time or self._session_timeout / 5
+
+    def _through_leader(self, sent: float) -> None:
+        """A request sent at ``sent`` went through the leader: date the contact."""
+        cutoff = sent - self._tick
+        proven = [entry[0] for entry in self._answered if entry[1] <= cutoff]
+        if proven:  # their touches are in; later proofs need only later requests
+            self._answered = deque(entry for entry in self._answered if entry[1] > cutoff)
+            self._stamp(max(proven))
+
+    def _stamp(self, contact: float) -> None:
+        if contact > self._last_contact:
+            self._last_contact = contact
+
+    def _connect_dated(self, contact: float | None) -> None:
+        """A session was granted to a connect request sent at ``contact`` (see the module's
+        doc): it is later than every earlier answer."""
+        self._answered.clear()
+        if contact is not None:
+            self._stamp(contact)
+
+    async def _probe(self) -> None:
+        """A ``sync`` now and then, to keep ``last_contact`` fresh: each one goes through the
+        leader and so dates the latest one answered at least ``tick_time`` before it."""
+        while True:
+            with anyio.move_on_after(max(self._tick / 2, self._session_timeout / 12)):
+                await self._probe_now.wait()
+            self._probe_now = anyio.Event()
+            if self._connected:
+                try:
+                    await self._sync()
+                except DriverError:
+                    pass

@@ -1,0 +1,363 @@
+"""A kazoo client as the driver's session: kazoo's threads, the loop, and the states.
+
+Threads: kazoo runs a connection thread and callback threads of its own. This module keeps them
+apart from the event loop in both directions:
+
+- kazoo's ``*_async`` calls only queue a request and wake kazoo's connection thread, so they are
+  issued straight from the loop's thread; only ``start``/``stop`` (which create and join
+  threads) go through ``anyio.to_thread``.
+- everything kazoo reports back (a reply, a watch firing, a state change) is put on a
+  thread-safe queue, and a socketpair byte wakes the driver's pump task, which runs it on the
+  loop's thread. kazoo's threads therefore never wait for the loop: a busy loop cannot delay
+  kazoo's heartbeats (kazoo's state listeners must not block).
+
+States: kazoo's CONNECTED with a new session id -> CONNECTED, SUSPENDED -> DISCONNECTED,
+CONNECTED with the same id -> RECONNECTED, LOST -> EXPIRED; kazoo then opens a new session on
+its own (CONNECTED with the new id).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+from kazoo import exceptions as kx
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KazooState
+from kazoo.retry import KazooRetry
+from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
+
+from ..._clock import loop_minus_monotonic
+from ...errors import ConfigurationError, ConnectionLost, NodeExists, Unavailable
+from .._faults import Injected
+from ..base import ConnectionEvent, ConnectionState, validate_path
+from .contact import ContactDating
+from .mapping import NO_REPLY, map_errors
+from .settings import Options
+
+__all__ = ("KazooSession",)
+
+log = logging.getLogger("ha.drivers.zookeeper")
+
+
+class _SessionLog(logging.LoggerAdapter[logging.Logger]):
+    """kazoo's logger, watched for the session timeout the server granted.
+
+    kazoo does not keep the negotiated timeout anywhere; it only logs it when a session opens.
+    If the message ever changes, the requested timeout is kept (and safety then depends on the
+    server's maxSessionTimeout not being lower than the request).
+    """
+
+    def __init__(self, on_timeout: Callable[[float], None]) -> None:
+        super().__init__(logging.getLogger("kazoo.client"), {})
+        self._on_timeout = on_timeout
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if isinstance(msg, str) and msg.startswith("Session created") and len(args) >= 3:
+            granted = args[2]
+            if isinstance(granted, int | float) and granted > 0:
+                self._on_timeout(granted / 1000.0)
+        super().log(level, msg, *args, **kwargs)
+
+
+class KazooSession(ContactDating):
+    """One kazoo client, started and stopped with the driver, and its session's states."""
+
+    def __init__(self, hosts: str, chroot: str, options: Options) -> None:
+        super().__init__(options.tick_time)
+        self.hosts = hosts
+        self.chroot = chroot
+        self.options = options
+        self._acl = CREATOR_ALL_ACL if options.acl == "creator" else OPEN_ACL_UNSAFE
+        self._requested_timeout = options.session_timeout
+        self._session_timeout = options.session_timeout
+        self._granted_timeout: float | None = None  # written by kazoo's thread
+        self._client: Any = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
+        self._closing = False
+        self._clock_offset = 0.0  # anyio.current_time() - time.monotonic(), taken on the loop
+        self._connect_sent: float | None = None  # time.monotonic(); kazoo's connection thread
+        self._first_session = anyio.Event()
+        # test hooks (faults.py): injected errors and a gate on requests
+        self._injected = Injected()
+
+    # --- plumbing between kazoo's threads and the loop -------------------------------------
+
+    def _post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the loop's thread soon. Safe from any thread; never blocks."""
+        self._inbox.put(fn)
+        wake = self._wake_w
+        if wake is not None:
+            try:
+                wake.send(b"\0")
+            except OSError:  # buffer full: a wake-up is pending anyway; closed: shutting down
+                pass
+
+    async def _pump(self) -> None:
+        assert self._wake_r is not None
+        while True:
+            await anyio.wait_readable(self._wake_r)
+            try:
+                self._wake_r.recv(4096)
+            except BlockingIOError:
+                pass
+            while True:  # drain after reading the bytes, so a later post always wakes us
+                try:
+                    fn = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                try:
+                    fn()
+                except Exception:
+                    log.exception("ZooKeeper driver callback failed")
+
+    async def _call(
+        self, path: str, version: int, request: Callable[[], Any], *, leader: bool = False
+    ) -> Any:
+        """Issue one kazoo async request and wait for its reply on the loop.
+
+        ``leader``: the request goes through the ZooKeeper leader (a write or a sync), so its
+        successful reply dates the contact of requests answered earlier (see the module's doc).
+        """
+        if self._tg is None or self._client is None:
+            raise ConnectionLost("the ZooKeeper driver is not started (or closed)")
+        await self._injected.wait_thawed()  # test hook: _freeze()
+        self._injected.raise_next()  # test hook: _fail_next()
+        done = anyio.Event()
+        sent = anyio.current_time()  # before the request is queued: never later than its sending
+        with map_errors(path, version):
+            result = request()
+            result.rawlink(lambda _: self._post(done.set))
+            timeout = self.options.op_timeout or self._session_timeout
+            with anyio.move_on_after(timeout):
+                await done.wait()
+            if not done.is_set():
+                raise ConnectionLost(f"no reply from ZooKeeper within {timeout:g} s")
+            # read after the reply arrived, so never earlier than the server's touch of it
+            replied = anyio.current_time()
+            try:
+                value = result.get_nowait()
+            except kx.KazooException as exc:
+                if not isinstance(exc, NO_REPLY):
+                    self._remember(sent, replied)
+                raise
+        if leader:
+            self._through_leader(sent)
+        self._remember(sent, replied)
+        return value
+
+    async def _sync(self) -> None:
+        await self._call("/", -1, lambda: self._client.sync_async("/"), leader=True)
+
+    def _abs(self, path: str) -> str:
+        validate_path(path)
+        if not self.chroot:
+            return path
+        return self.chroot if path == "/" else self.chroot + path
+
+    def _rel(self, path: str) -> str:
+        if not self.chroot:
+            return path
+        return path[len(self.chroot) :] or "/"
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._tg is not None or self._closing:
+            raise RuntimeError("driver already started")
+        opts = self.options
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.1, max_delay=1.0)
+        self._client = KazooClient(
+            hosts=self.hosts,
+            timeout=self._requested_timeout,
+            auth_data=[("digest", opts.auth)] if opts.auth else None,
+            randomize_hosts=opts.randomize_hosts,
+            connection_retry=retry,
+            logger=_SessionLog(self._granted),
+            use_ssl=opts.use_ssl,
+            certfile=opts.certfile,
+            keyfile=opts.keyfile,
+            keyfile_password=opts.keyfile_password,
+            ca=opts.ca,
+            verify_certs=opts.verify_certs,
+            check_hostname=opts.check_hostname,
+        )
+        self._client.add_listener(self._kazoo_state)
+        self._date_connects(self._client)
+        self._clock_offset = loop_minus_monotonic()
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        try:
+            self._tg.start_soon(self._pump)
+            await anyio.to_thread.run_sync(self._client.start_async)
+            with anyio.move_on_after(opts.connect_timeout):
+                await self._first_session.wait()
+            if not self._first_session.is_set():
+                raise Unavailable(
+                    f"could not reach ZooKeeper at {self.hosts} within"
+                    f" {opts.connect_timeout:g} s (connect_timeout)"
+                )
+            await self._check_chroot()
+            if self._tick > self._session_timeout / 4:
+                log.warning(
+                    "tick_time %g s is long for a session timeout of %g s: contact through a"
+                    " follower is dated that much late, and an active may stop for want of it",
+                    self._tick,
+                    self._session_timeout,
+                )
+            self._tg.start_soon(self._probe)
+        except BaseException:
+            await self._shutdown(emit=False)
+            raise
+
+    async def _check_chroot(self) -> None:
+        if not self.chroot:
+            return
+        stat = await self._call(self.chroot, -1, lambda: self._client.exists_async(self.chroot))
+        if stat is not None:
+            return
+        if not self.options.create_chroot:
+            raise ConfigurationError(
+                f"the chroot {self.chroot} does not exist on ZooKeeper at {self.hosts};"
+                " create it, or allow the driver to (create_chroot=true)"
+            )
+        try:
+            await self._call(
+                self.chroot,
+                -1,
+                lambda: self._client.create_async(self.chroot, b"", acl=self._acl, makepath=True),
+                leader=True,
+            )
+        except NodeExists:
+            pass
+
+    async def aclose(self) -> None:
+        if self._tg is None:
+            return
+        await self._shutdown(emit=True)
+
+    async def _shutdown(self, *, emit: bool) -> None:
+        self._closing = True
+        had_session = self._session_id is not None
+        self._session_id = None
+        self._connected = False
+        client, self._client = self._client, None
+        if client is not None:
+            client.remove_listener(self._kazoo_state)
+
+            def stop() -> None:
+                try:
+                    client.stop()  # closes the session: its ephemeral nodes go at once
+                finally:
+                    client.close()
+
+            try:
+                with anyio.CancelScope(shield=True):  # even when cancelled: the session must end
+                    await anyio.to_thread.run_sync(stop)
+            except Exception:
+                log.warning("closing the kazoo client failed", exc_info=True)
+        tg, self._tg = self._tg, None
+        try:
+            if tg is not None:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)  # raises if we are being cancelled
+        finally:
+            for sock in (self._wake_r, self._wake_w):
+                if sock is not None:
+                    sock.close()
+            self._wake_r = self._wake_w = None
+            self._watches_down()
+            if emit and had_session:
+                self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
+
+    def _rearm_watches(self) -> None:
+        """Hook: the session is (re)connected: arm the watches that are not armed."""
+
+    def _watches_down(self) -> None:
+        """Hook: the client is gone with every watch it had set."""
+
+    # --- session ----------------------------------------------------------------------------
+
+    def _granted(self, timeout: float) -> None:  # kazoo's thread
+        self._granted_timeout = timeout
+
+    def _date_connects(self, client: Any) -> None:
+        """Have kazoo's connection thread note when it starts each connection attempt (before
+        the connect request is sent), to date the connection it may open."""
+        handler: Any = getattr(client, "_connection", None)
+        connect = getattr(handler, "_connect", None)
+        if connect is None:
+            log.warning("this kazoo has no ConnectionHandler._connect: reconnections not dated")
+            return
+
+        @functools.wraps(connect)
+        def dated_connect(*args: Any, **kwargs: Any) -> Any:
+            self._connect_sent = time.monotonic()
+            return connect(*args, **kwargs)
+
+        handler._connect = dated_connect
+
+    def _kazoo_state(self, state: str) -> None:  # kazoo's connection thread: must not block
+        client = self._client
+        client_id = client.client_id if client is not None else None
+        session = client_id[0] if client_id else None
+        contact = None
+        if state == KazooState.CONNECTED and self._connect_sent is not None:
+            # CONNECTED is reported from inside the connection attempt that began then
+            contact = self._connect_sent + self._clock_offset
+        self._post(
+            functools.partial(self._state_changed, state, session, self._granted_timeout, contact)
+        )
+
+    def _state_changed(
+        self, state: str, session: int | None, granted: float | None, contact: float | None = None
+    ) -> None:
+        if self._closing:
+            return
+        old = self._session_id
+        if state == KazooState.CONNECTED and session is not None:
+            if granted is not None:
+                if granted < self._requested_timeout:
+                    log.warning(
+                        "ZooKeeper granted a session timeout of %g s instead of %g s",
+                        granted,
+                        self._requested_timeout,
+                    )
+                self._session_timeout = granted
+            self._connected = True
+            # the server answered a connect request sent at ``contact`` (dated on kazoo's
+            # thread, not now: the loop may have been stalled since), having had the leader
+            # revalidate or create the session; it is later than every earlier answer
+            self._connect_dated(contact)
+            if session == old:
+                self._emit(ConnectionEvent(ConnectionState.RECONNECTED, session))
+            else:
+                if old is not None:  # a new session without LOST first: the old one is gone
+                    self._emit(ConnectionEvent(ConnectionState.EXPIRED, old))
+                self._session_id = session
+                self._emit(ConnectionEvent(ConnectionState.CONNECTED, session))
+            self._first_session.set()
+            self._probe_now.set()
+            self._rearm_watches()
+        elif state == KazooState.SUSPENDED:
+            if self._connected:
+                self._connected = False
+                self._emit(ConnectionEvent(ConnectionState.DISCONNECTED, old))
+        elif state == KazooState.LOST:
+            self._connected = False
+            self._session_id = None
+            if old is not None:
+                self._emit(ConnectionEvent(ConnectionState.EXPIRED, old))

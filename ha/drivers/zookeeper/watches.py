@@ -1,0 +1,138 @@
+"""Node events from ZooKeeper's one-shot watches, re-armed after each firing.
+
+Watches: one-shot ``exists`` watches, re-armed after every firing and after every reconnect
+(kazoo 2.11 has no persistent watches). Each arming reads the node's stat; the difference from
+the last stat seen becomes the events (created, changed, deleted, or deleted then created for a
+node replaced in between), so nothing that changed while the watch was down goes unreported,
+only coalesced (as ZooKeeper's own watches are). A deletion is reported as soon as it fires.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from kazoo import exceptions as kx
+from kazoo.protocol.states import EventType
+
+from ..base import NodeEvent, NodeEventKind
+from .session import KazooSession
+from .settings import Options
+
+__all__ = ("Watches",)
+
+log = logging.getLogger("ha.drivers.zookeeper")
+
+
+class _Watch:
+    """The re-armed watch of one subscribed path."""
+
+    __slots__ = ("path", "active", "arming", "again", "armed", "last")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.active = True  # False once the last subscriber left
+        self.arming = False  # an exists request is in flight
+        self.again = False  # re-arm once the in-flight one returns
+        self.armed = False  # a watch is set on the server
+        # what is known of the node: _UNKNOWN before the first arming (which only records the
+        # baseline: events are changes after subscribing), None if absent, else its ZnodeStat
+        self.last: Any = _UNKNOWN
+
+
+_UNKNOWN = object()
+
+
+class Watches(KazooSession):
+    """The subscribed paths' watches: armed on subscribe, re-armed on every (re)connection."""
+
+    def __init__(self, hosts: str, chroot: str, options: Options) -> None:
+        super().__init__(hosts, chroot, options)
+        self._watches: dict[str, _Watch] = {}
+
+    def _watch_started(self, path: str) -> None:
+        watch = _Watch(path)
+        self._watches[path] = watch
+        if self._connected:
+            self._arm(watch)
+
+    def _watch_stopped(self, path: str) -> None:
+        watch = self._watches.pop(path, None)
+        if watch is not None:
+            watch.active = False  # ZooKeeper cannot remove a watch: its firing is ignored
+
+    def _rearm_watches(self) -> None:
+        for watch in self._watches.values():
+            if not watch.armed:
+                self._arm(watch)
+
+    def _watches_down(self) -> None:
+        for watch in self._watches.values():
+            watch.armed = watch.arming = False
+
+    def _arm(self, watch: _Watch) -> None:
+        if watch.arming:
+            watch.again = True
+            return
+        client = self._client
+        if client is None or not watch.active:
+            return
+        watch.arming = True
+        watch.again = False
+
+        def fired(event: Any) -> None:  # kazoo's callback thread
+            self._post(functools.partial(self._fired, watch, getattr(event, "type", None)))
+
+        def replied(result: Any) -> None:  # kazoo's completion thread
+            self._post(functools.partial(self._armed, watch, result))
+
+        try:
+            client.exists_async(self._abs(watch.path), watch=fired).rawlink(replied)
+        except Exception:
+            watch.arming = False
+            log.warning("could not watch %s", watch.path, exc_info=True)
+
+    def _fired(self, watch: _Watch, kind: str | None) -> None:
+        watch.armed = False
+        if not watch.active or self._closing:
+            return
+        # A deletion is reported at once (a lock's deletion is what a standby waits for): the
+        # re-arming read then reports a re-creation against a known absence. Anything else is
+        # reported after the read, so that the watch is set again before the subscriber can
+        # react (and a change it then makes is not missed).
+        if kind == EventType.DELETED and watch.last is not None and watch.last is not _UNKNOWN:
+            watch.last = None
+            self._emit(NodeEvent(watch.path, NodeEventKind.DELETED))
+        self._arm(watch)
+
+    def _armed(self, watch: _Watch, result: Any) -> None:
+        watch.arming = False
+        if not watch.active or self._closing:
+            return
+        try:
+            stat = result.get_nowait()
+        except kx.KazooException:
+            watch.armed = False  # re-armed on the next (re)connection
+        else:
+            watch.armed = True
+            self._diff(watch, stat)
+        if watch.again and self._connected:
+            self._arm(watch)
+
+    def _diff(self, watch: _Watch, stat: Any) -> None:
+        before, watch.last = watch.last, stat
+        if before is _UNKNOWN:
+            return
+        events: list[NodeEventKind] = []
+        if before is None and stat is not None:
+            events = [NodeEventKind.CREATED]
+        elif before is not None and stat is None:
+            events = [NodeEventKind.DELETED]
+        elif before is not None and stat is not None:
+            if stat.czxid != before.czxid:  # replaced while the watch was down
+                events = [NodeEventKind.DELETED, NodeEventKind.CREATED]
+            elif stat.mzxid != before.mzxid:
+                events = [NodeEventKind.CHANGED]
+        for kind in events:
+            self._emit(NodeEvent(watch.path, kind))
