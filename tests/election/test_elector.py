@@ -309,9 +309,7 @@ async def test_bad_input_is_refused_at_construction() -> None:
         ha.connect("ftp://x")
     with pytest.raises(ConfigurationError, match="not a backend URL"):
         ha.connect("localhost:2181")
-    assert encode_breadcrumb(
-        Breadcrumb(b"a", 1)
-    )  # the codec is importable from ha.election.nodes
+    assert encode_breadcrumb(Breadcrumb(b"a", 1))  # the codec is importable from ha.election.nodes
     assert CorruptData("/p", "r").path == "/p"
 
 
