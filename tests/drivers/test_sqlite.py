@@ -887,3 +887,20 @@ def test_processes_opening_a_new_file_together_all_succeed(tmp_path: Path) -> No
             proc.join(timeout=30)
         failures += [o for o in outcomes if o != "ok"]
     assert failures == []
+
+
+@pytest.mark.anyio
+async def test_a_crashed_renewer_says_disconnected_at_once(
+    sqlite_backend: SqliteBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a bug in the renew loop used to leave the driver looking connected while its lease ran out
+    async with sqlite_backend.driver() as driver:
+        with recording(driver, None) as states:
+
+            def broken(sid: int) -> tuple[bool, float]:
+                raise RuntimeError("a bug in the renewer")
+
+            monkeypatch.setattr(driver, "_renew", broken)
+            sid = driver.session_id
+            assert await next_event(states) == ConnectionEvent(ConnectionState.DISCONNECTED, sid)
+            assert not driver.connected

@@ -140,9 +140,17 @@ class FileSession(Driver):
         self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._session_id))
 
     async def _run_loops(self) -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._renew_loop)
-            tg.start_soon(self._poll_loop)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._renew_loop)
+                tg.start_soon(self._poll_loop)
+        except Exception:
+            # a bug in a loop stops renewals: say so at once (the background task logs it)
+            # rather than look connected while the lease runs out
+            if self._connected:
+                self._connected = False
+                self._emit(ConnectionEvent(ConnectionState.DISCONNECTED, self._session_id))
+            raise
 
     def _start_error(self, exc: HAError) -> HAError:
         self._state = Lifecycle.CLOSED
