@@ -1,6 +1,8 @@
 """The ``ha`` command: run, watch and operate elections on any backend.
 
 Every error is one line on stderr and a non-zero exit code (``--debug`` shows the traceback).
+``--url`` and ``--debug`` go before or after the command's name; commands that only read
+(``status``, ``watch``) create nothing, not even the embedded file.
 Exit codes: 0 ok; 1 error; 2 usage; 3 no active (``status``, ``failover``); 4 overlapping
 leadership found (``report``); 130 interrupted.
 
@@ -16,7 +18,7 @@ from typing import NoReturn
 import click
 
 from . import demo, election, jobs, report
-from ._run import CONTEXT, Failure, Options, setup_logging
+from ._run import CONTEXT, Failure, Options, add_global_options, setup_logging
 
 __all__ = ("cli", "main")
 
@@ -55,6 +57,8 @@ cli.add_command(election.format_)
 cli.add_command(jobs.jobs)
 cli.add_command(report.report)
 cli.add_command(demo.demo)
+for _command in cli.commands.values():
+    add_global_options(_command)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

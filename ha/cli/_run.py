@@ -24,6 +24,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import quote, urlsplit
 
 import anyio
 import click
@@ -41,6 +42,7 @@ __all__ = (
     "NoActiveFailure",
     "Options",
     "UsageFailure",
+    "add_global_options",
     "call",
     "check_master",
     "master_option",
@@ -174,14 +176,62 @@ class Options:
     url_given: bool  # on the command line (not from HA_URL)
     debug: bool
 
-    def backend_url(self) -> str:
+    def backend_url(self, *, read_only: bool = False) -> str:
+        """The --url, else the embedded default file (``read_only``: without creating its
+        directory)."""
         if self.url:
             return self.url
         try:
-            from ..drivers.sqlite import default_url
+            from ..drivers.sqlite.settings import default_path
         except ImportError as exc:  # pragma: no cover - the embedded backend ships with ha
             raise ConfigurationError(f"no --url given and no embedded backend: {exc}") from exc
-        return default_url()
+        return "sqlite://" + quote(str(default_path(create=not read_only)))
+
+
+# --- --url and --debug after the command's name too (as kubectl, etcdctl, patronictl) -----------
+
+
+def _set_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    opts = ctx.find_object(Options)
+    if value is not None and opts is not None:  # the later, nearer flag wins
+        opts.url, opts.url_given = value, True
+
+
+def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    opts = ctx.find_object(Options)
+    if value and opts is not None:
+        opts.debug = True
+        setup_logging(True)
+
+
+def add_global_options(command: click.Command) -> None:
+    """Give ``command`` (and the commands of a group) the options of ``ha`` itself, so that
+    ``ha status --url X /p`` means ``ha --url X status /p``. A command's own ``--url`` (the
+    demo's) stays its own. ``ha run``'s COMMAND after ``--`` keeps every option it is given."""
+    taken = {name for param in command.params for name in param.opts}
+    if "--url" not in taken:
+        command.params.append(
+            click.Option(
+                ["--url"],
+                metavar="URL",
+                expose_value=False,
+                callback=_set_url,
+                help="Backend URL, as `ha --url` (wins over HA_URL).",
+            )
+        )
+    if "--debug" not in taken:
+        command.params.append(
+            click.Option(
+                ["--debug"],
+                is_flag=True,
+                expose_value=False,
+                callback=_set_debug,
+                help="Show tracebacks and debug logs, as `ha --debug`.",
+            )
+        )
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_global_options(sub)
 
 
 def call(opts: Options, fn: Callable[[], T], *, spark: bool = False) -> T:
@@ -219,14 +269,45 @@ def run(opts: Options, fn: Callable[[], Awaitable[T]], *, spark: bool = False) -
     return call(opts, lambda: anyio.run(fn, backend=backend), spark=spark)
 
 
-def with_driver(opts: Options, fn: Callable[[Driver], Awaitable[T]]) -> T:
-    """Connect to the backend, run ``fn(driver)``, disconnect."""
+def with_driver(
+    opts: Options, fn: Callable[[Driver], Awaitable[T]], *, read_only: bool = False
+) -> T:
+    """Connect to the backend, run ``fn(driver)``, disconnect.
+
+    ``read_only``: ``fn`` only reads, so connecting must create nothing either: a missing
+    sqlite file is an error (not a new empty database), and so is a missing ZooKeeper chroot.
+    """
 
     async def go() -> T:
-        async with connect(opts.backend_url()) as driver:
+        url = opts.backend_url(read_only=read_only)
+        options = _read_only_options(url) if read_only else {}
+        async with connect(url, **options) as driver:
             return await fn(driver)
 
     return run(opts, go)
+
+
+def _read_only_options(url: str) -> dict[str, Any]:
+    """The driver options that keep a connection from creating anything; raises when the
+    sqlite file is missing (the sqlite driver makes an empty file an ha database)."""
+    scheme = urlsplit(url).scheme
+    if scheme == "zk":
+        return {"create_chroot": False}
+    if scheme == "sqlite":
+        from ..drivers.sqlite.settings import default_path, parse_url
+
+        path = parse_url(url, {})[0] if urlsplit(url).path else str(default_path(create=False))
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            raise ConfigurationError(
+                f"no ha database at {path}: its directory {directory} does not exist"
+            )
+        if not os.path.exists(path):
+            raise ConfigurationError(
+                f"no ha database at {path} (nothing has run on this backend yet:"
+                " `ha run` or `ha format` creates it)"
+            )
+    return {}
 
 
 # --- logging: warnings and the supervisor's story on stderr -------------------------------------

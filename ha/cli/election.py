@@ -7,6 +7,8 @@ through ``ha.admin``. Exit code 3 says there is no active (``status``, ``failove
 from __future__ import annotations
 
 import json
+import math
+import re
 import shlex
 import shutil
 import sys
@@ -17,6 +19,7 @@ import anyio
 import click
 
 from .. import admin
+from ..admin.status import check_election
 from ..drivers.base import Driver
 from ..errors import ConfigurationError
 from ._run import (
@@ -25,12 +28,15 @@ from ._run import (
     NoActiveFailure,
     Options,
     UsageFailure,
+    call,
     run_as,
     with_driver,
 )
 from ._show import print_leader, print_status
 
 __all__ = ("failover", "format_", "run", "status", "watch")
+
+READY = ("standby", "neutral")  # the member states that can take over (ha/admin/failover.py)
 
 
 def _argv(what: str, value: str | None) -> tuple[str, ...]:
@@ -163,7 +169,8 @@ def status(opts: Options, path: str, as_json: bool) -> None:
       ha status /myapp
       ha status /myapp --json | jq .active
     """
-    found = with_driver(opts, lambda driver: admin.election_status(driver, path))
+    call(opts, lambda: check_election(path))  # a bad path before a missing backend
+    found = with_driver(opts, lambda driver: admin.election_status(driver, path), read_only=True)
     if as_json:
         click.echo(json.dumps(found.to_json(), indent=2))
     else:
@@ -179,7 +186,8 @@ def status(opts: Options, path: str, as_json: bool) -> None:
 def watch(opts: Options, path: str, as_json: bool, count: int | None) -> None:
     """Print one line per leader change of the election at PATH, until interrupted.
 
-    The first line is the current leader (or none).
+    The first line is the current leader (or none). An election that does not exist yet is
+    said once on stderr, and watched until it appears.
 
     \b
     Examples:
@@ -192,6 +200,12 @@ def watch(opts: Options, path: str, as_json: bool, count: int | None) -> None:
         last: object = ()
         async with aclosing(admin.watch_status(driver, path)) as statuses:
             async for found in statuses:
+                if last == () and not found.exists:  # a typo looks like an empty election
+                    click.echo(
+                        f"ha: warning: no election at {path} (nothing has run there yet):"
+                        " watching for one to start",
+                        err=True,
+                    )
                 if found.leader == last:
                     continue
                 last = found.leader
@@ -215,7 +229,8 @@ def watch(opts: Options, path: str, as_json: bool, count: int | None) -> None:
                     tg.cancel_scope.cancel()  # interrupted: the normal end of a watch
                     break
 
-    with_driver(opts, until_signal)
+    call(opts, lambda: check_election(path))  # a bad path before a missing backend
+    with_driver(opts, until_signal, read_only=True)
 
 
 @click.command()
@@ -274,6 +289,38 @@ def failover(
       ha failover /myapp --to host-b
     """
 
+    def why_not(now: admin.ElectionStatus) -> str | None:
+        """Why ``target`` cannot take over, and when to retry; None: ask admin's message."""
+        assert target is not None
+        wanted = target.encode()
+        if now.active is None or wanted == now.active:
+            return None
+        members = {m.identity: m for m in now.members}
+        others = [
+            admin.text(i)
+            for i, m in sorted(members.items())
+            if i not in (wanted, now.active) and m.state in READY
+        ]
+        standbys = f"standbys now: {', '.join(others)}" if others else "no other standby now"
+        member = members.get(wanted)
+        if member is None:
+            return (
+                f"{target!r} cannot take over {path}: it is not a member (no `ha run --id"
+                f" {target}` is connected to {path}); {standbys}"
+            )
+        if member.state in READY:
+            return None
+        what = member.state + (f" ({member.note})" if member.note else "")
+        return f"{target!r} cannot take over {path} now: it is {what}; {retry(member)}; {standbys}"
+
+    def retry(member: admin.Member) -> str:
+        # the supervisor's note says "...: rejoining in 29.5s" as of its last write (``since``)
+        found = re.search(r"rejoining in ([0-9.]+)s", member.note)
+        if found is None:
+            return f"retry when `ha status {path}` shows it standby"
+        left = member.since + float(found.group(1)) - time.time()
+        return f"retry in {math.ceil(left)}s" if left > 0 else "retry now: it is rejoining"
+
     async def go(driver: Driver) -> None:
         started = time.monotonic()
         try:
@@ -282,6 +329,11 @@ def failover(
             )
         except admin.NoActive as exc:
             raise NoActiveFailure(str(exc)) from None
+        except admin.FailoverError:
+            why = None if target is None else why_not(await admin.election_status(driver, path))
+            if why is None:
+                raise
+            raise Failure(why) from None
         who = admin.text(request.active)
         to = "any standby" if request.to is None else repr(admin.text(request.to))
         click.echo(f"asked {who!r} (epoch {request.epoch}) to hand {path} over to {to}")

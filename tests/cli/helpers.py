@@ -19,6 +19,20 @@ from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
 
+# `ha status --json` of an election that does not exist
+ABSENT: dict[str, Any] = {
+    "exists": False,
+    "active": None,
+    "epoch": None,
+    "since": None,
+    "holder": None,
+    "breadcrumb": None,
+    "members": [],
+    "failover": None,
+    "failover_pending": False,
+    "problems": [],
+}
+
 
 def sqlite_url(directory: Path) -> str:
     return "sqlite://" + quote(str(directory / "ha.db"))
@@ -131,6 +145,10 @@ class Supervisors:
     def status(self) -> dict[str, Any]:
         """`ha status /svc --json`: the election as the command shows it."""
         result = ha("status", "/svc", "--json", env=self.env)
+        if result.returncode == 1 and (
+            "no ha database at" in result.stderr or "does not exist on ZooKeeper" in result.stderr
+        ):  # no supervisor has opened the backend yet: `ha status` creates nothing
+            return ABSENT | {"path": "/svc"}
         assert result.returncode in (0, 3), result.stderr
         doc: dict[str, Any] = json.loads(result.stdout)
         return doc

@@ -59,10 +59,11 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
 
 def test_no_active_is_exit_code_3(tmp_path: Path) -> None:
     env = ha_env(tmp_path)  # no --url: the default file under the state directory
+    assert ha("format", "/other", env=env).returncode == 0  # `ha status` creates no file
+    assert (tmp_path / "state" / "ha" / "ha.db").exists()
     result = ha("status", "/x", env=env)
     assert result.returncode == 3
     assert "does not exist" in result.stdout
-    assert (tmp_path / "state" / "ha" / "ha.db").exists()
     result = ha("status", "/x", "--json", env=env)
     assert result.returncode == 3
     assert json.loads(result.stdout)["exists"] is False

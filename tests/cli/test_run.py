@@ -181,6 +181,7 @@ def test_failover_command_hands_over_to_the_chosen_standby(hosts: Hosts) -> None
 
 
 def test_watch_prints_one_line_per_leader_change(hosts: Hosts, tmp_path: Path) -> None:
+    assert ha("format", "/svc", env=hosts.env).returncode == 0  # `ha watch` creates no file
     watch = popen_ha(
         "watch", "/svc", "--json", "--count", "3", env=hosts.env, log=tmp_path / "watch.log"
     )
@@ -201,6 +202,7 @@ def test_watch_prints_one_line_per_leader_change(hosts: Hosts, tmp_path: Path) -
 
 def test_watch_ends_quietly_when_interrupted(hosts: Hosts, tmp_path: Path) -> None:
     log = tmp_path / "watch.log"
+    assert ha("format", "/svc", env=hosts.env).returncode == 0  # `ha watch` creates no file
     watch = popen_ha("watch", "/svc", env=hosts.env, log=log)
     wait_until(lambda: log.read_text().strip(), "the first line")
     watch.send_signal(signal.SIGINT)

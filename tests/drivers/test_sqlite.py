@@ -318,6 +318,15 @@ def test_default_url_is_under_the_state_directory(
     assert default_path() == tmp_path / "home" / ".local" / "state" / "ha" / "ha.db"
 
 
+def test_default_path_without_create_leaves_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a command that only reads uses (`ha status`): it must leave no trace."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert default_path(create=False) == tmp_path / "state" / "ha" / "ha.db"
+    assert not (tmp_path / "state").exists()
+
+
 # --- operations ---------------------------------------------------------------------------------
 
 

@@ -25,12 +25,15 @@ OPTIONS = OptionTable(
 )
 
 
-def default_path() -> Path:
-    """``$XDG_STATE_HOME/ha/ha.db`` (or ``~/.local/state/ha/ha.db``); creates the directory."""
+def default_path(*, create: bool = True) -> Path:
+    """``$XDG_STATE_HOME/ha/ha.db`` (or ``~/.local/state/ha/ha.db``); creates the directory
+    unless ``create`` is false (a command that only reads must leave no trace)."""
     base = os.environ.get("XDG_STATE_HOME", "")
     if not os.path.isabs(base):  # the XDG spec says to ignore relative values
         base = os.path.join(os.path.expanduser("~"), ".local", "state")
     directory = Path(base) / "ha"
+    if not create:
+        return directory / "ha.db"
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
