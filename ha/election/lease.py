@@ -1,13 +1,19 @@
-"""The lease an active holds: its epoch (the fencing token) and the means to fence writes."""
+"""The lease an active holds: its epoch (the fencing token) and the means to fence writes.
+
+``lease.transaction(driver, ops)`` is the fenced write: the fence ops first, then the caller's,
+as one backend transaction; the lease knows where its fence ops stand in it, so it says which
+part failed (``Fenced`` for the fence, ``TransactionFailed`` indexed from the caller's ops).
+"""
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..drivers.base import Check, Op
+from ..drivers.base import Check, Driver, Op, Stat
+from ..errors import Fenced, TransactionFailed
 
 __all__ = ("Lease",)
 
@@ -29,8 +35,9 @@ class Lease:
     """Given to ``become_active``. Valid while this process leads with this epoch.
 
     ``epoch`` strictly increases from one active to the next. Writes that must not land once
-    this leader is deposed put ``fence_ops()`` in front of their transaction: the backend
-    applies them only while the epoch node still has the version this leader wrote.
+    this leader is deposed go through ``transaction(driver, ops)``, which puts ``fence_ops()``
+    in front of them: the backend applies them only while the epoch node still has the version
+    this leader wrote.
     """
 
     election: str
@@ -61,8 +68,33 @@ class Lease:
         return self._deadline()
 
     def fence_ops(self) -> list[Op]:
-        """Operations to put first in a transaction so it applies only under this epoch."""
+        """Operations to put first in a transaction so it applies only under this epoch.
+
+        A bare ``driver.transaction([*lease.fence_ops(), *ops])`` that fails at the fence
+        raises ``TransactionFailed`` with an index below ``len(fence_ops())``;
+        ``transaction()`` says ``Fenced`` instead."""
         return [Check(self.epoch_path, self.epoch_version)]
+
+    async def transaction(self, driver: Driver, ops: Sequence[Op]) -> list[str | Stat | None]:
+        """Apply ``ops`` atomically, only while this epoch is the newest; return their results.
+
+        Raises ``Fenced`` when a fence op failed (a newer leader has taken over; nothing was
+        applied), after ``report_fenced()``; ``TransactionFailed`` when one of ``ops`` failed,
+        its ``index`` counted from ``ops[0]``. Other errors (``ConnectionLost``...) pass.
+        An empty ``ops`` only checks the fence.
+        """
+        fence = self.fence_ops()
+        try:
+            results = await driver.transaction([*fence, *ops])
+        except TransactionFailed as exc:
+            if exc.index < len(fence):
+                self.report_fenced()
+                raise Fenced(
+                    f"epoch {self.epoch} of {self.election!r} is no longer the newest "
+                    f"({self.epoch_path}: {exc.cause})"
+                ) from exc
+            raise TransactionFailed(exc.index - len(fence), exc.cause) from exc
+        return results[len(fence) :]
 
     def report_fenced(self) -> None:
         """Tell the elector that a fenced write was refused: it moves to FENCED."""

@@ -1,12 +1,12 @@
 """Fenced writes: every write of a store is one transaction that starts with the lease's check.
 
 The leader's ``Lease`` names the epoch node and the version this leader wrote to it. A store
-write is ``driver.transaction([*lease.fence_ops(), *ops])``: the backend applies it only while
-the epoch node still has that version, so once a newer leader has bumped the epoch, a late write
-of the old one fails at the fence and changes nothing (Kafka's controller epoch, Flink's
-leader-session-guarded writes). A failure at a fence op becomes ``Fenced`` and is reported to
-the elector through ``lease.report_fenced()``; a failure at a later op is re-raised as
-``TransactionFailed`` indexed from the caller's first op.
+write is ``lease.transaction(driver, ops)``, i.e. ``[*lease.fence_ops(), *ops]`` as one
+transaction: the backend applies it only while the epoch node still has that version, so once a
+newer leader has bumped the epoch, a late write of the old one fails at the fence and changes
+nothing (Kafka's controller epoch, Flink's leader-session-guarded writes). A failure at a fence
+op becomes ``Fenced`` and is reported to the elector through ``lease.report_fenced()``; a
+failure at a later op is re-raised as ``TransactionFailed`` indexed from the caller's first op.
 """
 
 from __future__ import annotations
@@ -49,26 +49,19 @@ class Writer:
         return self._lease
 
     async def commit(self, ops: Sequence[Op]) -> list[str | Stat | None]:
-        """Apply ``ops`` behind the fence, atomically. An empty ``ops`` only checks the fence."""
-        lease = self.lease
-        fence = lease.fence_ops()
+        """Apply ``ops`` behind the fence, atomically (``Lease.transaction``: ``Fenced`` when
+        the fence failed). An empty ``ops`` only checks the fence."""
         try:
-            results = await self.driver.transaction([*fence, *ops])
-        except TransactionFailed as exc:
+            results = await self.lease.transaction(self.driver, ops)
+        except (Fenced, TransactionFailed):
             self._known = {"/"}  # a stale container may be why; look again next time
-            if exc.index < len(fence):
-                lease.report_fenced()
-                raise Fenced(
-                    f"epoch {lease.epoch} of {lease.election!r} is no longer the newest "
-                    f"({lease.epoch_path}: {exc.cause})"
-                ) from exc
-            raise TransactionFailed(exc.index - len(fence), exc.cause) from exc
+            raise
         for op in ops:
             if isinstance(op, Create) and not op.ephemeral:
                 self._known.add(op.path)
             elif isinstance(op, Delete):
                 self._known.discard(op.path)
-        return results[len(fence) :]
+        return results
 
     async def parent_ops(self, path: str) -> list[Op]:
         """Ops that create whichever ancestors of ``path`` are missing, topmost first."""
