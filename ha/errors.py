@@ -15,6 +15,7 @@ __all__ = (
     "CorruptData",
     "DriverError",
     "ElectionFailed",
+    "ElectorStopped",
     "Fenced",
     "HAError",
     "NodeExists",
@@ -130,10 +131,20 @@ class CorruptData(HAError):
 
 
 class Fenced(HAError):
-    """A write was refused because the writer's epoch is no longer the newest."""
+    """A write was refused because the writer's epoch is no longer the newest.
+
+    Raised by ``Lease.transaction`` and every store write (``ha.stores.Writer``) when the
+    lease's fence op is the one that failed: nothing of the write was applied. A bare
+    ``driver.transaction([*lease.fence_ops(), ...])`` raises ``TransactionFailed`` at index 0.
+    """
 
 
-class ElectionFailed(HAError):
+class ElectorStopped(HAError):
+    """The elector's run ended (quit, or cancelled) while a caller waited for a state
+    (``Elector.wait_active``, ``wait_state``); an elector that failed raises ``ElectionFailed``."""
+
+
+class ElectionFailed(ElectorStopped):
     """The elector hit a fatal error (retries exhausted, access denied, corrupt election data)."""
 
 

@@ -7,6 +7,7 @@ returned as text for the machine. ``become_active`` is run by ``leadership.py``.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any, Protocol, runtime_checkable
 
@@ -40,16 +41,30 @@ class Contender(Protocol):
 
 
 def check_contender(contender: object) -> None:
-    """Raise ConfigurationError unless ``contender`` has an async ``become_active``."""
+    """Raise ConfigurationError unless ``contender`` has an async ``become_active`` and each
+    hook it has is async: the elector awaits them, so a plain ``def`` would fail at every call
+    (``become_active`` once per attempt, the election going round in between)."""
+    kind = type(contender).__name__
     method = getattr(contender, "become_active", None)
     if not callable(method):
-        raise ConfigurationError(
-            f"contender {type(contender).__name__} has no become_active(lease) method"
-        )
-    for name in HOOKS:
+        raise ConfigurationError(f"contender {kind} has no become_active(lease) method")
+    for name in ("become_active", *HOOKS):
         hook = getattr(contender, name, None)
-        if hook is not None and not callable(hook):
-            raise ConfigurationError(f"contender attribute {name} is not callable")
+        if hook is None:
+            continue
+        if not callable(hook):
+            raise ConfigurationError(f"contender attribute {kind}.{name} is not callable")
+        if not _is_async(hook):
+            raise ConfigurationError(
+                f"contender hook {kind}.{name} must be a coroutine function"
+                f" ('async def {name}'), not a plain function"
+            )
+
+
+def _is_async(hook: object) -> bool:
+    """``async def`` functions and methods (also through functools.partial), async mocks, and
+    objects whose ``__call__`` is ``async def``."""
+    return inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(type(hook).__call__)
 
 
 async def call_hook(contender: object, name: str, seconds: float, path: str, *args: Any) -> None:

@@ -20,7 +20,6 @@ import math
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
@@ -43,22 +42,14 @@ from .journal import JournalWriter, Transition
 from .leadership import Leadership
 from .lease import Lease
 from .machine import State
-from .nodes import Breadcrumb, ElectionNodes, decode_breadcrumb
-from .reporting import ElectorStatistics, FencingStatistics, Reporting
+from .nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, identity_bytes
+from .reporting import ElectorStatistics, FencingStatistics, Reporting, TransitionStream
 from .timing import Timing
 
 __all__ = ("Elector",)
 
 log = logging.getLogger("ha.elector")
 _SHARED_RNG = random.Random()
-
-
-def _identity_bytes(identity: bytes | str) -> bytes:
-    if isinstance(identity, str):
-        identity = identity.encode()
-    if not isinstance(identity, bytes | bytearray) or not identity:
-        raise ConfigurationError("identity must be non-empty bytes or str (e.g. b'host-a:7077')")
-    return bytes(identity)
 
 
 class Elector:
@@ -94,7 +85,7 @@ class Elector:
             raise ConfigurationError("the election path must not be the root '/'")
         self.driver = driver
         self.path = path
-        self.identity = _identity_bytes(identity)
+        self.identity = identity_bytes(identity)
         self.data = bytes(data)
         self.timing = timing or Timing()
         self.nodes = ElectionNodes(path)
@@ -170,10 +161,29 @@ class Elector:
         """Call ``callback(transition)`` synchronously on every transition (must not block)."""
         self._reporting.add_listener(callback)
 
-    def transitions(self) -> AbstractAsyncContextManager[MemoryObjectReceiveStream[Transition]]:
-        """A stream of every transition from now on: ``async with elector.transitions() as
-        stream: async for t in stream``."""
-        return self._reporting.stream()
+    def transitions(self) -> TransitionStream:
+        """Every transition from now on: ``async for t in elector.transitions()``, or
+        ``async with elector.transitions() as stream: async for t in stream`` to close it at
+        the block's end (``reporting.TransitionStream``)."""
+        return TransitionStream(self._reporting)
+
+    async def wait_active(self) -> Lease:
+        """Block until this elector is ACTIVE (judged on waking: a leadership already lost
+        again is waited past); return its lease. Before ``run`` it waits for the run; if the
+        run ends first, raises ``ElectionFailed`` (fatal error) or ``ElectorStopped`` (quit,
+        cancelled). Cancelling the wait loses nothing."""
+        await self._reporting.wait_until(lambda: self.lease is not None, "it was active")
+        assert self._lease is not None
+        return self._lease
+
+    async def wait_state(self, *states: State) -> State:
+        """Block until the public state is one of ``states``; return it. Like ``wait_active``
+        (same errors), except that a run that ended in one of ``states`` returns it."""
+        if not states:
+            raise ConfigurationError("wait_state() needs at least one State")
+        what = "it was " + " or ".join(s.value for s in states)
+        await self._reporting.wait_until(lambda: self._state in states, what)
+        return self._state
 
     async def run(
         self,
@@ -189,6 +199,7 @@ class Elector:
         send, receive = anyio.create_memory_object_stream[ev.Input](math.inf)
         self._send = send
         error: str | None = None
+        quit = False
         spec = self._journal_spec
         journal = self._reporting.journal = JournalWriter(spec) if isinstance(spec, str) else spec
         subs = [
@@ -209,6 +220,7 @@ class Elector:
                         self._feed(self._quit_pending)
                     task_status.started(self)
                     error = await self._loop(tg, contender, receive)
+                    quit = error is None
                     if error is None:
                         await self._release_after_quit()
                     tg.cancel_scope.cancel()
@@ -231,6 +243,8 @@ class Elector:
             self._send = None
             if isinstance(spec, str) and journal is not None:
                 journal.close()
+            how = "failed" if error is not None else "quit" if quit else "stopped"
+            self._reporting.end(how, error)  # wakes wait_active(): after the last report
         if error is not None:  # raised outside the task group: a plain exception, not a group
             raise ElectionFailed(f"election {self.path} as {self.identity!r} failed: {error}")
 

@@ -35,7 +35,14 @@ from urllib.parse import quote
 import anyio
 
 from ..drivers.base import Check, Create, Delete, Driver, Op, SetData, Stat
-from ..errors import BadVersion, CorruptData, NodeExists, NoNode, TransactionFailed
+from ..errors import (
+    BadVersion,
+    ConfigurationError,
+    CorruptData,
+    NodeExists,
+    NoNode,
+    TransactionFailed,
+)
 from .events import (
     ClaimActive,
     ClaimConflict,
@@ -61,6 +68,7 @@ __all__ = (
     "decode_epoch",
     "encode_breadcrumb",
     "encode_epoch",
+    "identity_bytes",
 )
 
 BREADCRUMB_FORMAT = "ha.breadcrumb/1"
@@ -76,6 +84,15 @@ class Breadcrumb:
     identity: bytes
     epoch: int
     data: bytes = b""
+
+
+def identity_bytes(identity: bytes | str) -> bytes:
+    """A contender's identity as stored in the lock and the breadcrumb: non-empty bytes."""
+    if isinstance(identity, str):
+        identity = identity.encode()
+    if not isinstance(identity, bytes | bytearray) or not identity:
+        raise ConfigurationError("identity must be non-empty bytes or str (e.g. b'host-a:7077')")
+    return bytes(identity)
 
 
 def encode_breadcrumb(crumb: Breadcrumb) -> bytes:

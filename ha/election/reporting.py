@@ -4,6 +4,10 @@ Each ``Report`` the machine makes becomes one ``Transition``: a log line on ``ha
 the fields as ``extra``), a journal line, a call of every listener and an item on every open
 stream, and one more in the transition counts. A listener that raises is logged and kept; a
 stream whose reader has gone is dropped.
+
+Waiting for a state (``Elector.wait_active``, ``wait_state``) is woken here too: each waiter
+looks at the state again after every transition and when the run ends. A waiter takes nothing
+from anyone, so cancelling it at any point loses nothing.
 """
 
 from __future__ import annotations
@@ -11,20 +15,23 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import Counter
+import weakref
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from types import MappingProxyType
+from types import MappingProxyType, TracebackType
 
 import anyio
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ..errors import ElectionFailed, ElectorStopped
 from . import events as ev
 from .journal import JournalWriter, Transition
 from .machine import State
 
-__all__ = ("ElectorStatistics", "FencingStatistics", "Reporting")
+__all__ = ("ElectorStatistics", "FencingStatistics", "Reporting", "TransitionStream")
 
 log = logging.getLogger("ha.elector")
 
@@ -59,7 +66,10 @@ class ElectorStatistics:
 class Reporting:
     """The transitions of the election at ``path`` as ``identity``, sent everywhere they go."""
 
-    __slots__ = ("path", "identity", "journal", "counts", "_listeners", "_watchers")
+    __slots__ = (
+        "path", "identity", "journal", "counts", "followers",
+        "_listeners", "_watchers", "_waiters", "_ended",
+    )  # fmt: skip
 
     def __init__(self, path: str, identity: bytes) -> None:
         self.path = path
@@ -68,6 +78,12 @@ class Reporting:
         self.counts: Counter[tuple[str, str]] = Counter()
         self._listeners: list[Callable[[Transition], None]] = []
         self._watchers: list[MemoryObjectSendStream[Transition]] = []
+        # the buffers of transitions()' async-for loops, held weakly: a loop left by break or
+        # by an error goes away with its iterator
+        self.followers: weakref.WeakSet[_Follower] = weakref.WeakSet()
+        self._waiters: set[anyio.Event] = set()
+        # why the run ended (None while it has not): (quit or cancelled, fatal error or None)
+        self._ended: tuple[str, str | None] | None = None
 
     def transition_counts(self) -> Mapping[str, int]:
         """A read-only copy of the counts: ``{"neutral->active": n, ...}``."""
@@ -87,6 +103,35 @@ class Reporting:
             if send in self._watchers:  # not if send() found the reader closed and dropped it
                 self._watchers.remove(send)
             send.close()
+
+    def end(self, how: str, error: str | None) -> None:
+        """The elector's run is over (``how``: "quit", "cancelled", "failed"); wake the waiters."""
+        self._ended = (how, error)
+        self._wake()
+
+    async def wait_until(self, holds: Callable[[], bool], what: str) -> None:
+        """Return once ``holds()``, judged now and after each transition. Raises
+        ``ElectionFailed`` (run failed) or ``ElectorStopped`` (quit or cancelled) if the run
+        has ended and ``holds()`` does not."""
+        while not holds():
+            if self._ended is not None:
+                how, error = self._ended
+                ident = self.identity.decode(errors="replace")
+                message = f"election {self.path} as {ident!r} ended ({how}) before {what}"
+                if error is not None:
+                    raise ElectionFailed(f"{message}: {error}")
+                raise ElectorStopped(message)
+            event = anyio.Event()
+            self._waiters.add(event)
+            try:
+                await event.wait()
+            finally:
+                self._waiters.discard(event)
+
+    def _wake(self) -> None:
+        for event in self._waiters:
+            event.set()
+        self._waiters.clear()
 
     def send(self, report: ev.Report) -> None:
         """Log, journal, count and hand on one transition."""
@@ -130,3 +175,70 @@ class Reporting:
                 watcher.send_nowait(transition)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._watchers.remove(watcher)
+        for follower in list(self.followers):
+            follower.push(transition)
+        self._wake()
+
+
+class TransitionStream:
+    """What ``Elector.transitions()`` returns: every transition, in order, buffered until read.
+
+    ``async for t in elector.transitions():`` receives from when the loop starts and never ends
+    by itself (break, or cancel the task); its buffer is held weakly, so a loop left behind
+    leaves nothing registered. ``async with elector.transitions() as stream:`` receives from
+    entry until the block is left: ``stream`` is an anyio receive stream (``async for t in
+    stream``, ``await stream.receive()``).
+    """
+
+    __slots__ = ("_reporting", "_entered")
+
+    def __init__(self, reporting: Reporting) -> None:
+        self._reporting = reporting
+        self._entered: AbstractAsyncContextManager[MemoryObjectReceiveStream[Transition]] | None
+        self._entered = None
+
+    async def __aenter__(self) -> MemoryObjectReceiveStream[Transition]:
+        if self._entered is not None:
+            raise RuntimeError("this transitions() stream is already open; call it again")
+        self._entered = self._reporting.stream()
+        return await self._entered.__aenter__()
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        entered, self._entered = self._entered, None
+        if entered is not None:
+            await entered.__aexit__(kind, error, tb)
+
+    def __aiter__(self) -> AsyncIterator[Transition]:
+        follower = _Follower()
+        self._reporting.followers.add(follower)
+        return follower
+
+
+class _Follower:
+    """One ``async for`` over ``transitions()``: a buffer that ``Reporting.send`` fills."""
+
+    __slots__ = ("_items", "_ready", "__weakref__")
+
+    def __init__(self) -> None:
+        self._items: deque[Transition] = deque()
+        self._ready = anyio.Event()
+
+    def push(self, transition: Transition) -> None:
+        self._items.append(transition)
+        self._ready.set()
+
+    def __aiter__(self) -> _Follower:
+        return self
+
+    async def __anext__(self) -> Transition:
+        if self._items:
+            await anyio.lowlevel.checkpoint()  # a cancellation point on every item
+        while not self._items:
+            self._ready = anyio.Event()
+            await self._ready.wait()
+        return self._items.popleft()

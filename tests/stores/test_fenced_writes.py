@@ -16,19 +16,11 @@ import ha
 from ha.drivers.base import Create, Driver, SetData
 from ha.errors import Fenced, NodeExists, TransactionFailed
 from ha.stores import Writer
+from tests.election.test_api import Work
 from tests.support.backends import Backend
 from tests.support.harness import FAST, wait_for
 
 pytestmark = pytest.mark.anyio
-
-
-class Work:
-    def __init__(self) -> None:
-        self.leases: list[ha.Lease] = []
-
-    async def become_active(self, lease: ha.Lease) -> None:
-        self.leases.append(lease)
-        await anyio.sleep_forever()
 
 
 async def handover(da: Driver, db: Driver, tg: anyio.abc.TaskGroup) -> tuple[ha.Lease, ha.Lease]:
