@@ -27,12 +27,19 @@ SESSION, NEW_SESSION = 1, 2
 
 # the values each field of an input may take, by its annotation
 _CRUMBS = (None, encode_breadcrumb(Breadcrumb(ME, 1)), encode_breadcrumb(Breadcrumb(OTHER, 1)))
+# the queue as the machine may have seen it: a leader below us, or two nodes below
+LEADER, MIDDLE, MINE = "other_1_0000000001", "third_1_0000000002", "me_1_0000000003"
+_BELOW = ((), (LEADER,), (LEADER, MIDDLE))
 _VALUES: dict[str, tuple[object, ...]] = {
     "bool": (False, True),
     "bytes": (OTHER, ME),
     "bytes | None": _CRUMBS,
     "int | None": (None, 0),
     "str": ("x",),
+    "node": (LEADER, MIDDLE, MINE),
+    "ticket": ("other_1", "me_1"),
+    "below": _BELOW,
+    "crumbs": ((), (("other_1", _CRUMBS[2]),), (("me_0", _CRUMBS[1]),)),
 }
 
 
@@ -47,16 +54,19 @@ def situations(phase: Phase, cls: type[ev.Input]) -> Iterator[tuple[Machine, ev.
         (None, False),
     )
     for session, connected in contact:
-        for hold, retries, values in itertools.product(
-            (True, False), (5, 0), itertools.product(*choices)
+        for hold, retries, below, values in itertools.product(
+            (True, False), (5, 0), _BELOW, itertools.product(*choices)
         ):
             mach = Machine(ME, max_retries=retries, hold_on_disconnect=hold)
             mach.session, mach.connected = session, connected
             mach.phase, mach.reported = phase, PUBLIC[phase]
             mach.epoch = 1 if phase in LEADING else None
             mach.backoff_token = 1
+            if phase not in (Phase.IDLE, Phase.CONNECTING, Phase.BACKOFF, Phase.FENCED):
+                mach.ticket, mach.node, mach.token = "me_1", MINE, 1
+                mach.below = () if phase in LEADING else below
             if phase is Phase.FENCING:
-                mach._read = ev.ElectionRead(SESSION, None, None, 0, None)
+                mach.to_fence = [_CRUMBS[2]]
             kwargs: dict[str, Any] = {f.name: v for f, v in zip(fields, values, strict=True)}
             yield mach, cls(**kwargs)
 
@@ -68,7 +78,7 @@ def _field_values(
         return sessions
     if field.name in ("epoch", "token"):
         return (1,)  # the machine's own: an older lease's or timer's is ignored
-    return _VALUES.get(str(field.type), (0,))
+    return _VALUES.get(field.name) or _VALUES.get(str(field.type), (0,))
 
 
 def moves() -> dict[tuple[Phase, Phase], set[str]]:

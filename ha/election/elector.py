@@ -32,6 +32,7 @@ from ..drivers.base import (
     Driver,
     NodeEvent,
     NodeEventKind,
+    Subscription,
     validate_path,
 )
 from ..errors import ConfigurationError, CorruptData, DriverError, ElectionFailed, SessionExpired
@@ -42,7 +43,7 @@ from .journal import JournalWriter, Transition
 from .leadership import Leadership
 from .lease import Lease
 from .machine import State
-from .nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, identity_bytes
+from .nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, identity_bytes, parse_entry
 from .reporting import ElectorStatistics, FencingStatistics, Reporting, TransitionStream
 from .timing import Timing
 
@@ -64,7 +65,7 @@ class Elector:
         "driver", "path", "identity", "data", "timing", "nodes",
         "_journal_spec", "_reporting", "_rng", "_machine", "_state", "_lease", "_send",
         "_leadership", "_backoff_at", "_closed",
-        "_quit_pending", "_fencing", "_may_hold",
+        "_quit_pending", "_fencing", "_unleft", "_watched",
     )  # fmt: skip
 
     def __init__(
@@ -98,6 +99,7 @@ class Elector:
             self.identity,
             max_retries=self.timing.max_retries,
             hold_on_disconnect=self.timing.hold_on_disconnect,
+            nonce=lambda: f"{self._rng.getrandbits(32):08x}",
         )
         self._state = State.NEUTRAL
         self._lease: Lease | None = None
@@ -110,9 +112,10 @@ class Elector:
         self._quit_pending: ev.QuitRequested | None = None
         # the last refused fence: (old active's identity, error); None after success
         self._fencing: tuple[str, str] | None = None
-        # the session that may hold our lock: set before every create, cleared once a release
-        # finds the lock not (or no longer) ours
-        self._may_hold: int | None = None
+        # a Leave not done yet (failed, or asked while out of contact): retried after a quit
+        self._unleft: ev.Leave | None = None
+        # the node paths we watch: our node, the node below ours and its breadcrumb
+        self._watched: dict[str, Subscription] = {}
 
     # --- public -------------------------------------------------------------------------------
 
@@ -156,6 +159,11 @@ class Elector:
         """ "fencing 'x' failed 5 times, next try in 8s" while fences keep being refused."""
         fencing = self.statistics().fencing
         return None if fencing is None else fencing.note()
+
+    async def contenders(self) -> list[bytes]:
+        """The identities in the queue, in order: the leader (or the one about to lead)
+        first, then the standbys in the order they would take over. Read from the backend."""
+        return [entry.identity for entry in await self.nodes.entries(self.driver)]
 
     def add_listener(self, callback: Callable[[Transition], None]) -> None:
         """Call ``callback(transition)`` synchronously on every transition (must not block)."""
@@ -202,11 +210,7 @@ class Elector:
         quit = False
         spec = self._journal_spec
         journal = self._reporting.journal = JournalWriter(spec) if isinstance(spec, str) else spec
-        subs = [
-            self.driver.subscribe(None, self._on_connection),
-            self.driver.subscribe(self.nodes.lock, self._on_lock),
-            self.driver.subscribe(self.nodes.epoch, self._on_epoch),
-        ]
+        subs = [self.driver.subscribe(None, self._on_connection)]
         try:
             with send, receive:
                 async with anyio.create_task_group() as tg:
@@ -225,17 +229,18 @@ class Elector:
                         await self._release_after_quit()
                     tg.cancel_scope.cancel()
         finally:
-            for sub in subs:
+            for sub in [*subs, *self._watched.values()]:
                 sub.close()
+            self._watched.clear()
             with anyio.CancelScope(shield=True):
                 await self._leadership.stop("elector stopped")
                 if self._machine.phase not in (m.Phase.DONE, m.Phase.FAILED):
                     # cancelled from outside: leave as a quit that keeps our breadcrumb (the
-                    # next active fences us), releasing what we hold quickly, best effort
+                    # next active fences us), leaving the queue quickly, best effort
                     for effect in self._machine.handle(ev.QuitRequested(need_fence=True)):
-                        if isinstance(effect, ev.ReleaseLock):
+                        if isinstance(effect, ev.Leave):
                             with anyio.move_on_after(1.0):
-                                await self._release_lock(effect.session)
+                                await self._leave(effect)
                         elif isinstance(effect, ev.Report) and effect.new is not self._state:
                             # the cancellation may have cut an effect list short, so report
                             # from the state last published, not the machine's
@@ -279,19 +284,25 @@ class Elector:
         }
         self._feed(mapping[event.state](sid))
 
-    def _on_lock(self, event: NodeEvent) -> None:
+    def _on_node(self, event: NodeEvent) -> None:
         sid = self._machine.session
-        if sid is None:
-            return
-        if event.kind is NodeEventKind.DELETED:
-            self._feed(ev.LockDeleted(sid))
-        elif event.kind is NodeEventKind.CHANGED:
-            self._feed(ev.LockChanged(sid))
+        if sid is not None and event.kind is NodeEventKind.DELETED:
+            self._feed(ev.NodeDeleted(sid, event.path.rsplit("/", 1)[1]))
 
-    def _on_epoch(self, event: NodeEvent) -> None:
+    def _on_crumb(self, event: NodeEvent) -> None:
         sid = self._machine.session
-        if sid is not None and event.kind is not NodeEventKind.CREATED:
-            self._feed(ev.EpochChanged(sid))
+        if sid is not None and event.kind is NodeEventKind.DELETED:
+            self._feed(ev.CrumbDeleted(sid, event.path.rsplit("/", 1)[1]))
+
+    def _watch(self, *paths: tuple[str, Callable[[NodeEvent], None]], keep: str = "") -> None:
+        """Watch exactly ``paths`` (and ``keep`` if watched): subscriptions to other paths
+        are closed. Subscribing before reading is what makes a change after the read seen."""
+        wanted = {path for path, _ in paths} | {keep}
+        for path in [p for p in self._watched if p not in wanted]:
+            self._watched.pop(path).close()
+        for path, callback in paths:
+            if path not in self._watched:
+                self._watched[path] = self.driver.subscribe(path, callback)
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -345,38 +356,41 @@ class Elector:
     async def _execute(
         self, effect: ev.Effect, tg: anyio.abc.TaskGroup, contender: object
     ) -> ev.Input | None:
-        nodes, driver, me = self.nodes, self.driver, self.identity
+        nodes, driver = self.nodes, self.driver
         match effect:
-            case ev.CreateLock(session):
-                self._may_hold = session  # before the call: it may apply and still fail
-                return await self._op(
-                    "create lock", session, nodes.create_lock(driver, session, me)
-                )
-            case ev.ReadLock(session):
-                return await self._op("read lock", session, nodes.read_lock(driver, session, me))
-            case ev.ReadElection(session):
-                return await self._op(
-                    "read election", session, nodes.read_election(driver, session)
-                )
+            case ev.Join(session, ticket):
+                return await self._op("join", session, self._join(effect))
+            case ev.ListQueue(session, ticket, token):
+                find = nodes.find(driver, session, ticket, token)
+                return self._queued(await self._op("list queue", session, find))
+            case ev.Watch(session, node, first):
+                mine = self._machine.node
+                own = nodes.node(mine) if mine else ""
+                below = [(nodes.node(node), self._on_node)]
+                if first:
+                    entry = parse_entry(node)
+                    assert entry is not None
+                    below.append((nodes.crumb(entry.ticket), self._on_crumb))
+                self._watch(*below, keep=own)
+                return await self._op("watch", session, nodes.watch(driver, session, node, first))
+            case ev.ReadCrumbs(session, ticket, token):
+                read = nodes.read_crumbs(driver, session, ticket, token)
+                return await self._op("read breadcrumbs", session, read)
             case ev.FenceOldActive(session, breadcrumb):
                 return await self._fence(contender, session, breadcrumb)
-            case ev.CommitActive(session, epoch=epoch):
-                commit = nodes.commit(driver, effect, Breadcrumb(me, epoch, self.data))
-                return await self._op("commit epoch", session, commit)
-            case ev.ClaimActive(session, epoch=epoch):
-                self._may_hold = session
-                claim = nodes.claim(driver, effect, Breadcrumb(me, epoch, self.data))
-                return await self._op("claim", session, claim)
-            case ev.StartActive(session, epoch, epoch_version):
-                self._lease = self._leadership.start(tg, contender, session, epoch, epoch_version)
+            case ev.StartActive(session, epoch, node):
+                self._lease = self._leadership.start(tg, contender, session, epoch, node)
+            case ev.ClearCrumbs(session, node, tickets):
+                await self._quietly("clear breadcrumbs", nodes.clear(driver, node, tickets))
+            case ev.DropCrumb(session, ticket):
+                await self._quietly("drop a breadcrumb", nodes.drop_crumb(driver, ticket))
             case ev.StopActive(cause):
                 await self._leadership.stop(cause)
-            case ev.VerifyEpoch(session):
-                return await self._op("verify epoch", session, nodes.verify_epoch(driver, effect))
-            case ev.ReleaseLock(session):
-                await self._release_lock(session)
-            case ev.DeleteBreadcrumb():
-                await self._resign(effect)
+            case ev.Resign(session, ticket, node):
+                if not await self._quietly("resign", nodes.resign(driver, ticket, node)):
+                    self._unleft = ev.Leave(session, ticket, node, True)
+            case ev.Leave():
+                await self._leave(effect)
             case ev.NotifyStandby():
                 await self._hook(contender, "become_standby")
             case ev.NotifyNeutral():
@@ -389,6 +403,18 @@ class Elector:
             case ev.Report():
                 self._report(effect)
         return None
+
+    async def _join(self, effect: ev.Join) -> ev.Input:
+        crumb = Breadcrumb(self.identity, None, self.data)
+        await self.nodes.join(self.driver, effect.ticket, crumb)
+        found = await self.nodes.find(self.driver, effect.session, effect.ticket, None)
+        return self._queued(found) or found
+
+    def _queued(self, found: ev.Input | None) -> ev.Input | None:
+        """Watch our own node as soon as we know it (its deletion ends our place)."""
+        if isinstance(found, ev.Queued):
+            self._watch((self.nodes.node(found.node), self._on_node))
+        return found
 
     async def _op(
         self, name: str, session: int, call: Awaitable[ev.Input | None]
@@ -409,66 +435,67 @@ class Elector:
                 log.error("%s: %s failed: %s", self.path, name, exc)
             return ev.OperationFailed(session, name, str(exc), transient)
 
-    async def _release_lock(self, session: int | None) -> None:
-        """Delete the lock if our session owns it (``nodes.release_lock``). Best effort: errors
-        are logged. Once the lock is known not to be ours, ``_may_hold`` is cleared."""
-        if session is None:
-            return
+    async def _quietly(self, name: str, call: Awaitable[object]) -> bool:
+        """A best-effort call: bounded by the op timeout; a failure is logged, not raised."""
         try:
             with anyio.fail_after(self.timing.op_timeout or self.driver.session_timeout):
-                await self.nodes.release_lock(self.driver, session, self.identity)
-        except TimeoutError:
-            return
-        except DriverError as exc:
-            log.info("%s: releasing the lock failed: %s", self.path, exc)
-            return
-        if self._may_hold == session:
-            self._may_hold = None
+                await call
+        except (DriverError, TimeoutError) as exc:
+            log.info("%s: %s failed: %s", self.path, name, exc or "no answer")
+            return False
+        return True
+
+    async def _leave(self, effect: ev.Leave) -> None:
+        """Leave the queue (``nodes.leave``); a failure is kept, to retry after a quit."""
+        call = self.nodes.leave(
+            self.driver, effect.ticket, effect.node, keep_crumb=effect.keep_crumb
+        )
+        if await self._quietly("leave the queue", call):
+            if self._unleft is not None and self._unleft.ticket == effect.ticket:
+                self._unleft = None
+        else:
+            self._unleft = effect
 
     async def _release_after_quit(self) -> None:
-        """After a quit, keep trying the owner-checked release while our session may live.
+        """After a quit, keep trying to leave the queue while our session may live.
 
-        A quit while disconnected or while the backend is busy must not leave the lock held
-        by a session that lives on (``ha run --health`` keeps its session while it stays out):
-        nobody else could lead. Done once the lock is not ours, or our session is over: a new
-        session, the driver closed, or no contact for a whole session timeout. Bounded by two
-        session timeouts of failing releases, then said loudly (closing the driver ends it).
+        A quit while disconnected or while the backend is busy must not leave our node in the
+        queue of a session that lives on (``ha run --health`` keeps its session while it stays
+        out): if it were first, nobody else could lead. Done once the node is gone, or our
+        session is over: a new session, the driver closed, or no contact for a whole session
+        timeout. Bounded by two session timeouts of failing tries, then said loudly (closing
+        the driver ends it).
         """
-        session = self._machine.session
-        if session is None or self._may_hold != session:
+        machine = self._machine
+        if machine.unleft is not None and machine.session is not None:
+            self._unleft = ev.Leave(machine.session, *machine.unleft)
+            machine.unleft = None
+        pending = self._unleft
+        if pending is None or pending.session != machine.session:
             return
         timeout = self.driver.session_timeout
         give_up = anyio.current_time() + 2 * timeout
         delay = 0.05
-        while self._may_hold == session:
-            if self.driver.session_id != session or self._closed:
+        while self._unleft is pending:
+            if self.driver.session_id != pending.session or self._closed:
                 return
             now = anyio.current_time()
             if not self.driver.connected and now > self.driver.last_contact + timeout:
                 return  # the backend has expired it (timing assumption, drivers/base.py)
             if now > give_up:
                 log.error(
-                    "%s: quit, but the lock may still be held by this session: close the"
-                    " driver to release it",
+                    "%s: quit, but our node may still be in the queue: close the driver to"
+                    " remove it",
                     self.path,
                 )
                 return
             if self.driver.connected:
-                await self._release_lock(session)
-                if self._may_hold != session:
+                await self._leave(pending)
+                if self._unleft is not pending:
                     return
-            log.info("%s: quit: the lock may still be ours; trying again", self.path)
+            log.info("%s: quit: our node may still be in the queue; trying again", self.path)
             await anyio.sleep(delay)
             delay = min(delay * 2, timeout / 3)
-
-    async def _resign(self, effect: ev.DeleteBreadcrumb) -> None:
-        """Delete our breadcrumb and our lock (``nodes.resign``). Best effort: errors are logged."""
-        try:
-            with anyio.fail_after(self.timing.op_timeout or self.driver.session_timeout):
-                await self.nodes.resign(self.driver, effect)
-        except (DriverError, TimeoutError) as exc:
-            # not ours any more, or unreachable: the next active will fence us, which is safe
-            log.info("%s: breadcrumb not deleted: %s", self.path, exc)
 
     # --- the contender ------------------------------------------------------------------------
 

@@ -1,11 +1,12 @@
 """What the election machine reads and what it asks for: inputs are facts, effects are commands.
 
-Inputs name something that happened, in the past tense (``LockCreated``, ``SessionExpired``):
-the runner (``elector.py``) makes them from driver events, from the answers of ``nodes.py`` and
-from its timers. Effects name what to do next (``CreateLock``, ``FenceOldActive``): the runner
-does them in order and feeds each outcome back as an input. Every input that concerns a session
-carries its id, so the machine can drop what a dead session says (rule R1 of ``machine.py``).
-All are frozen, slotted dataclasses: plain values, compared by content in tests.
+Inputs name something that happened, in the past tense (``Queued``, ``SessionExpired``): the
+runner (``elector.py``) makes them from driver events, from the answers of ``nodes.py`` and from
+its timers. Effects name what to do next (``Join``, ``FenceOldActive``): the runner does them in
+order and feeds each outcome back as an input. Every input that concerns a session carries its
+id, so the machine can drop what a dead session says (rule P1 of ``machine.py``). Nodes are
+named as in the queue (``TICKET_SEQ``, ``nodes.py``). All are frozen, slotted dataclasses:
+plain values, compared by content in tests.
 """
 
 from __future__ import annotations
@@ -19,50 +20,45 @@ if typing.TYPE_CHECKING:
 __all__ = (
     "ActiveFailed",
     "BackoffElapsed",
-    "ClaimActive",
-    "ClaimConflict",
-    "Claimed",
-    "CommitActive",
-    "CommitConflict",
-    "Committed",
+    "ClearCrumbs",
     "Connected",
-    "CreateLock",
+    "CrumbDeleted",
+    "CrumbsRead",
     "DeadlineExpired",
-    "DeleteBreadcrumb",
     "Disconnected",
+    "DropCrumb",
     "EFFECT_TYPES",
     "Effect",
-    "ElectionRead",
-    "EpochChanged",
-    "EpochSuperseded",
     "FenceFailed",
     "FenceOldActive",
     "FenceSucceeded",
     "Finish",
     "INPUT_TYPES",
     "Input",
+    "Join",
     "Joined",
-    "LockChanged",
-    "LockCreated",
-    "LockDeleted",
-    "LockExists",
-    "LockMissing",
-    "LockOwned",
+    "Leave",
+    "ListQueue",
+    "NodeDeleted",
+    "NotQueued",
     "NotifyFatal",
     "NotifyNeutral",
     "NotifyStandby",
     "OperationFailed",
+    "PredecessorGone",
+    "Queued",
     "QuitRequested",
-    "ReadElection",
-    "ReadLock",
+    "ReadCrumbs",
     "Reconnected",
-    "ReleaseLock",
     "Report",
+    "Resign",
     "SessionExpired",
     "StartActive",
     "StopActive",
-    "VerifyEpoch",
+    "Superseded",
     "WaitBackoff",
+    "Watch",
+    "Watching",
 )
 
 
@@ -104,66 +100,74 @@ class Reconnected:
 
 @dataclass(frozen=True, slots=True)
 class SessionExpired:
-    """The backend ended the session: its ephemeral nodes (our lock) are gone."""
+    """The backend ended the session: its ephemeral nodes (our queue node) are gone."""
 
     session: int
 
 
 @dataclass(frozen=True, slots=True)
-class LockCreated:
-    """CreateLock's answer: the lock node is ours."""
+class Queued:
+    """Join's or ListQueue's answer: our node, its token, the nodes below it (lowest first)
+    and the identity of the lowest node in the queue (the leader, maybe us)."""
 
     session: int
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
-class LockExists:
-    """CreateLock's answer: a lock node exists (maybe ours, from a retried create)."""
-
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class LockOwned:
-    """ReadLock's answer: the lock exists; ``ours`` if its ephemeral owner is our session."""
-
-    session: int
-    ours: bool
+    node: str
+    token: int
+    below: tuple[str, ...]
     holder: bytes
-    version: int
 
 
 @dataclass(frozen=True, slots=True)
-class LockMissing:
-    """ReadLock's answer: there is no lock node."""
+class NotQueued:
+    """ListQueue's answer: no node of ours is in the queue."""
 
     session: int
 
 
 @dataclass(frozen=True, slots=True)
-class LockDeleted:
-    """A watch: the lock node was deleted."""
+class Watching:
+    """Watch's answer: the node below ours lives and is watched (with its breadcrumb).
+
+    For the leader's node: ``crumb`` is its breadcrumb as a fence hook gets it (None: it has
+    none), and ``strays`` tells whether other breadcrumbs lie about with no live node."""
 
     session: int
+    node: str
+    crumb: bytes | None
+    strays: bool
 
 
 @dataclass(frozen=True, slots=True)
-class LockChanged:
-    """A watch: the lock node's data changed."""
+class PredecessorGone:
+    """Watch's answer: the node below ours was gone already."""
 
     session: int
+    node: str
 
 
 @dataclass(frozen=True, slots=True)
-class ElectionRead:
-    """ReadElection's answer: the breadcrumb (raw) and the epoch, with their versions."""
+class NodeDeleted:
+    """A watch: a queue node was deleted (the one below ours, or our own)."""
 
     session: int
-    breadcrumb: bytes | None
-    breadcrumb_version: int | None
-    epoch: int
-    epoch_version: int | None  # None: the epoch node does not exist yet
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class CrumbDeleted:
+    """A watch: the breadcrumb of ``ticket`` was deleted."""
+
+    session: int
+    ticket: str
+
+
+@dataclass(frozen=True, slots=True)
+class CrumbsRead:
+    """ReadCrumbs' answer: the breadcrumbs left below our node, oldest first, each as
+    (ticket, what the fence hook gets)."""
+
+    session: int
+    crumbs: tuple[tuple[str, bytes], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,42 +186,6 @@ class FenceFailed:
 
 
 @dataclass(frozen=True, slots=True)
-class Committed:
-    """CommitActive's transaction applied: the new epoch and breadcrumb are written."""
-
-    session: int
-    epoch: int
-    epoch_version: int
-    breadcrumb_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class CommitConflict:
-    """The epoch transaction was refused: by the lock check (``lock_lost``) or a version race."""
-
-    session: int
-    lock_lost: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """ClaimActive's transaction applied: the lock, the epoch and the breadcrumb are ours."""
-
-    session: int
-    epoch: int
-    epoch_version: int
-    breadcrumb_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimConflict:
-    """ClaimActive's transaction was refused: the lock exists, or what we read changed."""
-
-    session: int
-    lock_exists: bool
-
-
-@dataclass(frozen=True, slots=True)
 class ActiveFailed:
     """``become_active`` raised or timed out: a failure to become active (Hadoop)."""
 
@@ -227,15 +195,8 @@ class ActiveFailed:
 
 
 @dataclass(frozen=True, slots=True)
-class EpochChanged:
-    """A watch: the epoch node changed (maybe a new active, maybe a foreign write)."""
-
-    session: int
-
-
-@dataclass(frozen=True, slots=True)
-class EpochSuperseded:
-    """VerifyEpoch, or a refused fenced write: ``epoch`` is no longer current."""
+class Superseded:
+    """A fenced write was refused: the lease of ``epoch`` no longer holds."""
 
     session: int
     epoch: int
@@ -272,22 +233,17 @@ Input = (
     | Disconnected
     | Reconnected
     | SessionExpired
-    | LockCreated
-    | LockExists
-    | LockOwned
-    | LockMissing
-    | LockDeleted
-    | LockChanged
-    | ElectionRead
+    | Queued
+    | NotQueued
+    | Watching
+    | PredecessorGone
+    | NodeDeleted
+    | CrumbDeleted
+    | CrumbsRead
     | FenceSucceeded
     | FenceFailed
-    | Committed
-    | CommitConflict
-    | Claimed
-    | ClaimConflict
     | ActiveFailed
-    | EpochChanged
-    | EpochSuperseded
+    | Superseded
     | DeadlineExpired
     | BackoffElapsed
     | OperationFailed
@@ -299,62 +255,76 @@ INPUT_TYPES: tuple[type, ...] = typing.get_args(Input)
 
 
 @dataclass(frozen=True, slots=True)
-class CreateLock:
-    """Create the ephemeral lock node naming us; answer LockCreated or LockExists."""
+class Join:
+    """Create our node and breadcrumb under ``ticket`` in one transaction, then list the queue;
+    answer Queued (or OperationFailed: the outcome may be unknown, ListQueue finds out)."""
 
     session: int
+    ticket: str
 
 
 @dataclass(frozen=True, slots=True)
-class ReadLock:
-    """Read the lock's owner; answer LockOwned or LockMissing."""
+class ListQueue:
+    """List the queue and find our node by ``ticket``; answer Queued or NotQueued.
+    ``token``: our node's, when already known (None: read it)."""
 
     session: int
+    ticket: str
+    token: int | None
 
 
 @dataclass(frozen=True, slots=True)
-class ReadElection:
-    """Read breadcrumb and epoch together; answer ElectionRead."""
+class Watch:
+    """Watch the node just below ours (``first``: it is the leader's, so its breadcrumb too);
+    answer Watching or PredecessorGone."""
 
     session: int
+    node: str
+    first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReadCrumbs:
+    """Read the breadcrumbs left below our node; answer CrumbsRead."""
+
+    session: int
+    ticket: str
+    token: int
 
 
 @dataclass(frozen=True, slots=True)
 class FenceOldActive:
-    """Hand the old active's breadcrumb to the contender's fence hook."""
+    """Hand an old leader's breadcrumb to the contender's fence hook."""
 
     session: int
     breadcrumb: bytes
 
 
 @dataclass(frozen=True, slots=True)
-class CommitActive:
-    """One transaction: check the lock's version, CAS the epoch, write the breadcrumb."""
-
-    session: int
-    lock_version: int
-    epoch: int  # the new epoch
-    epoch_version: int | None  # expected version of the epoch node (None: create it)
-    breadcrumb_version: int | None  # expected version of the breadcrumb (None: create it)
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimActive:
-    """One transaction: create the lock, CAS the epoch, write the breadcrumb (R12)."""
-
-    session: int
-    epoch: int  # the new epoch
-    epoch_version: int | None
-    breadcrumb_version: int | None
-
-
-@dataclass(frozen=True, slots=True)
 class StartActive:
-    """Open the leadership scope: run ``become_active`` with a lease of ``epoch``."""
+    """Open the leadership scope: run ``become_active`` with a lease of ``epoch``, fenced by
+    our node."""
 
     session: int
     epoch: int
-    epoch_version: int
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClearCrumbs:
+    """Delete the breadcrumbs of ``tickets`` while our node lives (best effort, no answer)."""
+
+    session: int
+    node: str
+    tickets: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DropCrumb:
+    """Delete the breadcrumb of a contender that never led (best effort, no answer)."""
+
+    session: int
+    ticket: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,28 +335,23 @@ class StopActive:
 
 
 @dataclass(frozen=True, slots=True)
-class VerifyEpoch:
-    """Check that the epoch node still has our version; answer EpochSuperseded if not."""
+class Resign:
+    """A graceful exit: delete our breadcrumb, then our node, in one transaction."""
 
     session: int
-    epoch: int
-    epoch_version: int
+    ticket: str
+    node: str
 
 
 @dataclass(frozen=True, slots=True)
-class ReleaseLock:
-    """Delete the lock if our session holds it (owner-checked, best effort)."""
+class Leave:
+    """Delete our node (found by ticket if ``node`` is None), and our breadcrumb unless
+    ``keep_crumb`` (best effort)."""
 
     session: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteBreadcrumb:
-    """Delete our breadcrumb (by its version) and, in the same transaction, our lock."""
-
-    session: int
-    version: int
-    lock_version: int
+    ticket: str
+    node: str | None
+    keep_crumb: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,17 +399,17 @@ class Finish:
 
 
 Effect = (
-    CreateLock
-    | ReadLock
-    | ReadElection
+    Join
+    | ListQueue
+    | Watch
+    | ReadCrumbs
     | FenceOldActive
-    | CommitActive
-    | ClaimActive
     | StartActive
+    | ClearCrumbs
+    | DropCrumb
     | StopActive
-    | VerifyEpoch
-    | ReleaseLock
-    | DeleteBreadcrumb
+    | Resign
+    | Leave
     | NotifyStandby
     | NotifyNeutral
     | NotifyFatal

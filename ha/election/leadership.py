@@ -71,7 +71,7 @@ class Leadership:
         contender: object,
         session: int,
         epoch: int,
-        epoch_version: int,
+        node: str,
     ) -> Lease:
         """Start ``become_active`` in a task of ``tg``; return the lease it is handed."""
         scope = anyio.CancelScope()
@@ -91,15 +91,14 @@ class Leadership:
 
         def fenced() -> None:
             if valid():
-                feed(ev.EpochSuperseded(session, epoch))
+                feed(ev.Superseded(session, epoch))
 
         lease = Lease(
             self._nodes.path,
             self._identity,
             epoch,
             session,
-            self._nodes.epoch,
-            epoch_version,
+            self._nodes.node(node),
             valid,
             fenced,
             deadline,

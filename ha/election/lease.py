@@ -34,18 +34,18 @@ def _no_deadline() -> float:
 class Lease:
     """Given to ``become_active``. Valid while this process leads with this epoch.
 
-    ``epoch`` strictly increases from one active to the next. Writes that must not land once
-    this leader is deposed go through ``transaction(driver, ops)``, which puts ``fence_ops()``
-    in front of them: the backend applies them only while the epoch node still has the version
-    this leader wrote.
+    ``epoch`` (the creation order of this leader's queue node) strictly increases from one
+    active to the next. Writes that must not land once this leader is deposed go through
+    ``transaction(driver, ops)``, which puts ``fence_ops()`` in front of them: the backend
+    applies them only while this leader's queue node lives (no other node is ever created
+    under its path, so it cannot come back).
     """
 
     election: str
     identity: bytes
     epoch: int
     session_id: int
-    epoch_path: str
-    epoch_version: int
+    node: str  # the path of this leader's queue node
     _is_valid: Callable[[], bool] = field(default=_never_valid, repr=False, compare=False)
     _on_fenced: Callable[[], None] = field(default=_ignore, repr=False, compare=False)
     _deadline: Callable[[], float] = field(default=_no_deadline, repr=False, compare=False)
@@ -73,7 +73,7 @@ class Lease:
         A bare ``driver.transaction([*lease.fence_ops(), *ops])`` that fails at the fence
         raises ``TransactionFailed`` with an index below ``len(fence_ops())``;
         ``transaction()`` says ``Fenced`` instead."""
-        return [Check(self.epoch_path, self.epoch_version)]
+        return [Check(self.node)]
 
     async def transaction(self, driver: Driver, ops: Sequence[Op]) -> list[str | Stat | None]:
         """Apply ``ops`` atomically, only while this epoch is the newest; return their results.
@@ -91,7 +91,7 @@ class Lease:
                 self.report_fenced()
                 raise Fenced(
                     f"epoch {self.epoch} of {self.election!r} is no longer the newest "
-                    f"({self.epoch_path}: {exc.cause})"
+                    f"({self.node}: {exc.cause})"
                 ) from exc
             raise TransactionFailed(exc.index - len(fence), exc.cause) from exc
         return results[len(fence) :]

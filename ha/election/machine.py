@@ -2,68 +2,80 @@
 
 ``Machine.handle(input) -> list[Effect]``: inputs are facts that happened (past tense), effects
 are commands for the runner (``elector.py``), which executes them in order and feeds their
-outcomes back as inputs; both are defined in ``events.py``.
+outcomes back as inputs; both are defined in ``events.py``, the nodes in ``nodes.py``.
 
-Rules (each names the mechanism it follows):
+Election protocol 2: a queue of ephemeral sequential nodes (ZooKeeper's election recipe, as
+in Curator's ``LeaderLatch``), with a breadcrumb per node for fencing (Hadoop's
+``ActiveStandbyElector``) and the node's creation order as the fencing token (etcd's
+``create_revision``, Kafka's controller epoch). Rules, each naming the mechanism it follows:
 
-R1  Every input that names a session other than the current one is stale and dropped
-    (Hadoop ActiveStandbyElector's ``isStaleClient``): a late answer or watch of a dead session
-    must never move the machine.
-R2  Joining creates the ephemeral lock node. "Exists" is not "lost": the create may have been
-    retried after a connection loss and be ours, so the owner is read and compared with our
-    session (Hadoop's ``NodeExists`` -> ``monitorActiveStatus``; Curator's ``LeaderLatch``).
-R3  Lock held by another identity -> STANDBY, watching the lock; lock deleted -> create again.
-R4  Winning: read breadcrumb and epoch; a breadcrumb that names another identity (or cannot be
-    decoded) is handed to the contender's fence hook, which must succeed (Hadoop
-    ``fenceOldActive``); then ONE transaction, guarded by the lock's version, bumps the epoch by
-    compare-and-set and writes our breadcrumb (Kafka's controller epoch); only then ACTIVE.
-R5  Any failure on the way to ACTIVE releases the lock and backs off (exponential, capped,
-    jittered: the runner picks the delay from the attempt number); consecutive failures past
+P1  Every input that names a session other than the current one is stale and dropped
+    (Hadoop's ``isStaleClient``): a late answer or watch of a dead session never moves us.
+P2  Joining is ONE transaction: our ephemeral sequential node ``n/TICKET_SEQ`` and its
+    persistent breadcrumb ``b/TICKET``, under a ticket fresh for every join. A join whose
+    reply was lost is looked for by its ticket before anything else (Curator's protected
+    create): never two nodes of ours in the queue.
+P3  The token is our node's creation order, fixed when we join: it grows from one leader to the
+    next and is committed before that leader can act, so taking over writes nothing. A lease's
+    fenced writes check that our node lives; it is never created again (the ticket is new),
+    so a deposed leader's writes fail once its node is gone.
+P4  Lead = no lower node. Behind others, watch only the node just below ours (no herd), and
+    for the leader's node its breadcrumb too: STANDBY.
+P5  The node below ours deleted: if it was the only one below (the leader), we are first now,
+    for no lower node can ever appear; otherwise list the queue again. When a lower node still
+    lives, the deleted one never led: its breadcrumb is dropped unfenced.
+P6  Graceful handover: the leader resigns by deleting its breadcrumb, then its node, in one
+    transaction; a successor that saw the breadcrumb go first (watch order holds within a
+    session) and no stray breadcrumb knows that nobody needs fencing: ACTIVE, no request.
+P7  Crash: the leader's node gone and its breadcrumb left: fence it (read while watching),
+    then ACTIVE. With stray breadcrumbs (leaders that crashed in a row), or with what we knew
+    lost (first in the queue after a listing, a reconnect), read every breadcrumb older than
+    our node whose node is gone and fence each, oldest first (Hadoop's ``fenceOldActive``;
+    one naming our own identity is ours from before). Once active, they are deleted, best
+    effort: a later leader fencing one again is safe.
+P8  Any failure on the way to ACTIVE leaves the queue (node and breadcrumb: we never acted)
+    and backs off (exponential, capped, jittered by the runner); consecutive failures past
     ``max_retries`` are fatal (Hadoop's ``NUM_RETRIES``). Progress resets the count, except for
-    refused fences: re-creating the lock is no progress for those, so they count until a fence
-    succeeds or another breadcrumb needs fencing (a real STONITH command is not hammered;
-    Hadoop sleeps, then gives up).
-R6  Losing authority while ACTIVE (session expired, lock deleted, epoch superseded, a fenced
-    write refused) -> FENCED: the leadership scope is stopped first, then back off and rejoin.
-R7  Disconnected: by default an ACTIVE stops at once and goes NEUTRAL (Hadoop
+    refused fences and failing ``become_active``: those count until a fence succeeds or a term
+    ends otherwise (a real STONITH command is not hammered).
+P9  Losing authority while ACTIVE (session expired, our node deleted, a fenced write refused)
+    -> FENCED: the leadership scope is stopped first, our node is deleted if it lives, our
+    breadcrumb stays for the next leader to fence; back off, then join again.
+P10 Disconnected: by default an ACTIVE stops at once and goes NEUTRAL (Hadoop's
     ``enterNeutralMode``); with ``hold_on_disconnect`` it keeps leading until the runner's local
     deadline (shorter than the session timeout, client-go's renew deadline) and, when contact
-    comes back within the session, re-checks that the lock is still ours and carries on.
-R8  Reconnected in the same session: re-check the lock's owner before anything else.
-R9  Session expired: the ephemeral lock is gone; wait for the next session and rejoin.
-R10 ``quit(need_fence=False)`` from ACTIVE stops the work, then deletes our own breadcrumb (by
-    its version, so never someone else's) so the next active need not fence us, then releases.
-R11 A report of the public state is an effect placed after the stop of the leadership scope:
+    comes back within the session, lists the queue and carries on if it is still first.
+P11 Reconnected in the same session: list the queue before anything else; what the watches
+    said before is forgotten (a graceful exit is then confirmed by reading the breadcrumbs).
+P12 Session expired: our node is gone; wait for the next session and join again.
+P13 ``quit(need_fence=False)`` from ACTIVE stops the work, then resigns (P6); with
+    ``need_fence`` only the node goes (the next leader fences us); not leading, both go.
+P14 A report of the public state is an effect placed after the stop of the leadership scope:
     nobody is told "not active" while the old scope may still run.
-R12 Fast takeover: a standby that sees the lock deleted reads the breadcrumb and epoch first;
-    when nothing needs fencing (no breadcrumb, or our own) it creates the lock, bumps the epoch
-    and writes its breadcrumb in ONE transaction that checks both versions it read (two
-    backend writes per graceful handover instead of four). Anything else takes the R2/R4 path.
 
 Theory of operation. ``Phase`` is where the machine is, ``PUBLIC`` maps it to the ``State`` a
 contender is told, ``LEGAL`` lists the public changes allowed. ``HANDLED`` declares, for every
 input, the phases that act on it; ``handle`` looks the pair up before any handler runs, and an
 input outside the table changes nothing. That is the machine's answer to stale and irrelevant
-input, in one place: the answer to an effect of a phase already left (a ``LockOwned`` after
-the lock was deleted), a watch that fires after we moved on, a duplicate, a timer of an older
-backoff. Connection facts are recorded in every live phase; DONE and FAILED act on nothing.
-Inside the table a handler may still find nothing to do (an older lease's epoch, an older
-backoff's token). ``python -m ha.election.diagram`` draws the phases from the table.
+input, in one place: the answer to an effect of a phase already left, a watch that fires after
+we moved on, a duplicate, a timer of an older backoff. Connection facts are recorded in every
+live phase; DONE and FAILED act on nothing. Inside the table a handler may still find nothing
+to do (a node that is not the one watched, an older backoff's token).
+``python -m ha.election.diagram`` draws the phases from the table.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 from . import events as ev
-from .nodes import decode_breadcrumb
+from .nodes import decode_breadcrumb, parse_entry, ticket_for
 
 __all__ = (
     "HANDLED",
-    "HOLDING_LOCK",
     "LEADING",
     "LEGAL",
-    "MAY_HOLD_LOCK",
     "PUBLIC",
     "Machine",
     "Phase",
@@ -85,20 +97,19 @@ class Phase(enum.Enum):
 
     IDLE = "idle"  # not joined
     CONNECTING = "connecting"  # joined, waiting for a session
-    CREATING = "creating"  # CreateLock in flight
-    CHECKING = "checking"  # ReadLock in flight
-    STANDBY = "standby"  # another identity holds the lock
-    READING = "reading"  # we hold the lock; ReadElection in flight
+    JOINING = "joining"  # Join in flight
+    LISTING = "listing"  # ListQueue in flight (after a lost reply, a reconnect, a deadline)
+    WATCHING = "watching"  # Watch in flight, not yet standby
+    STANDBY = "standby"  # behind others, watching the node below ours
+    REQUEUING = "requeuing"  # standby whose predecessor left: ListQueue or Watch in flight
+    READING = "reading"  # first in the queue: ReadCrumbs in flight (P7)
     FENCING = "fencing"  # FenceOldActive in flight
-    COMMITTING = "committing"  # CommitActive in flight
-    PROBING = "probing"  # lock deleted under a standby: ReadElection in flight (R12)
-    CLAIMING = "claiming"  # ClaimActive in flight (R12)
     ACTIVE = "active"
     DETACHED = "detached"  # active, contact lost, holding on (hold_on_disconnect)
-    VERIFYING = "verifying"  # active, reconnected, checking the lock is still ours
+    VERIFYING = "verifying"  # active, reconnected, listing the queue
     OFFLINE = "offline"  # contact lost, not active: wait for it to come back
-    BACKOFF = "backoff"  # waiting before rejoining after a failure
-    FENCED = "fenced"  # lost authority while active; waiting before rejoining
+    BACKOFF = "backoff"  # waiting before joining again after a failure
+    FENCED = "fenced"  # lost authority while active; waiting before joining again
     DONE = "done"  # quit
     FAILED = "failed"  # fatal error
 
@@ -106,6 +117,7 @@ class Phase(enum.Enum):
 # every phase shows as NEUTRAL but these
 PUBLIC: dict[Phase, State] = {phase: State.NEUTRAL for phase in Phase} | {
     Phase.STANDBY: State.STANDBY,
+    Phase.REQUEUING: State.STANDBY,
     Phase.ACTIVE: State.ACTIVE,
     Phase.DETACHED: State.ACTIVE,
     Phase.VERIFYING: State.ACTIVE,
@@ -113,9 +125,6 @@ PUBLIC: dict[Phase, State] = {phase: State.NEUTRAL for phase in Phase} | {
 }
 
 LEADING = frozenset({Phase.ACTIVE, Phase.DETACHED, Phase.VERIFYING})
-HOLDING_LOCK = frozenset({Phase.READING, Phase.FENCING, Phase.COMMITTING}) | LEADING
-# phases in which a create may have succeeded unseen: releasing (owner-checked) is harmless
-MAY_HOLD_LOCK = HOLDING_LOCK | {Phase.CREATING, Phase.CHECKING, Phase.STANDBY, Phase.CLAIMING}
 
 # The legal changes of the public state (ARCHITECTURE.md safety property 6).
 LEGAL = frozenset(
@@ -136,7 +145,19 @@ LEGAL = frozenset(
 # --- the table: which phases act on each input --------------------------------------------------
 
 LIVE = frozenset(Phase) - {Phase.DONE, Phase.FAILED}
-TAKING_OVER = frozenset({Phase.READING, Phase.FENCING, Phase.COMMITTING, Phase.CLAIMING})
+# phases with a node of ours in the queue (or a join that may have made one)
+QUEUED = frozenset(
+    {
+        Phase.JOINING,
+        Phase.LISTING,
+        Phase.WATCHING,
+        Phase.STANDBY,
+        Phase.REQUEUING,
+        Phase.READING,
+        Phase.FENCING,
+    }
+)
+WAITING = frozenset({Phase.WATCHING, Phase.STANDBY, Phase.REQUEUING})
 
 HANDLED: dict[type[ev.Input], frozenset[Phase]] = {
     # lifecycle and connection: recorded in every live phase
@@ -147,26 +168,21 @@ HANDLED: dict[type[ev.Input], frozenset[Phase]] = {
     ev.Reconnected: LIVE,
     ev.SessionExpired: LIVE,
     ev.DeadlineExpired: LEADING,
-    # the lock (R2, R3, R6, R8)
-    ev.LockCreated: frozenset({Phase.CREATING}),
-    ev.LockExists: frozenset({Phase.CREATING}),
-    ev.LockOwned: frozenset({Phase.CHECKING, Phase.STANDBY, Phase.ACTIVE, Phase.VERIFYING}),
-    ev.LockMissing: frozenset({Phase.CHECKING, Phase.STANDBY, Phase.ACTIVE, Phase.VERIFYING}),
-    ev.LockDeleted: frozenset({Phase.CHECKING, Phase.STANDBY}) | TAKING_OVER | LEADING,
-    ev.LockChanged: frozenset({Phase.STANDBY, Phase.ACTIVE}),
-    # taking over (R4, R12)
-    ev.ElectionRead: frozenset({Phase.READING, Phase.PROBING}),
+    # the queue (P2, P4, P5, P11)
+    ev.Queued: frozenset({Phase.JOINING, Phase.LISTING, Phase.REQUEUING, Phase.VERIFYING}),
+    ev.NotQueued: frozenset({Phase.LISTING, Phase.REQUEUING, Phase.VERIFYING}),
+    ev.Watching: frozenset({Phase.WATCHING, Phase.REQUEUING}),
+    ev.PredecessorGone: frozenset({Phase.WATCHING, Phase.REQUEUING}),
+    ev.NodeDeleted: QUEUED | LEADING,
+    ev.CrumbDeleted: WAITING,
+    # taking over (P6, P7)
+    ev.CrumbsRead: frozenset({Phase.READING}),
     ev.FenceSucceeded: frozenset({Phase.FENCING}),
     ev.FenceFailed: frozenset({Phase.FENCING}),
-    ev.Committed: frozenset({Phase.COMMITTING}),
-    ev.CommitConflict: frozenset({Phase.COMMITTING}),
-    ev.Claimed: frozenset({Phase.CLAIMING}),
-    ev.ClaimConflict: frozenset({Phase.CLAIMING}),
-    # leading (R6)
+    # leading (P9)
     ev.ActiveFailed: LEADING,
-    ev.EpochChanged: frozenset({Phase.ACTIVE}),
-    ev.EpochSuperseded: LEADING,
-    # failures and time (R5): a failure while waiting anyway, or while offline, is no news
+    ev.Superseded: LEADING,
+    # failures and time (P8): a failure while waiting anyway, or while offline, is no news
     ev.BackoffElapsed: frozenset({Phase.BACKOFF, Phase.FENCED}),
     ev.OperationFailed: LIVE - {Phase.IDLE, Phase.BACKOFF, Phase.FENCED, Phase.OFFLINE},
 }
@@ -175,40 +191,65 @@ HANDLED: dict[type[ev.Input], frozenset[Phase]] = {
 
 
 class Machine:
-    """One contender's view of one election. Feed inputs to ``handle``; do what it returns."""
+    """One contender's view of one election. Feed inputs to ``handle``; do what it returns.
+
+    ``nonce()`` gives a fresh string for each join's ticket (random in the runner, counted in
+    tests): the machine itself stays free of randomness.
+    """
 
     __slots__ = (
-        "identity", "max_retries", "hold_on_disconnect", "phase", "session", "connected",
-        "reported", "failures", "active_failures", "fence_failures", "fence_target",
-        "backoff_token", "holder", "lock_version", "epoch",
-        "epoch_version", "breadcrumb_version", "_read",
+        "identity", "max_retries", "hold_on_disconnect", "nonce", "phase", "session",
+        "connected", "reported", "failures", "active_failures", "fence_failures",
+        "fence_target", "backoff_token", "holder", "epoch", "ticket", "node", "token",
+        "below", "crumb", "crumb_gone", "strays", "departed", "to_fence", "to_clear",
+        "unleft",
     )  # fmt: skip
 
     def __init__(
-        self, identity: bytes, *, max_retries: int = 5, hold_on_disconnect: bool = False
+        self,
+        identity: bytes,
+        *,
+        max_retries: int = 5,
+        hold_on_disconnect: bool = False,
+        nonce: Callable[[], str] | None = None,
     ) -> None:
         self.identity = identity
         self.max_retries = max_retries
         self.hold_on_disconnect = hold_on_disconnect
+        self.nonce = nonce or _counter()
         self.phase = Phase.IDLE
         self.session: int | None = None
         self.connected = False
         self.reported = State.NEUTRAL  # the public state as last reported
-        self.failures = 0  # consecutive failures (R5)
-        # consecutive terms whose become_active raised: winning the lock again is no progress
-        # for these, so only a term that ends otherwise resets them (R5)
+        self.failures = 0  # consecutive failures (P8)
+        # consecutive terms whose become_active raised: winning again is no progress for
+        # these, so only a term that ends otherwise resets them (P8)
         self.active_failures = 0
         # consecutive refused fences of one breadcrumb: only a fence that works, or another
         # breadcrumb to fence (a new incident), resets the count
         self.fence_failures = 0
         self.fence_target: bytes | None = None
         self.backoff_token = 0
-        self.holder = b""  # who holds the lock, as last seen
-        self.lock_version = 0
-        self.epoch: int | None = None  # our epoch while leading
-        self.epoch_version = 0
-        self.breadcrumb_version: int | None = None
-        self._read: ev.ElectionRead | None = None
+        self.holder = b""  # the leader's identity, as last seen
+        self.epoch: int | None = None  # our token while leading
+        # our place in the queue: the join's ticket (set before the create: P2), our node's
+        # name and token once seen
+        self.ticket: str | None = None
+        self.node: str | None = None
+        self.token: int | None = None
+        # what we know of the queue below us: the names below ours (lowest first), and for
+        # the leader's node its breadcrumb (None: none), whether it was seen deleted, and
+        # whether breadcrumbs of dead nodes lie about (P6, P7)
+        self.below: tuple[str, ...] = ()
+        self.crumb: bytes | None = None
+        self.crumb_gone = False
+        self.strays = True
+        self.departed: str | None = None  # a node below ours that left while others remain
+        # a node we gave up while out of contact: left as soon as contact is back, for a
+        # node of ours that nobody deletes would stand in the queue while our session lives
+        self.unleft: tuple[str, str | None, bool] | None = None
+        self.to_fence: list[bytes] = []  # breadcrumbs still to fence before acting
+        self.to_clear: tuple[str, ...] = ()  # their tickets, deleted once active
 
     @property
     def state(self) -> State:
@@ -222,7 +263,7 @@ class Machine:
             event = ev.Connected(event.session)  # we never saw this session begin: adopt it
         session = getattr(event, "session", None)
         if session is not None and not isinstance(event, ev.Connected) and session != self.session:
-            return []  # R1: stale
+            return []  # P1: stale
         if self.phase not in HANDLED[type(event)]:
             return []  # irrelevant here (or too late): see the theory of operation
         handler = getattr(self, "_on_" + type(event).__name__)
@@ -234,7 +275,7 @@ class Machine:
     def _go(
         self, phase: Phase, cause: str, effects: list[ev.Effect] | None = None
     ) -> list[ev.Effect]:
-        """Move to ``phase``; if the public state changes, report it after ``effects`` (R11)."""
+        """Move to ``phase``; if the public state changes, report it after ``effects`` (P14)."""
         out = list(effects or [])
         was, self.phase = self.reported, phase
         now = PUBLIC[phase]
@@ -250,20 +291,54 @@ class Machine:
     def _stop_if_leading(self, cause: str) -> list[ev.Effect]:
         return [ev.StopActive(cause)] if self.phase in LEADING else []
 
+    def _forget_queue(self) -> None:
+        """Our node is gone or given up: the next join starts afresh (P2)."""
+        self.ticket = self.node = self.token = None
+        self._forget_below()
+
+    def _forget_below(self) -> None:
+        self.below, self.crumb, self.crumb_gone, self.strays = (), None, False, True
+        self.departed = None
+
+    def _leave(self, *, keep_crumb: bool) -> list[ev.Effect]:
+        """Delete our node if we may have one (and our breadcrumb unless kept), forget it."""
+        if self.ticket is not None and self.session is not None:
+            self.unleft = (self.ticket, self.node, keep_crumb)
+        self._forget_queue()
+        return self._left()
+
+    def _left(self) -> list[ev.Effect]:
+        """The Leave of a node given up, once there is contact to send it."""
+        if self.unleft is None or self.session is None or not self.connected:
+            return []
+        ticket, node, keep_crumb = self.unleft
+        self.unleft = None
+        return [ev.Leave(self.session, ticket, node, keep_crumb)]
+
     def _join(self, cause: str) -> list[ev.Effect]:
         if self.session is None or not self.connected:
             return self._go(Phase.CONNECTING if self.session is None else Phase.OFFLINE, cause)
-        return self._go(Phase.CREATING, cause, [ev.CreateLock(self.session)])
+        effects = self._left()
+        self._forget_queue()
+        self.ticket = ticket_for(self.identity, self.nonce())
+        return self._go(Phase.JOINING, cause, [*effects, ev.Join(self.session, self.ticket)])
 
-    def _fail(self, error: str, *, release: bool, lost: bool = False) -> list[ev.Effect]:
-        """R5/R6: stop, maybe release, back off; fatal past the retry bound."""
+    def _list(
+        self, phase: Phase, cause: str, effects: list[ev.Effect] | None = None
+    ) -> list[ev.Effect]:
+        assert self.session is not None and self.ticket is not None
+        listing = ev.ListQueue(self.session, self.ticket, self.token)
+        return self._go(phase, cause, [*(effects or []), listing])
+
+    def _fail(self, error: str, *, lost: bool = False) -> list[ev.Effect]:
+        """P8/P9: stop, leave the queue, back off; fatal past the retry bound."""
         self.failures += 1
+        acted = self.phase in LEADING
         effects = self._stop_if_leading(error)
         attempt = max(self.failures, self.active_failures, self.fence_failures)
         if attempt > self.max_retries:
             return self._fatal(error, effects)
-        if release and self.session is not None and self.connected:
-            effects.append(ev.ReleaseLock(self.session))
+        effects += self._leave(keep_crumb=acted)
         self.backoff_token += 1
         self.epoch = None
         effects = self._go(Phase.FENCED if lost else Phase.BACKOFF, error, effects)
@@ -271,18 +346,18 @@ class Machine:
         return effects
 
     def _fatal(self, error: str, effects: list[ev.Effect] | None = None) -> list[ev.Effect]:
+        acted = self.phase in LEADING
         out = self._stop_if_leading(error) if effects is None else list(effects)
-        if self.session is not None and self.connected and self.phase in MAY_HOLD_LOCK:
-            out.append(ev.ReleaseLock(self.session))
+        out += self._leave(keep_crumb=acted)
         self.epoch = None
         out = self._go(Phase.FAILED, error, out)
         out += [ev.NotifyFatal(error), ev.Finish(error)]
         return out
 
-    def _lost(self, cause: str, *, release: bool = True) -> list[ev.Effect]:
-        """R6: authority lost while leading (release unless the lock is known not to be ours)."""
+    def _lost(self, cause: str) -> list[ev.Effect]:
+        """P9: authority lost while leading."""
         self.active_failures = 0  # the term ended for another reason than its work failing
-        return self._fail(cause, release=release, lost=True)
+        return self._fail(cause, lost=True)
 
     def _progress(self) -> None:
         self.failures = 0
@@ -293,18 +368,20 @@ class Machine:
         return self._join("joined")
 
     def _on_QuitRequested(self, event: ev.QuitRequested) -> list[ev.Effect]:
+        leading = self.phase in LEADING
         effects = self._stop_if_leading("quit")
-        if self.session is not None and self.connected:
-            if (
-                self.phase in LEADING
-                and not event.need_fence
-                and self.breadcrumb_version is not None
-            ):
-                effects.append(
-                    ev.DeleteBreadcrumb(self.session, self.breadcrumb_version, self.lock_version)
-                )
-            if self.phase not in (Phase.IDLE, Phase.CONNECTING, Phase.OFFLINE):
-                effects.append(ev.ReleaseLock(self.session))
+        if (
+            leading
+            and not event.need_fence
+            and self.session is not None
+            and self.connected
+            and self.ticket is not None
+            and self.node is not None
+        ):
+            effects.append(ev.Resign(self.session, self.ticket, self.node))  # P13
+            self._forget_queue()
+        else:
+            effects += self._leave(keep_crumb=leading)
         self.epoch = None
         effects = self._go(
             Phase.DONE, "quit (fence requested)" if event.need_fence else "quit", effects
@@ -319,7 +396,7 @@ class Machine:
             return self._on_Reconnected(ev.Reconnected(event.session))
         effects: list[ev.Effect] = []
         if self.session is not None:
-            # a new session without a word about the old one: the old one is gone (R9)
+            # a new session without a word about the old one: the old one is gone (P12)
             effects = self._on_SessionExpired(ev.SessionExpired(self.session))
         self.session, self.connected = event.session, True
         if self.phase in (Phase.CONNECTING, Phase.OFFLINE):
@@ -330,25 +407,30 @@ class Machine:
         self.connected = False
         if self.phase in (Phase.ACTIVE, Phase.VERIFYING):
             if self.hold_on_disconnect:
-                return self._go(Phase.DETACHED, "disconnected")  # R7: hold until the deadline
+                return self._go(Phase.DETACHED, "disconnected")  # P10: hold until the deadline
             self.epoch = None
             return self._go(Phase.OFFLINE, "disconnected", [ev.StopActive("disconnected")])
         if self.phase in (Phase.BACKOFF, Phase.FENCED, Phase.DETACHED, Phase.IDLE):
-            return []  # the backoff ends by itself; rejoining then waits for contact
+            return []  # the backoff ends by itself; joining then waits for contact
         return self._go(Phase.OFFLINE, "disconnected")
 
     def _on_Reconnected(self, event: ev.Reconnected) -> list[ev.Effect]:
         self.connected = True
-        if self.phase is Phase.DETACHED:
-            return self._go(Phase.VERIFYING, "reconnected", [ev.ReadLock(event.session)])  # R8
-        if self.phase is Phase.OFFLINE:
-            return self._go(Phase.CHECKING, "reconnected", [ev.ReadLock(event.session)])  # R8
-        return []
+        effects = self._left()
+        if self.phase not in (Phase.DETACHED, Phase.OFFLINE):
+            return effects
+        self._forget_below()  # P11: what the watches said is not to be trusted now
+        if self.ticket is None:  # we had not joined: join now
+            return effects + self._join("reconnected")
+        phase = Phase.VERIFYING if self.phase is Phase.DETACHED else Phase.LISTING
+        return self._list(phase, "reconnected", effects)
 
     def _on_SessionExpired(self, event: ev.SessionExpired) -> list[ev.Effect]:
-        self.session, self.connected = None, False  # R9
+        self.session, self.connected = None, False  # P12
+        self.unleft = None  # went with the session
         if self.phase in LEADING:
             return self._lost("session expired")
+        self._forget_queue()
         if self.phase in (Phase.BACKOFF, Phase.FENCED, Phase.IDLE):
             return []
         self.epoch = None
@@ -357,137 +439,140 @@ class Machine:
     def _on_DeadlineExpired(self, event: ev.DeadlineExpired) -> list[ev.Effect]:
         self.epoch = None
         stop: list[ev.Effect] = [ev.StopActive("local deadline passed")]
-        if self.connected and self.session is not None:
+        if self.connected and self.session is not None and self.ticket is not None:
             # the driver has not said it lost contact: stop anyway, then see where we stand
-            return self._go(
-                Phase.CHECKING, "local deadline passed", stop + [ev.ReadLock(self.session)]
-            )
+            self._forget_below()
+            return self._list(Phase.LISTING, "local deadline passed", stop)
         return self._go(Phase.OFFLINE, "local deadline passed", stop)
 
-    # --- handlers: the lock -----------------------------------------------------------------
+    # --- handlers: the queue ----------------------------------------------------------------
 
-    def _on_LockCreated(self, event: ev.LockCreated) -> list[ev.Effect]:
+    def _on_Queued(self, event: ev.Queued) -> list[ev.Effect]:
         self._progress()
-        self.holder, self.lock_version = self.identity, event.version
-        return self._go(Phase.READING, "lock created", [ev.ReadElection(event.session)])
+        self.node, self.token, self.holder = event.node, event.token, event.holder
+        if self.phase is Phase.VERIFYING:  # P10: still first, carry on
+            if event.below:
+                return self._lost("no longer first in the queue")
+            return self._go(Phase.ACTIVE, "still first in the queue")
+        effects: list[ev.Effect] = []
+        if self.departed is not None and _lower_lives(self.departed, event.below):
+            departed = parse_entry(self.departed)
+            assert departed is not None
+            effects.append(ev.DropCrumb(event.session, departed.ticket))  # P5: never led
+        self._forget_below()
+        self.below = event.below
+        if not event.below:
+            return self._first("first in the queue", effects)
+        cause = "queued" if self.phase is Phase.JOINING else "listed"
+        effects.append(ev.Watch(event.session, event.below[-1], len(event.below) == 1))
+        phase = Phase.REQUEUING if self.phase is Phase.REQUEUING else Phase.WATCHING
+        return self._go(phase, cause, effects)
 
-    def _on_LockExists(self, event: ev.LockExists) -> list[ev.Effect]:
-        return self._go(Phase.CHECKING, "lock exists", [ev.ReadLock(event.session)])  # R2
-
-    def _on_LockOwned(self, event: ev.LockOwned) -> list[ev.Effect]:
-        self.holder = event.holder
+    def _on_NotQueued(self, event: ev.NotQueued) -> list[ev.Effect]:
         if self.phase is Phase.VERIFYING:
-            if event.ours:
-                self._progress()
-                return self._go(Phase.ACTIVE, "lock still ours")
-            return self._lost("lock taken over", release=False)
-        if self.phase is Phase.ACTIVE:  # LockChanged re-check
-            return [] if event.ours else self._lost("lock taken over", release=False)
-        self._progress()  # CHECKING or STANDBY
-        if event.ours:  # R2: our retried create had worked
-            self.lock_version = event.version
-            return self._go(Phase.READING, "lock is ours", [ev.ReadElection(event.session)])
-        return self._go(Phase.STANDBY, "lock held by another")  # R3
+            return self._lost("our node is gone")
+        return self._join("not in the queue")  # P2: the lost join had not applied
 
-    def _on_LockMissing(self, event: ev.LockMissing) -> list[ev.Effect]:
-        if self.phase in (Phase.VERIFYING, Phase.ACTIVE):
-            return self._lost("lock gone", release=False)
-        return self._go(Phase.CREATING, "lock missing", [ev.CreateLock(event.session)])
-
-    def _on_LockDeleted(self, event: ev.LockDeleted) -> list[ev.Effect]:
+    def _on_Watching(self, event: ev.Watching) -> list[ev.Effect]:
+        if not self.below or event.node != self.below[-1]:
+            return []
+        if len(self.below) == 1:
+            self.crumb, self.strays = event.crumb, event.strays
+            # a deletion seen before this answer was processed stands: the read was earlier
+            self.crumb_gone = self.crumb_gone or event.crumb is None
         if self.phase is Phase.STANDBY:
-            return self._go(Phase.PROBING, "lock deleted", [ev.ReadElection(event.session)])  # R12
-        if self.phase is Phase.CHECKING:
-            # the ReadLock in flight may answer "held by another" from before this deletion:
-            # no event would ever wake that STANDBY, so create now; the stale answer is ignored
-            return self._go(Phase.CREATING, "lock deleted", [ev.CreateLock(event.session)])
-        if self.phase in LEADING:
-            return self._lost("lock deleted", release=False)  # R6
-        return self._fail("lock deleted while taking over", release=False)
+            return []
+        return self._go(Phase.STANDBY, "behind " + _who(self.holder))  # P4
 
-    def _on_LockChanged(self, event: ev.LockChanged) -> list[ev.Effect]:
-        return [ev.ReadLock(event.session)]
+    def _on_PredecessorGone(self, event: ev.PredecessorGone) -> list[ev.Effect]:
+        return self._predecessor_gone(event.node)
+
+    def _on_NodeDeleted(self, event: ev.NodeDeleted) -> list[ev.Effect]:
+        if event.node == self.node:
+            if self.phase in LEADING:
+                return self._lost("our node was deleted")  # P9
+            return self._fail("our node was deleted")  # from outside; we never acted on it
+        if self.phase in WAITING:
+            return self._predecessor_gone(event.node)
+        return []
+
+    def _on_CrumbDeleted(self, event: ev.CrumbDeleted) -> list[ev.Effect]:
+        if len(self.below) == 1:
+            entry = parse_entry(self.below[0])
+            if entry is not None and entry.ticket == event.ticket:
+                self.crumb_gone = True
+        return []
+
+    def _predecessor_gone(self, node: str) -> list[ev.Effect]:
+        """P5: the node below ours went; we lead if it was the only one below."""
+        if not self.below or node != self.below[-1] or self.session is None:
+            return []
+        if len(self.below) > 1:
+            # others remain below: look again (and drop its breadcrumb if it never led)
+            self._forget_below()
+            self.departed = node
+            return self._list(Phase.REQUEUING, "the node below ours left")
+        if self.crumb_gone and not self.strays:
+            self.below = ()
+            return self._won("the leader resigned")  # P6: no request at all
+        if not self.strays and self.crumb is not None:
+            # P7: the leader crashed; its breadcrumb was read while watching
+            entry = parse_entry(node)
+            assert entry is not None
+            self.below = ()
+            return self._fence([(entry.ticket, self.crumb)])
+        self.below = ()
+        return self._first("the leader left")
+
+    def _first(self, cause: str, effects: list[ev.Effect] | None = None) -> list[ev.Effect]:
+        """First in the queue with nothing known of who led before: read the breadcrumbs."""
+        assert self.session is not None and self.ticket is not None and self.token is not None
+        read = ev.ReadCrumbs(self.session, self.ticket, self.token)
+        return self._go(Phase.READING, cause, [*(effects or []), read])
 
     # --- handlers: taking over --------------------------------------------------------------
 
-    def _on_ElectionRead(self, event: ev.ElectionRead) -> list[ev.Effect]:
-        if self.phase is Phase.PROBING:
-            return self._probed(event)
-        self._read = event
-        if event.breadcrumb is not None:
-            crumb = decode_breadcrumb(event.breadcrumb)
+    def _on_CrumbsRead(self, event: ev.CrumbsRead) -> list[ev.Effect]:
+        return self._fence(list(event.crumbs))
+
+    def _fence(self, crumbs: list[tuple[str, bytes]]) -> list[ev.Effect]:
+        """P7: fence each breadcrumb that is not ours, oldest first; then act."""
+        self.to_clear = tuple(ticket for ticket, _ in crumbs)
+        self.to_fence = []
+        for _, raw in crumbs:
+            crumb = decode_breadcrumb(raw)
             if crumb is None or crumb.identity != self.identity:
-                # R4: someone else (or something unreadable) was active: fence it first
-                if event.breadcrumb != self.fence_target:
-                    self.fence_target, self.fence_failures = event.breadcrumb, 0
-                return self._go(
-                    Phase.FENCING,
-                    "fencing old active",
-                    [ev.FenceOldActive(event.session, event.breadcrumb)],
-                )
-        return self._commit(event)
+                self.to_fence.append(raw)
+        return self._next_fence()
 
-    def _probed(self, read: ev.ElectionRead) -> list[ev.Effect]:
-        """R12: claim in one transaction if nothing needs fencing, else the usual way."""
-        if read.breadcrumb is not None:
-            crumb = decode_breadcrumb(read.breadcrumb)
-            if crumb is None or crumb.identity != self.identity:
-                return self._go(Phase.CREATING, "lock deleted", [ev.CreateLock(read.session)])
-        claim = ev.ClaimActive(
-            read.session, _next_epoch(read), read.epoch_version, read.breadcrumb_version
-        )
-        return self._go(Phase.CLAIMING, "claiming the lock", [claim])
-
-    def _on_Claimed(self, event: ev.Claimed) -> list[ev.Effect]:
-        self.lock_version = 0
-        self.holder = self.identity
-        return self._won(event.session, event.epoch, event.epoch_version, event.breadcrumb_version)
-
-    def _on_ClaimConflict(self, event: ev.ClaimConflict) -> list[ev.Effect]:
-        if event.lock_exists:  # R2: someone (maybe our own retried claim) holds it: look
-            return self._go(Phase.CHECKING, "lock exists", [ev.ReadLock(event.session)])
-        return self._go(Phase.CREATING, "claim raced", [ev.CreateLock(event.session)])
-
-    def _commit(self, read: ev.ElectionRead) -> list[ev.Effect]:
-        effect = ev.CommitActive(
-            read.session,
-            self.lock_version,
-            _next_epoch(read),
-            read.epoch_version,
-            read.breadcrumb_version,
-        )
-        return self._go(Phase.COMMITTING, "committing epoch", [effect])
+    def _next_fence(self) -> list[ev.Effect]:
+        if not self.to_fence:
+            return self._won("won the election")
+        raw = self.to_fence[0]
+        if raw != self.fence_target:  # a new incident: its own count of refusals
+            self.fence_target, self.fence_failures = raw, 0
+        assert self.session is not None
+        return self._go(Phase.FENCING, "fencing old active", [ev.FenceOldActive(self.session, raw)])
 
     def _on_FenceSucceeded(self, event: ev.FenceSucceeded) -> list[ev.Effect]:
-        if self._read is None:
-            return []
         self.fence_failures = 0
-        return self._commit(self._read)
+        self.to_fence.pop(0)
+        return self._next_fence()
 
     def _on_FenceFailed(self, event: ev.FenceFailed) -> list[ev.Effect]:
         self.fence_failures += 1
-        return self._fail(f"fencing failed: {event.error}", release=True)
+        return self._fail(f"fencing failed: {event.error}")
 
-    def _on_Committed(self, event: ev.Committed) -> list[ev.Effect]:
-        return self._won(event.session, event.epoch, event.epoch_version, event.breadcrumb_version)
-
-    def _won(
-        self, session: int, epoch: int, epoch_version: int, breadcrumb_version: int
-    ) -> list[ev.Effect]:
+    def _won(self, cause: str) -> list[ev.Effect]:
+        assert self.session is not None and self.node is not None and self.token is not None
         self._progress()
-        self.epoch, self.epoch_version = epoch, epoch_version
-        self.breadcrumb_version = breadcrumb_version
-        return self._go(
-            Phase.ACTIVE, "won the election", [ev.StartActive(session, epoch, epoch_version)]
-        )
-
-    def _on_CommitConflict(self, event: ev.CommitConflict) -> list[ev.Effect]:
-        if event.lock_lost:
-            return self._fail("lock lost while taking over", release=False)
-        self.failures += 1  # a racing writer: read again, within the retry bound
-        if self.failures > self.max_retries:
-            return self._fatal("epoch kept changing under the lock")
-        return self._go(Phase.READING, "epoch race", [ev.ReadElection(event.session)])
+        self.epoch = self.token
+        self.holder = self.identity
+        effects: list[ev.Effect] = [ev.StartActive(self.session, self.token, self.node)]
+        if self.to_clear:
+            effects.append(ev.ClearCrumbs(self.session, self.node, self.to_clear))
+            self.to_clear = ()
+        return self._go(Phase.ACTIVE, cause, effects)
 
     # --- handlers: leading ------------------------------------------------------------------
 
@@ -495,17 +580,12 @@ class Machine:
         if event.epoch != self.epoch:
             return []  # an older term's report
         self.active_failures += 1  # backs off longer each time; fatal past max_retries
-        return self._fail(f"become_active failed: {event.error}", release=True)
+        return self._fail(f"become_active failed: {event.error}")
 
-    def _on_EpochChanged(self, event: ev.EpochChanged) -> list[ev.Effect]:
-        if self.epoch is None:
-            return []
-        return [ev.VerifyEpoch(event.session, self.epoch, self.epoch_version)]
-
-    def _on_EpochSuperseded(self, event: ev.EpochSuperseded) -> list[ev.Effect]:
+    def _on_Superseded(self, event: ev.Superseded) -> list[ev.Effect]:
         if event.epoch != self.epoch:
             return []  # an older lease's report
-        return self._lost("epoch superseded")
+        return self._lost("a fenced write was refused")
 
     # --- handlers: failures and time --------------------------------------------------------
 
@@ -521,11 +601,22 @@ class Machine:
         if self.phase in LEADING:
             # a failed check while leading proves nothing: the deadline and events decide
             return []
-        return self._fail(error, release=True)
+        return self._fail(error)
 
 
-def _next_epoch(read: ev.ElectionRead) -> int:
-    """One above the epoch counter, and above the last active's breadcrumb: should the counter
-    ever be lost (deleted from outside), fencing tokens still never go back."""
-    crumb = decode_breadcrumb(read.breadcrumb) if read.breadcrumb is not None else None
-    return max(read.epoch, crumb.epoch if crumb is not None else 0) + 1
+def _counter() -> Callable[[], str]:
+    """Nonces 1, 2, 3... (hex): enough where one process joins (tests, the diagram)."""
+    count = iter(range(1, 1 << 62))
+    return lambda: f"{next(count):x}"
+
+
+def _lower_lives(departed: str, below: tuple[str, ...]) -> bool:
+    """Whether a node below ``departed`` still lives: then ``departed`` never led (P5)."""
+    gone = parse_entry(departed)
+    return gone is not None and any(
+        e is not None and e.seq < gone.seq for e in map(parse_entry, below)
+    )
+
+
+def _who(identity: bytes) -> str:
+    return identity.decode(errors="replace") or "?"

@@ -1,77 +1,59 @@
 """The election's nodes: where they live, how they are encoded, and the calls each effect needs.
 
-An election at ``PATH`` is these nodes (``ha/admin/`` reads them all from outside)::
+An election at ``PATH`` is a queue (protocol 2; ``ha/admin/`` reads it all from outside)::
 
-    PATH/lock          ephemeral, the holder's identity: whoever holds it may become active
-    PATH/breadcrumb    persistent, ``ha.breadcrumb/1`` JSON: the last active's identity, epoch
-                       and data, left for the next active to fence
-    PATH/epoch         persistent, a decimal counter: the fencing token; its node version is
-                       what ``Lease.fence_ops()`` checks
+    PATH/n/TICKET_SEQ  ephemeral and sequential, holding the contender's identity: one per
+                       contender in the queue. The lowest SEQ leads; the node's creation order
+                       (``Stat.created``: ZooKeeper's czxid) is that leader's fencing token.
+    PATH/b/TICKET      persistent, ``ha.breadcrumb/2`` JSON (identity, data): created in the
+                       same transaction as the node, deleted with it by a graceful exit, left
+                       behind by a crash for the next leader to fence.
     PATH/members/ID    ephemeral, one per ``ha run`` supervisor (``ha/admin/members.py``)
-    PATH/failover      the last graceful failover request (``ha/admin/failover.py``)
+    PATH/failover      the last failover request (``ha/admin/failover.py``)
+
+TICKET is the identity, percent-encoded, then ``_`` and a random nonce. It is chosen before the
+node is created, so a contender whose create lost its reply finds its node again by listing the
+queue (Curator's protected create), and it makes every node's path new: a node is never
+created again under a path someone used before (no ABA for the fenced writes that check it).
 
 All knowledge of these paths and encodings sits in this file, as etcd's ``election.go`` holds
 its keys: the elector, ``ha status``, ``ha run`` and the demo go through ``ElectionNodes`` and
 the codecs below. The calls the machine's effects need are here too, each answered as the
 machine's input (``events.py``), so the runner only picks the call and bounds it in time.
 
-Every write that makes an active carries its own guard (etcd's
-``If(Compare(CreateRevision(leaderKey), "=", leaderRev))``): the lock's version, or the lock's
-creation in the same transaction, plus the versions of the epoch and breadcrumb just read.
-
-Blocking and cancellation: each call waits for one backend round trip (``release_lock`` and
-``resign`` for two) and has no timeout of its own; the elector bounds it with its op timeout.
-Cancelled, a call is like any interrupted request: a create or a transaction may or may not
-have applied, and the machine finds out by reading the lock again (rule R2).
+Blocking and cancellation: each call waits for one or two backend round trips and has no
+timeout of its own; the elector bounds it with its op timeout. Cancelled, a call is like any
+interrupted request: a join may or may not have applied, and the machine finds out by listing
+the queue for its ticket.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, unquote_to_bytes
 
 import anyio
 
-from ..drivers.base import Check, Create, Delete, Driver, Op, SetData, Stat
-from ..errors import (
-    BadVersion,
-    ConfigurationError,
-    CorruptData,
-    NodeExists,
-    NoNode,
-    TransactionFailed,
-)
-from .events import (
-    ClaimActive,
-    ClaimConflict,
-    Claimed,
-    CommitActive,
-    CommitConflict,
-    Committed,
-    DeleteBreadcrumb,
-    ElectionRead,
-    EpochSuperseded,
-    LockCreated,
-    LockExists,
-    LockMissing,
-    LockOwned,
-    VerifyEpoch,
-)
+from ..drivers.base import Check, Create, Delete, Driver, Op, Stat
+from ..errors import ConfigurationError, NodeExists, NoNode, TransactionFailed
+from .events import CrumbsRead, NotQueued, PredecessorGone, Queued, Watching
 
 __all__ = (
     "BREADCRUMB_FORMAT",
     "Breadcrumb",
     "ElectionNodes",
+    "QueueEntry",
     "decode_breadcrumb",
-    "decode_epoch",
     "encode_breadcrumb",
-    "encode_epoch",
     "identity_bytes",
+    "parse_entry",
+    "ticket_for",
 )
 
-BREADCRUMB_FORMAT = "ha.breadcrumb/1"
+BREADCRUMB_FORMAT = "ha.breadcrumb/2"
 
 
 # --- codecs ------------------------------------------------------------------------------------
@@ -79,15 +61,19 @@ BREADCRUMB_FORMAT = "ha.breadcrumb/1"
 
 @dataclass(frozen=True, slots=True)
 class Breadcrumb:
-    """Who was active last, with which epoch: left in the backend for the next active."""
+    """Who joined (and may have led), with their data; ``epoch`` is that contender's token.
+
+    A stored breadcrumb has no epoch (its node's token is fixed only by the create that makes
+    both); the one handed to a fence hook carries it (``None`` if it could not be known).
+    """
 
     identity: bytes
-    epoch: int
+    epoch: int | None = None
     data: bytes = b""
 
 
 def identity_bytes(identity: bytes | str) -> bytes:
-    """A contender's identity as stored in the lock and the breadcrumb: non-empty bytes."""
+    """A contender's identity as stored in its node and breadcrumb: non-empty bytes."""
     if isinstance(identity, str):
         identity = identity.encode()
     if not isinstance(identity, bytes | bytearray) or not identity:
@@ -96,15 +82,14 @@ def identity_bytes(identity: bytes | str) -> bytes:
 
 
 def encode_breadcrumb(crumb: Breadcrumb) -> bytes:
-    return json.dumps(
-        {
-            "format": BREADCRUMB_FORMAT,
-            "identity": base64.b64encode(crumb.identity).decode(),
-            "epoch": crumb.epoch,
-            "data": base64.b64encode(crumb.data).decode(),
-        },
-        separators=(",", ":"),
-    ).encode()
+    doc: dict[str, object] = {
+        "format": BREADCRUMB_FORMAT,
+        "identity": base64.b64encode(crumb.identity).decode(),
+        "data": base64.b64encode(crumb.data).decode(),
+    }
+    if crumb.epoch is not None:
+        doc["epoch"] = crumb.epoch
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_breadcrumb(raw: bytes) -> Breadcrumb | None:
@@ -117,8 +102,8 @@ def decode_breadcrumb(raw: bytes) -> Breadcrumb | None:
         doc = json.loads(raw)
         if doc.get("format") != BREADCRUMB_FORMAT:
             return None
-        epoch = doc["epoch"]
-        if not isinstance(epoch, int) or isinstance(epoch, bool):
+        epoch = doc.get("epoch")
+        if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool)):
             return None
         return Breadcrumb(
             base64.b64decode(doc["identity"], validate=True),
@@ -129,20 +114,43 @@ def decode_breadcrumb(raw: bytes) -> Breadcrumb | None:
         return None
 
 
-def encode_epoch(epoch: int) -> bytes:
-    return str(epoch).encode()
+def with_epoch(raw: bytes, epoch: int) -> bytes:
+    """A stored breadcrumb as a fence hook gets it: with its owner's token (foreign: as is)."""
+    crumb = decode_breadcrumb(raw)
+    if crumb is None:
+        return raw
+    return encode_breadcrumb(Breadcrumb(crumb.identity, epoch, crumb.data))
 
 
-def decode_epoch(raw: bytes) -> int | None:
-    """The counter in ``raw`` (ASCII decimal), or None when it is not a number.
+def ticket_for(identity: bytes, nonce: str) -> str:
+    """A join's ticket: the identity, percent-encoded into one path segment, and a nonce."""
+    return f"{quote(identity, safe='')}_{nonce}"
 
-    Readers that only report (``ha status``, ``ha run``'s failover watch) take None as "unknown";
-    the elector refuses to take over (``ElectionNodes.read_epoch`` raises ``CorruptData``).
-    """
-    try:
-        return int(raw.decode("ascii"))
-    except ValueError:  # UnicodeDecodeError is one
+
+@dataclass(frozen=True, slots=True)
+class QueueEntry:
+    """One node of the queue, read from its name alone."""
+
+    name: str  # TICKET_SEQ
+    ticket: str
+    seq: int
+    identity: bytes
+
+
+def parse_entry(name: str) -> QueueEntry | None:
+    """The entry named ``name``, or None when the name is not ``TICKET_SEQ`` (foreign)."""
+    ticket, _, seq = name.rpartition("_")
+    quoted, _, nonce = ticket.rpartition("_")
+    if not seq.isdigit() or not quoted or not nonce:
         return None
+    return QueueEntry(name, ticket, int(seq), unquote_to_bytes(quoted))
+
+
+def in_order(names: Sequence[str]) -> list[QueueEntry]:
+    """The queue's entries, lowest sequence (the leader) first; foreign names are left out."""
+    entries = [e for e in map(parse_entry, names) if e is not None]
+    entries.sort(key=lambda e: e.seq)
+    return entries
 
 
 # --- the nodes -----------------------------------------------------------------------------------
@@ -155,16 +163,18 @@ class ElectionNodes:
     path: str
 
     @property
-    def lock(self) -> str:
-        return f"{self.path}/lock"
+    def queue(self) -> str:
+        return f"{self.path}/n"
 
     @property
-    def breadcrumb(self) -> str:
-        return f"{self.path}/breadcrumb"
+    def crumbs(self) -> str:
+        return f"{self.path}/b"
 
-    @property
-    def epoch(self) -> str:
-        return f"{self.path}/epoch"
+    def node(self, name: str) -> str:
+        return f"{self.queue}/{name}"
+
+    def crumb(self, ticket: str) -> str:
+        return f"{self.crumbs}/{ticket}"
 
     @property
     def members(self) -> str:
@@ -180,170 +190,213 @@ class ElectionNodes:
 
     # --- reads --------------------------------------------------------------------------------
 
-    async def read_lock(
-        self, driver: Driver, session: int, identity: bytes
-    ) -> LockOwned | LockMissing:
+    async def entries(self, driver: Driver) -> list[QueueEntry]:
+        """The queue in order, leader first; [] when the election has no queue yet."""
         try:
-            holder, stat = await driver.get(self.lock)
+            return in_order(await driver.children(self.queue))
         except NoNode:
-            return LockMissing(session)
-        # several electors may share one session (one per election or not): the lock is ours
-        # only if our session created it AND it names us (identities are unique per election)
-        ours = stat.ephemeral_owner == session and holder == identity
-        return LockOwned(session, ours, holder, stat.version)
+            return []
 
-    async def read_epoch(self, driver: Driver) -> tuple[int, int | None]:
-        """(epoch, node version); (0, None) when there is no epoch node yet.
+    async def find(
+        self, driver: Driver, session: int, ticket: str, token: int | None
+    ) -> Queued | NotQueued:
+        """Where our node (by ticket) stands: the names below it, and its token.
 
-        Raises ``CorruptData`` for a counter that is not a non-negative decimal: taking over
-        from it could send fencing tokens back, so nobody does until an operator repairs it.
+        ``token`` is the one already known (None: read the node's creation order once).
         """
-        try:
-            raw, stat = await driver.get(self.epoch)
-        except NoNode:
-            return 0, None
-        value = decode_epoch(raw)
-        if value is None:
-            raise CorruptData(self.epoch, f"epoch is not a decimal number: {raw[:40]!r}")
-        if value < 0:
-            raise CorruptData(self.epoch, f"epoch is negative: {value}")
-        return value, stat.version
+        entries = await self.entries(driver)
+        index = next((i for i, e in enumerate(entries) if e.ticket == ticket), None)
+        if index is None:
+            return NotQueued(session)
+        entry = entries[index]
+        if token is None:
+            stat = await driver.exists(self.node(entry.name))
+            if stat is None:
+                return NotQueued(session)
+            token = stat.created
+        below = tuple(e.name for e in entries[:index])
+        holder = entries[0].identity if entries else b""
+        return Queued(session, entry.name, token, below, holder)
 
-    async def read_election(self, driver: Driver, session: int) -> ElectionRead:
-        """The breadcrumb and the epoch, read at once (one round trip on the way to ACTIVE)."""
-        crumb: tuple[bytes | None, int | None] = (None, None)
-        epoch: tuple[int, int | None] = (0, None)
+    async def watch(
+        self, driver: Driver, session: int, predecessor: str, first: bool
+    ) -> Watching | PredecessorGone:
+        """Read the node just below ours (the caller has subscribed to it and its breadcrumb).
+
+        When it is ``first`` (the leader), also read its breadcrumb, for its fence hook, and
+        tell whether other breadcrumbs lie about that no live node owns: a leader that crashed
+        while fencing leaves those, and its successor must then read them all.
+        """
+        entry = parse_entry(predecessor)
+        assert entry is not None
+        node_stat: Stat | None = None
+        crumb: tuple[bytes, Stat] | None = None
+        tickets: list[str] = []
+        live: list[QueueEntry] = []
         errors: list[Exception] = []
 
-        # the children never raise: an error beside a cancellation (the op's timeout) would
-        # leave the task group as a BaseExceptionGroup that nothing above can handle (trio)
+        # children never raise: an error beside a cancellation (the op's timeout) would leave
+        # the task group as a BaseExceptionGroup that nothing above can handle (trio)
+        async def read_node() -> None:
+            nonlocal node_stat
+            try:
+                node_stat = await driver.exists(self.node(predecessor))
+            except Exception as exc:
+                errors.append(exc)
+
         async def read_crumb() -> None:
             nonlocal crumb
             try:
-                raw, stat = await driver.get(self.breadcrumb)
-                crumb = (raw, stat.version)
+                crumb = await driver.get(self.crumb(entry.ticket))
             except NoNode:
                 pass
             except Exception as exc:
                 errors.append(exc)
 
-        async def read_epoch() -> None:
-            nonlocal epoch
+        async def list_crumbs() -> None:
+            nonlocal tickets, live
             try:
-                epoch = await self.read_epoch(driver)
+                tickets = await driver.children(self.crumbs)
+                live = await self.entries(driver)
+            except NoNode:
+                pass
             except Exception as exc:
                 errors.append(exc)
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(read_crumb)
-            tg.start_soon(read_epoch)
+            tg.start_soon(read_node)
+            if first:
+                tg.start_soon(read_crumb)
+                tg.start_soon(list_crumbs)
         if errors:
             raise errors[0]
-        return ElectionRead(session, crumb[0], crumb[1], epoch[0], epoch[1])
+        if node_stat is None:
+            return PredecessorGone(session, predecessor)
+        raw = None if crumb is None else with_epoch(crumb[0], node_stat.created)
+        owned = {e.ticket for e in live}
+        strays = any(t not in owned for t in tickets) if first else True
+        return Watching(session, predecessor, raw, strays)
 
-    async def verify_epoch(self, driver: Driver, effect: VerifyEpoch) -> EpochSuperseded | None:
-        """None while the epoch node still has the version our commit gave it."""
-        try:
-            _, stat = await driver.get(self.epoch)
-        except NoNode:
-            return EpochSuperseded(effect.session, effect.epoch)
-        if stat.version == effect.epoch_version:
-            return None
-        return EpochSuperseded(effect.session, effect.epoch)
+    async def read_crumbs(
+        self, driver: Driver, session: int, ticket: str, token: int
+    ) -> CrumbsRead:
+        """The breadcrumbs a new leader must fence: those older than its own node (token)
+        whose node is gone, oldest first, each as its fence hook gets it; ours are included
+        (the machine skips fencing our own identity but clears them)."""
+        tickets: list[str] = []
+        entries: list[QueueEntry] = []
+
+        async def list_crumbs() -> None:
+            nonlocal tickets
+            try:
+                tickets = await driver.children(self.crumbs)
+            except NoNode:
+                pass
+
+        async def list_queue() -> None:
+            nonlocal entries
+            entries = await self.entries(driver)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(list_crumbs)
+            tg.start_soon(list_queue)
+        owned = {e.ticket for e in entries} | {ticket}
+        found: list[tuple[int, str, bytes]] = []
+
+        async def read(t: str) -> None:
+            try:
+                raw, stat = await driver.get(self.crumb(t))
+            except NoNode:
+                return
+            if stat.created < token:
+                found.append((stat.created, t, with_epoch(raw, stat.created)))
+
+        async with anyio.create_task_group() as tg:
+            for t in tickets:
+                if t not in owned:
+                    tg.start_soon(read, t)
+        found.sort()
+        return CrumbsRead(session, tuple((t, raw) for _, t, raw in found))
 
     # --- writes -------------------------------------------------------------------------------
 
-    async def create_lock(
-        self, driver: Driver, session: int, identity: bytes
-    ) -> LockCreated | LockExists:
-        try:
-            await driver.create(self.lock, identity, ephemeral=True, makepath=True)
-        except NodeExists:
-            return LockExists(session)
-        return LockCreated(session, 0)
+    async def join(self, driver: Driver, ticket: str, crumb: Breadcrumb) -> str:
+        """One transaction: our node at the back of the queue and its breadcrumb.
 
-    async def commit(
-        self, driver: Driver, effect: CommitActive, crumb: Breadcrumb
-    ) -> Committed | CommitConflict:
-        """R4: under the lock's version, bump the epoch by compare-and-set, write ``crumb``."""
-        lock = Check(self.lock, effect.lock_version)
-        done = await self._take_over(
-            driver, lock, crumb, effect.epoch_version, effect.breadcrumb_version
-        )
-        if isinstance(done, int):
-            return CommitConflict(effect.session, lock_lost=done == 0)
-        return Committed(effect.session, crumb.epoch, *done)
-
-    async def claim(
-        self, driver: Driver, effect: ClaimActive, crumb: Breadcrumb
-    ) -> Claimed | ClaimConflict:
-        """R12: create the lock naming ``crumb.identity``, bump the epoch, write ``crumb``."""
-        lock = Create(self.lock, crumb.identity, ephemeral=True)
-        done = await self._take_over(
-            driver, lock, crumb, effect.epoch_version, effect.breadcrumb_version
-        )
-        if isinstance(done, int):
-            return ClaimConflict(effect.session, lock_exists=done == 0)
-        return Claimed(effect.session, crumb.epoch, *done)
-
-    async def _take_over(
-        self,
-        driver: Driver,
-        lock: Op,
-        crumb: Breadcrumb,
-        epoch_version: int | None,
-        crumb_version: int | None,
-    ) -> tuple[int, int] | int:
-        """One transaction: ``lock``, then the epoch of ``crumb`` and ``crumb``, each checked
-        against the version read (None: the node did not exist, so it is created, and the
-        create fails if it appeared). The new (epoch, breadcrumb) versions, or the index of
-        the operation that failed."""
-        epoch, raw = encode_epoch(crumb.epoch), encode_breadcrumb(crumb)
-        ops = [
-            lock,
-            Create(self.epoch, epoch)
-            if epoch_version is None
-            else SetData(self.epoch, epoch, epoch_version),
-            Create(self.breadcrumb, raw)
-            if crumb_version is None
-            else SetData(self.breadcrumb, raw, crumb_version),
+        Returns the node's name. Raises ``NodeExists`` if the ticket is taken (the machine
+        joins again with another) and ``DriverError`` for the rest.
+        """
+        ops: list[Op] = [
+            Create(self.node(f"{ticket}_"), crumb.identity, ephemeral=True, sequential=True),
+            Create(self.crumb(ticket), encode_breadcrumb(crumb)),
         ]
-        try:
-            results = await driver.transaction(ops)
-        except TransactionFailed as exc:
-            return exc.index
-        return _version(results[1]), _version(results[2])
+        for attempt in range(2):
+            try:
+                results = await driver.transaction(ops)
+            except TransactionFailed as exc:
+                if isinstance(exc.cause, NoNode) and attempt == 0:
+                    # a new election: make its two folders, then try once more
+                    await driver.ensure_path(self.queue)
+                    await driver.ensure_path(self.crumbs)
+                    continue
+                if isinstance(exc.cause, NodeExists):
+                    raise exc.cause from None
+                raise exc.cause from exc
+            created = results[0]
+            assert isinstance(created, str)
+            return created.rsplit("/", 1)[1]
+        raise AssertionError("unreachable")
 
-    async def release_lock(self, driver: Driver, session: int, identity: bytes) -> None:
-        """Delete the lock if ``session`` holds it naming ``identity``; done when it is not ours.
+    async def clear(self, driver: Driver, node: str, tickets: Sequence[str]) -> bool:
+        """Delete the breadcrumbs of ``tickets`` (fenced, or ours from before) while our node
+        lives. False when our node is gone; breadcrumbs already deleted are skipped."""
+        left = list(tickets)
+        while left:
+            ops: list[Op] = [Check(self.node(node)), *(Delete(self.crumb(t)) for t in left)]
+            try:
+                await driver.transaction(ops)
+            except TransactionFailed as exc:
+                if exc.index == 0:
+                    return False
+                del left[exc.index - 1]
+                continue
+            return True
+        return True
 
-        ZooKeeper cannot check the owner inside a transaction, so this reads then deletes by
-        version; the lock can only change hands in between if a third party deleted it.
-        Other errors (connection lost, ...) are raised: the lock may still be ours.
+    async def resign(self, driver: Driver, ticket: str, node: str) -> None:
+        """A graceful exit: our breadcrumb, then our node, in one transaction.
+
+        The successor, whose watches see the breadcrumb go first, knows that nobody needs
+        fencing. If the node is gone already, the breadcrumb is left (the next leader fences
+        us, which is safe); ``DriverError`` is raised when the backend cannot be reached.
         """
         try:
-            holder, stat = await driver.get(self.lock)
-            if stat.ephemeral_owner == session and holder == identity:
-                await driver.delete(self.lock, stat.version)
-        except (NoNode, BadVersion):
+            await driver.transaction([Delete(self.crumb(ticket)), Delete(self.node(node))])
+        except TransactionFailed as exc:
+            if exc.index == 0:  # no breadcrumb: leave the queue all the same
+                await self.leave(driver, ticket, node, keep_crumb=True)
+
+    async def leave(
+        self, driver: Driver, ticket: str, node: str | None, *, keep_crumb: bool
+    ) -> None:
+        """Delete our node (found by ticket when its name is unknown) and, unless
+        ``keep_crumb``, our breadcrumb first (only once our work has stopped): a successor
+        then sees it go before the node, as after a resign, and fences nobody."""
+        if not keep_crumb:
+            await self.drop_crumb(driver, ticket)
+        if node is None:
+            for entry in await self.entries(driver):
+                if entry.ticket == ticket:
+                    node = entry.name
+        if node is not None:
+            try:
+                await driver.delete(self.node(node))
+            except NoNode:
+                pass
+
+    async def drop_crumb(self, driver: Driver, ticket: str) -> None:
+        """Delete a breadcrumb nobody needs to fence (its owner never led, or left cleanly)."""
+        try:
+            await driver.delete(self.crumb(ticket))
+        except NoNode:
             pass
-
-    async def resign(self, driver: Driver, effect: DeleteBreadcrumb) -> None:
-        """R10: delete our breadcrumb and our lock in one transaction (one write per handover).
-
-        If the lock is not as we left it, the breadcrumb alone is deleted by its version (the
-        ReleaseLock that follows releases the lock if it is still ours). Raises ``DriverError``
-        when the breadcrumb is not ours any more, or cannot be reached.
-        """
-        try:
-            await driver.transaction(
-                [Delete(self.breadcrumb, effect.version), Delete(self.lock, effect.lock_version)]
-            )
-        except TransactionFailed as exc:
-            if exc.index == 0:
-                raise exc.cause from None
-            await driver.delete(self.breadcrumb, effect.version)
-
-
-def _version(result: str | Stat | None) -> int:
-    return result.version if isinstance(result, Stat) else 0
