@@ -1,37 +1,56 @@
 """Leader failover on ZooKeeper, side by side: graceful handover and crash failover latency.
 
 For each contender kind, three contender processes join one election on one ZooKeeper server
-(session timeout 2 s). Each round:
+(session timeout 2 s). Rounds are interleaved across kinds (round 1 of every kind, then round
+2, ...; the order of kinds rotates each round) so that machine noise hits all kinds alike. A
+round of a kind is one graceful handover, then (in the second half of the round) one crash:
 
 - graceful: the leader is asked to step down; latency = the next leader's ``LEADER`` time minus
   the old leader's ``RELEASING`` time;
-- crash: the leader's process gets SIGKILL; latency = the next ``LEADER`` time minus the kill.
+- crash: the leader's process gets SIGKILL; ``kill -> leader`` = the next ``LEADER`` time minus
+  the kill; ``seen -> leader`` = the next ``LEADER`` time minus the moment the dead session's
+  node disappeared, which is what the client adds once the server has expired the session.
 
-The old leader's process is then replaced by a fresh one, so three contenders are always in
-the election. Contenders speak the line protocol of ``peers_zookeeper/protocol.py``; a new kind
-is one entry in ``KINDS``. Times come from CLOCK_MONOTONIC, shared by every process.
+"Seen" is dated by an observer: the harness's own kazoo client on the same server, with an
+exists watch on each ephemeral node of the election's queue (``peers_zookeeper/observer.py``).
+Its notification stands in for the successor's: ZooKeeper sends the deletion to every watching
+session from the same expiry, so the two arrive within a fraction of a millisecond, in either
+order. The cost of the approximation: one more client on the server and on the loopback (one
+more notification to send, its callback thread in this process), and a ``seen -> leader`` that
+can be off by that fraction of a millisecond either way (slightly negative if the observer is
+the later of the two). The queue's place is a per-kind setting (``KINDS``): the election path's
+children for kazoo, aiozk and Curator; for ``ha``, ``PATH/n/`` (protocol 2's queue) if it holds
+ephemeral nodes, else ``PATH/lock`` (protocol 1: only the leader has a node, and its deletion is
+what the standbys wait for). Kinds with no known queue (tooz) get no "seen" figures.
 
-    .venv/bin/python benchmarks/zookeeper_failover.py [--rounds 30] [--kinds kazoo,curator,tooz]
+After each round the old leader's process is replaced by a fresh one and the election settles
+(every contender joined, one leads, its queue holds the expected nodes) before the next kind
+runs, so a process starting (a JVM takes about a second of CPU) never overlaps a measurement.
+Contenders use only their library's public API (``ha.connect``, ``ha.Elector``,
+``elector.run``, ``elector.quit()`` for ``ha``) and speak the line protocol of
+``peers_zookeeper/protocol.py``; a new kind is one entry in ``KINDS``. Times come from
+CLOCK_MONOTONIC, shared by every process of the machine.
 
+    .venv/bin/python benchmarks/zookeeper_failover.py [--rounds 50] [--kinds ha,kazoo,...]
+    .venv/bin/python benchmarks/zookeeper_failover.py --quick          # a smoke run: 5 rounds
+    .venv/bin/python benchmarks/zookeeper_failover.py --baseline /tmp/ha-head   # + that tree's ha
+
+``--baseline DIR`` adds the kinds ``ha-base`` and ``ha-base-trio``: ``ha`` imported from DIR (for
+example ``git archive HEAD | tar -x -C DIR``), measured in the same run as the working tree's.
 Starts its own ZooKeeper (Debian's package, like the tests) unless ``--hosts`` is given.
-Prints one table; results are not kept.
+Needs ``pip install -e '.[bench]'`` (aiozk) and Debian's ``libcurator-recipes-java``; kinds
+that cannot run are listed with the reason. Prints one table; results are not kept.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
-import queue
 import shutil
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +58,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / "peers_zookeeper"
 ROOT = HERE.parent
-CURATOR_CP = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar"
+sys.path.insert(0, str(PEERS))
+
+from contenders import Election  # noqa: E402
+from observer import Observer, Queue  # noqa: E402
+
+CURATOR_JARS = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar"
+HA_QUEUES = (Queue("n"), Queue("", per_contender=False))  # protocol 2, then protocol 1's lock
 
 
 @dataclass
@@ -47,12 +72,19 @@ class Kind:
     name: str
     # given a build directory: the command that starts one contender, or why it cannot run here
     prepare: Callable[[Path], list[str] | str]
+    queues: tuple[Queue, ...] = (Queue(""),)
+    env: dict[str, str] = field(default_factory=dict)
 
 
-def python_kind(script: str, module: str, *extra: str) -> Callable[[Path], list[str] | str]:
+def python_kind(
+    script: str, module: str, *extra: str, env: dict[str, str] | None = None
+) -> Callable[[Path], list[str] | str]:
     def prepare(_build: Path) -> list[str] | str:
         probe = subprocess.run(
-            [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, cwd=ROOT
+            [sys.executable, "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            cwd=env.get("HA_ROOT", ROOT) if env else ROOT,
         )
         if probe.returncode:
             return f"cannot import {module}: {probe.stderr.strip().splitlines()[-1]}"
@@ -67,190 +99,98 @@ def curator(build: Path) -> list[str] | str:
     if not os.path.exists("/usr/share/java/curator-recipes.jar"):
         return "Curator jars not found (apt-get install libcurator-recipes-java)"
     done = subprocess.run(
-        ["javac", "-cp", CURATOR_CP, "-d", str(build), str(PEERS / "CuratorLatch.java")],
+        ["javac", "-cp", CURATOR_JARS, "-d", str(build), str(PEERS / "CuratorLatch.java")],
         capture_output=True,
         text=True,
     )
     if done.returncode:
         return f"javac failed: {done.stderr.strip()[-300:]}"
     jvm = ["-Xshare:auto", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx64m"]
-    return ["java", *jvm, "-cp", f"{build}:{CURATOR_CP}", "CuratorLatch"]
+    return ["java", *jvm, "-cp", f"{build}:{CURATOR_JARS}", "CuratorLatch"]
 
 
-KINDS = {
-    "ha": Kind("ha (asyncio)", python_kind("ha_contender.py", "ha.drivers.zookeeper")),
-    "ha-trio": Kind(
-        "ha (trio)", python_kind("ha_contender.py", "ha.drivers.zookeeper", "--backend", "trio")
-    ),
-    "kazoo": Kind("kazoo Election", python_kind("kazoo_election.py", "kazoo")),
-    "curator": Kind("Curator LeaderLatch", curator),
-    "tooz": Kind("tooz (kazoo driver)", python_kind("tooz_election.py", "tooz")),
-}
+def ha_kind(name: str, root: Path, *extra: str) -> Kind:
+    env = {"HA_ROOT": str(root)}
+    # the probe imports from HA_ROOT (its working directory), as the contender does
+    module = "ha.drivers.zookeeper"
+    prepare = python_kind("ha_contender.py", module, *extra, env=env)
+    return Kind(name, prepare, HA_QUEUES, env)
 
 
-# --- contender processes ----------------------------------------------------------------------
+def kinds_for(ha_root: Path, baseline: Path | None) -> dict[str, Kind]:
+    kinds = {
+        "ha": ha_kind("ha (asyncio)", ha_root),
+        "ha-trio": ha_kind("ha (trio)", ha_root, "--backend", "trio"),
+    }
+    if baseline:
+        kinds["ha-base"] = ha_kind("ha baseline (asyncio)", baseline)
+        kinds["ha-base-trio"] = ha_kind("ha baseline (trio)", baseline, "--backend", "trio")
+    kinds["kazoo"] = Kind("kazoo Election", python_kind("kazoo_election.py", "kazoo"))
+    kinds["aiozk"] = Kind("aiozk election", python_kind("aiozk_election.py", "aiozk"))
+    kinds["curator"] = Kind("Curator LeaderLatch", curator)
+    # tooz's leader lock lives under its own namespace layout: no "seen" figures for it
+    kinds["tooz"] = Kind("tooz (kazoo driver)", python_kind("tooz_election.py", "tooz"), ())
+    return kinds
 
 
-@dataclass
-class Contender:
-    name: str
-    process: subprocess.Popen[str]
-    joined: bool = False
-
-
-@dataclass
-class Election:
-    """Three (or ``size``) contender processes of one kind on one election path."""
-
-    command: list[str]
-    hosts: str
-    session_timeout: float
-    log: Path
-    size: int = 3
-    path: str = field(default_factory=lambda: f"/bench/{uuid.uuid4().hex[:10]}")
-    contenders: dict[str, Contender] = field(default_factory=dict)
-    lines: queue.Queue[tuple[str, str, int]] = field(default_factory=queue.Queue)
-    names: itertools.count[int] = field(default_factory=itertools.count)
-    leader: str | None = None
-
-    def spawn(self) -> None:
-        name = f"c{next(self.names)}"
-        process = subprocess.Popen(
-            [
-                *self.command,
-                "--hosts",
-                self.hosts,
-                "--path",
-                self.path,
-                "--id",
-                name,
-                "--session-timeout",
-                str(self.session_timeout),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log.open("a"),
-            text=True,
-            cwd=PEERS,
-        )
-        self.contenders[name] = Contender(name, process)
-        threading.Thread(target=self._read, args=(name, process), daemon=True).start()
-
-    def _read(self, name: str, process: subprocess.Popen[str]) -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            word, _, stamp = line.strip().partition(" ")
-            if stamp.isdigit():
-                self.lines.put((name, word, int(stamp)))
-        self.lines.put((name, "EXITED", time.monotonic_ns()))
-
-    def next_line(self, timeout: float = 60.0) -> tuple[str, str, int]:
-        try:
-            name, word, stamp = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-15:])
-            raise RuntimeError(
-                f"no contender said anything for {timeout} s; stderr:\n{tail}"
-            ) from None
-        if word == "JOINED" and name in self.contenders:
-            self.contenders[name].joined = True
-        elif word == "LEADER":
-            self.leader = name
-        return name, word, stamp
-
-    def wait_settled(self) -> None:
-        """Until every contender has joined and one leads."""
-        while not (
-            self.leader in self.contenders and all(c.joined for c in self.contenders.values())
-        ):
-            self.next_line()
-        time.sleep(0.2)  # let the newest contender's election node reach the server
-
-    def replace(self, name: str) -> None:
-        contender = self.contenders.pop(name)
-        contender.process.wait(timeout=30)
-        if self.leader == name:
-            self.leader = None
-        self.spawn()
-
-    def graceful_round(self) -> float:
-        self.wait_settled()
-        old = self.leader
-        assert old is not None
-        process = self.contenders[old].process
-        assert process.stdin is not None
-        process.stdin.write("release\n")
-        process.stdin.flush()
-        released = elected = None
-        while released is None or elected is None:
-            name, word, stamp = self.next_line()
-            if word == "RELEASING" and name == old:
-                released = stamp
-            elif word == "LEADER" and name != old:
-                elected = stamp
-        self.replace(old)
-        return (elected - released) / 1e6
-
-    def crash_round(self) -> float:
-        self.wait_settled()
-        old = self.leader
-        assert old is not None
-        killed = time.monotonic_ns()
-        os.kill(self.contenders[old].process.pid, signal.SIGKILL)
-        while True:
-            name, word, stamp = self.next_line()
-            if word == "LEADER" and name != old:
-                break
-        self.replace(old)
-        return (stamp - killed) / 1e6
-
-    def close(self) -> None:
-        for contender in self.contenders.values():
-            if contender.process.poll() is None:
-                contender.process.kill()
-            contender.process.wait(timeout=30)
+DEFAULT_KINDS = ("ha", "ha-trio", "ha-base", "ha-base-trio", "kazoo", "aiozk", "curator")
 
 
 # --- the run ----------------------------------------------------------------------------------
 
 
-def percentiles(values: list[float]) -> tuple[float, float, float]:
+@dataclass
+class Results:
+    graceful: list[float] = field(default_factory=list)
+    crash: list[float] = field(default_factory=list)
+    seen: list[float] = field(default_factory=list)
+    failed: str | None = None
+    watched: set[str] = field(default_factory=set)
+
+
+def percentile(values: list[float], share: float) -> float:
+    """Nearest rank: the smallest value with at least ``share`` of the values at or below it."""
     ordered = sorted(values)
-    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
-    return statistics.median(ordered), p90, ordered[-1]
+    rank = max(1, -(-len(ordered) * share // 1))
+    return ordered[int(rank) - 1]
 
 
-def run_kind(
-    command: list[str], hosts: str, rounds: int, session_timeout: float, log: Path
-) -> dict[str, list[float]]:
-    election = Election(command, hosts, session_timeout, log)
-    try:
-        for _ in range(election.size):
-            election.spawn()
-        graceful = [election.graceful_round() for _ in range(rounds)]
-        crash = [election.crash_round() for _ in range(rounds)]
-        return {"graceful": graceful, "crash": crash}
-    finally:
-        election.close()
+def run_rounds(elections: dict[str, Election], rounds: int, results: dict[str, Results]) -> None:
+    """Round r of every kind, then round r + 1; a kind that fails is dropped with the reason."""
+    for number in range(rounds):
+        order = list(elections)
+        order = order[number % len(order) :] + order[: number % len(order)]
+        for phase in ("graceful", "crash"):
+            for key in order:
+                election, result = elections.get(key), results[key]
+                if election is None:
+                    continue
+                try:
+                    if phase == "graceful":
+                        result.graceful.append(election.graceful_round())
+                    else:
+                        killed_to_leader, seen_to_leader = election.crash_round()
+                        result.crash.append(killed_to_leader)
+                        if seen_to_leader is not None:
+                            result.seen.append(seen_to_leader)
+                        result.watched |= election.watched
+                except Exception as exc:  # one kind's failure must not end the others' run
+                    result.failed = f"failed in round {number + 1} ({phase}): {exc}"[:300]
+                    print(f"{key}: {result.failed}", file=sys.stderr)
+                    elections.pop(key).close()
+        print(f"round {number + 1}/{rounds} done", file=sys.stderr)
 
 
-def many_elections(hosts: str, count: int, backend: str) -> str:
+def many_elections(hosts: str, count: int, backend: str, env: dict[str, str]) -> str:
     """``ha``: one process holding ``count`` elections; settle time and memory."""
     done = subprocess.run(
-        [
-            sys.executable,
-            str(PEERS / "ha_many.py"),
-            "--hosts",
-            hosts,
-            "--count",
-            str(count),
-            "--backend",
-            backend,
-        ],
+        [sys.executable, str(PEERS / "ha_many.py"), "--hosts", hosts, "--count", str(count)]
+        + ["--backend", backend],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=PEERS,
+        env={**os.environ, **env},
     )
     words = done.stdout.split()
     if done.returncode or len(words) < 6:
@@ -272,21 +212,63 @@ def start_server(directory: Path) -> tuple[str, Callable[[], None]]:
     return server.hosts, server.stop
 
 
+# --- the table --------------------------------------------------------------------------------
+
+
+def cells(values: list[float], reference: list[float], digits: int) -> str:
+    if not values:
+        return f"{'-':>8} {'-':>8} {'':>7}"
+    p50, p90 = percentile(values, 0.5), percentile(values, 0.9)
+    ratio = f"{p50 / percentile(reference, 0.5):.2f}x" if reference else "-"
+    return f"{p50:8.{digits}f} {p90:8.{digits}f} {ratio:>7}"
+
+
+def table(kinds: dict[str, Kind], results: dict[str, Results], skipped: dict[str, str]) -> None:
+    kazoo = results.get("kazoo", Results())
+    print(f"{'':<24}{'graceful handover':^26}{'crash: kill -> leader':^26}", end="")
+    print(f"{'crash: seen -> leader':^26}")
+    print(f"{'contender':<24}", end="")
+    print(f"{'p50':>8} {'p90':>8} {'x kazoo':>7} " * 3)
+    for key, result in results.items():
+        row = f"{kinds[key].name:<24}{cells(result.graceful, kazoo.graceful, 2)} "
+        row += f"{cells(result.crash, kazoo.crash, 0)} {cells(result.seen, kazoo.seen, 2)}"
+        print(row)
+        counts = (len(result.graceful), len(result.crash), len(result.seen))
+        if result.failed or len(set(counts)) > 1:
+            print(f"{'':<24}samples {counts[0]}/{counts[1]}/{counts[2]} {result.failed or ''}")
+    watched = [f"{kinds[k].name}: {', '.join(sorted(r.watched))}" for k, r in results.items()]
+    print("seen: dated by the observer on " + "; ".join(w for w in watched if not w.endswith(": ")))
+    for key, why in skipped.items():
+        print(f"{kinds[key].name:<24}not run: {why}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 5 rounds, --many 50")
+    parser.add_argument("--kinds", help=f"comma-separated (default: {','.join(DEFAULT_KINDS)})")
     parser.add_argument("--hosts", help="an existing ZooKeeper (default: start one)")
     parser.add_argument("--session-timeout", type=float, default=2.0)
     parser.add_argument("--many", type=int, default=1000, help="elections in one ha process")
+    parser.add_argument("--ha-root", type=Path, default=ROOT, help="the tree ha is imported from")
+    parser.add_argument("--baseline", type=Path, help="also measure the ha in this tree")
     args = parser.parse_args()
-    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-    unknown = set(kinds) - set(KINDS)
+    if args.quick:
+        args.rounds, args.many = 5, min(args.many, 50)
+    kinds = kinds_for(args.ha_root.resolve(), args.baseline.resolve() if args.baseline else None)
+    chosen = [k.strip() for k in (args.kinds or ",".join(DEFAULT_KINDS)).split(",") if k.strip()]
+    chosen = [k for k in chosen if k in kinds or args.kinds]
+    unknown = set(chosen) - set(kinds)
     if unknown:
-        raise SystemExit(f"unknown kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
+        raise SystemExit(f"unknown kinds {sorted(unknown)}; known: {', '.join(kinds)}")
 
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    results: dict[str, Results] = {}
+    skipped: dict[str, str] = {}
+    many: list[str] = []
     with tempfile.TemporaryDirectory(prefix="zk-failover-") as tmp:
         build = Path(tmp) / "classes"
         build.mkdir()
@@ -294,50 +276,51 @@ def main() -> None:
         hosts = args.hosts
         if not hosts:
             hosts, stop = start_server(Path(tmp) / "zookeeper")
-        rows: list[tuple[str, str]] = []
-        many: list[str] = []
+        elections: dict[str, Election] = {}
+        observer = Observer(hosts, args.session_timeout)
         try:
-            for key in kinds:
-                kind = KINDS[key]
+            for key in chosen:
+                kind = kinds[key]
                 command = kind.prepare(build)
                 if isinstance(command, str):
-                    rows.append((kind.name, f"skipped: {command}"))
-                    print(f"{kind.name}: skipped ({command})", file=sys.stderr)
+                    skipped[key] = command
+                    print(f"{kind.name}: not run ({command})", file=sys.stderr)
                     continue
-                print(
-                    f"{kind.name}: {args.rounds} graceful + {args.rounds} crash rounds...",
-                    file=sys.stderr,
-                )
                 log = Path(tmp) / f"{key}.log"
-                results = run_kind(command, hosts, args.rounds, args.session_timeout, log)
-                g, c = percentiles(results["graceful"]), percentiles(results["crash"])
-                rows.append(
-                    (
-                        kind.name,
-                        f"{g[0]:12.1f} {g[1]:9.1f} {g[2]:9.1f}   {c[0]:9.0f} {c[1]:9.0f} {c[2]:9.0f}",
-                    )
+                election = Election(
+                    command, hosts, args.session_timeout, log, observer, kind.queues, kind.env
                 )
+                elections[key] = election
+                results[key] = Results()
+                election.start()
+            print(f"{len(elections)} kinds, {args.rounds} rounds...", file=sys.stderr)
+            run_rounds(elections, args.rounds, results)
             for key, backend in (("ha", "asyncio"), ("ha-trio", "trio")):
-                if key in kinds and args.many:
-                    print(
-                        f"ha ({backend}): {args.many} elections in one process...", file=sys.stderr
-                    )
-                    result = many_elections(hosts, args.many, backend)
+                if key in elections and args.many:
+                    print(f"ha ({backend}): {args.many} elections in one process", file=sys.stderr)
+                    result = many_elections(hosts, args.many, backend, kinds[key].env)
                     many.append(f"ha ({backend}), {args.many} elections in one process: {result}")
         finally:
+            for election in elections.values():
+                election.close()
+            observer.close()
             stop()
 
+    minutes = (time.monotonic() - started) / 60
     print(
-        f"\nZooKeeper failover, 3 contender processes, session timeout {args.session_timeout:g} s,"
-        f" {args.rounds} rounds each (ms)"
+        f"\nZooKeeper failover, one server, 3 contender processes per kind, session timeout"
+        f" {args.session_timeout:g} s, {args.rounds} interleaved rounds, ms (x kazoo: p50 ratio)"
     )
-    print(
-        f"{'contender':<22} {'graceful p50':>12} {'p90':>9} {'max':>9}   {'crash p50':>9} {'p90':>9} {'max':>9}"
-    )
-    for name, cells in rows:
-        print(f"{name:<22} {cells}")
+    table(kinds, results, skipped)
     for line in many:
         print(line)
+    roots = {kinds[k].env["HA_ROOT"]: kinds[k].name for k in ("ha", "ha-base") if k in results}
+    print("; ".join(f"{name.split(' (')[0]} imported from {root}" for root, name in roots.items()))
+    load_after = os.getloadavg()
+    print(
+        f"{os.cpu_count()} CPUs; load average (1/5/15 min) {'/'.join(f'{x:.2f}' for x in load_before)}"
+        f" before, {'/'.join(f'{x:.2f}' for x in load_after)} after; {minutes:.1f} min"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """A contender on ``ha``: an ``Elector`` on the ZooKeeper driver, under anyio (asyncio by default).
 
 Stepping down is ``elector.quit()`` (no fencing needed: the breadcrumb is removed).
-``--backend trio`` runs it under trio.
+``--backend trio`` runs it under trio. ``HA_ROOT`` names the tree ``ha`` is imported from
+(default: this repository), so one run can set a commit's ``ha`` beside the working tree's.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import sys
 
 import anyio
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))  # the repository
+REPOSITORY = os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.environ.get("HA_ROOT") or REPOSITORY)
 
 from protocol import arguments, release_requested, say  # noqa: E402
 

@@ -14,7 +14,8 @@ import time
 
 import anyio
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))  # the repository
+REPOSITORY = os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.environ.get("HA_ROOT") or REPOSITORY)  # as in ha_contender.py
 
 import ha  # noqa: E402
 
