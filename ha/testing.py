@@ -115,6 +115,8 @@ class Recorder:
             self.history.add(self.identity, "stop", lease.epoch)
 
     async def fence_old_active(self, breadcrumb: bytes) -> None:
+        # recorded with the old leader's identity and its token (the breadcrumb's epoch; None
+        # when unreadable): check_history matches them with the previous leader's
         crumb = decode_breadcrumb(breadcrumb)
         old = crumb.identity.decode(errors="replace") if crumb else None
         self.history.add(
@@ -134,13 +136,19 @@ class Recorder:
 
 
 def check_history(history: History | list[Event]) -> None:
-    """Raise SafetyViolation unless properties 1, 2, 3 and 6 hold in the history."""
+    """Raise SafetyViolation unless properties 1, 2, 3 and 6 hold in the history.
+
+    Epochs are the leaders' tokens (their queue nodes' creation orders): they grow from one
+    leader to the next, with gaps. A leader that lost contact and came back within its
+    session keeps its node, so the same identity may be made active again with its epoch;
+    another identity never may, and an epoch below a newer leader's never comes back.
+    """
     events = sorted(history.events if isinstance(history, History) else history, key=lambda e: e.t)
-    # epoch -> (identity, time) of the report to ACTIVE with that epoch
+    # epoch -> (identity, time) of the first report to ACTIVE with that epoch
     owners: dict[int, tuple[str, float]] = {}
     last_state: dict[str, State] = {}
     starts: list[Event] = []
-    stops: dict[tuple[str, int], float] = {}
+    stops: dict[tuple[str, int], list[float]] = defaultdict(list)
     fences: dict[str, list[Event]] = defaultdict(list)
     graceful: dict[int, float] = {}  # epoch -> time its active quit without fence
     forced: dict[str, list[float]] = defaultdict(list)  # identity -> forced expiry times
@@ -156,13 +164,14 @@ def check_history(history: History | list[Event]) -> None:
             last_state[e.identity] = new
             if new is State.ACTIVE:
                 assert e.epoch is not None
-                if e.epoch in owners:  # property 1
+                owner = owners.get(e.epoch)
+                if owner is not None and owner[0] != e.identity:  # property 1
                     raise SafetyViolation(
-                        f"epoch {e.epoch} made active twice: {owners[e.epoch][0]} and {e.identity}"
+                        f"epoch {e.epoch} made active twice: {owner[0]} and {e.identity}"
                     )
-                if owners and e.epoch <= max(owners):
+                if owners and e.epoch < max(owners):
                     raise SafetyViolation(f"epoch {e.epoch} of {e.identity} does not increase")
-                owners[e.epoch] = (e.identity, e.t)
+                owners.setdefault(e.epoch, (e.identity, e.t))
             if old is State.ACTIVE and e.detail["cause"] == "quit":
                 epoch = max(
                     (ep for ep, (who, _) in owners.items() if who == e.identity), default=None
@@ -173,7 +182,7 @@ def check_history(history: History | list[Event]) -> None:
             starts.append(e)
         elif e.kind == "stop":
             assert e.epoch is not None
-            stops[(e.identity, e.epoch)] = e.t
+            stops[(e.identity, e.epoch)].append(e.t)
         elif e.kind == "fence":
             fences[e.identity].append(e)
         elif e.kind == "expire":
@@ -184,9 +193,10 @@ def check_history(history: History | list[Event]) -> None:
         owner = owners.get(s.epoch)
         if owner is None or owner[0] != s.identity:
             raise SafetyViolation(f"{s.identity} started work with epoch {s.epoch} it never won")
-        prev_epoch = s.epoch - 1
-        if prev_epoch in owners and owners[prev_epoch][0] != s.identity:
-            # property 2: the previous breadcrumb was fenced, or its owner quit gracefully
+        # property 2: the previous leader (the owner of the greatest epoch below this one) was
+        # fenced by this starter, naming it with that epoch, or quit gracefully before
+        prev_epoch = max((ep for ep in owners if ep < s.epoch), default=None)
+        if prev_epoch is not None and owners[prev_epoch][0] != s.identity:
             holder = owners[prev_epoch][0]
             fenced = any(
                 f.t <= s.t and f.epoch == prev_epoch and f.detail.get("old") == holder
@@ -203,7 +213,10 @@ def check_history(history: History | list[Event]) -> None:
             assert other.epoch is not None
             if other.epoch >= s.epoch or other.identity == s.identity or other.t > s.t:
                 continue
-            stopped = stops.get((other.identity, other.epoch))
+            # that scope's stop: the first stop of its identity and epoch after its start
+            stopped = min(
+                (t for t in stops[(other.identity, other.epoch)] if t >= other.t), default=None
+            )
             if stopped is not None and stopped <= s.t:
                 continue
             if any(other.t <= t <= s.t for t in forced[other.identity]):
