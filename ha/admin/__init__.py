@@ -3,9 +3,10 @@
 The election at ``PATH`` is the elector's nodes plus two kept by ``ha run`` (all drawn, with
 their paths and the elector's encodings, in ``ha/election/nodes.py``)::
 
-    PATH/lock          ephemeral, the holder's identity            (the elector)
-    PATH/breadcrumb    the last active's identity and epoch        (the elector)
-    PATH/epoch         the fencing token, a decimal counter        (the elector)
+    PATH/n/TICKET_SEQ  ephemeral, one per contender in the queue; the lowest leads, and its
+                       creation order is the leader's epoch   (the elector)
+    PATH/b/TICKET      each contender's breadcrumb; one whose node is gone is a crashed
+                       contender's, fenced by the next leader (the elector)
     PATH/members/ID    ephemeral, one per running supervisor: its state, host and pid
     PATH/failover      the last graceful failover request (JSON)
 
@@ -13,7 +14,8 @@ One module per idea:
 
     records.py     Member and FailoverRequest: the two records ``ha run`` writes, one codec
     members.py     the member nodes: claim, write, remove, list (a duplicate identity refused)
-    status.py      ElectionStatus: one consistent reading of all the nodes, and a watch
+    status.py      ElectionStatus: one consistent reading of all the nodes (the queue in
+                   order, the leftover breadcrumbs), and a watch
     format.py      format_election (``ha format``)
     failover.py    the graceful failover protocol (``ha failover``) and its waits
 """
@@ -37,16 +39,18 @@ from .members import (
     write_member,
 )
 from .records import DEFAULT_COOLDOWN, FailoverRequest, Member, text
-from .status import ElectionStatus, election_status, watch_status
+from .status import Contender, ElectionStatus, Leftover, election_status, watch_status
 
 __all__ = (
     "DEFAULT_COOLDOWN",
+    "Contender",
     "DuplicateIdentity",
     "ElectionInUse",
     "ElectionStatus",
     "FailoverError",
     "FailoverRequest",
     "FormatResult",
+    "Leftover",
     "Member",
     "NoActive",
     "claim_member",

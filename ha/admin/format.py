@@ -1,98 +1,100 @@
-"""``format_election``: prepare an election's node, like Hadoop's ``zkfc -formatZK``."""
+"""``format_election``: prepare an election's nodes, like Hadoop's ``zkfc -formatZK``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..drivers.base import Driver
-from ..election.nodes import ElectionNodes, decode_epoch, encode_epoch
+from ..election.nodes import ElectionNodes, parse_entry
 from ..errors import HAError, NoNode, NotEmpty
 from .records import text
-from .status import check_election, read_node
+from .status import check_election
 
 __all__ = ("ElectionInUse", "FormatResult", "format_election")
 
 
 class ElectionInUse(HAError):
-    """The election's lock is held: formatting it would depose a running active."""
+    """A contender is in the election's queue: formatting it would depose a running leader."""
 
 
 @dataclass(frozen=True, slots=True)
 class FormatResult:
     path: str
     created: bool  # the election's node did not exist and was created
-    removed: tuple[str, ...] = ()  # nodes cleared (with force)
-    epoch: int | None = None  # the epoch counter, kept across a format
-    epoch_reset: bool = False  # it was unreadable and was reset to 0
-    holder: bytes | None = None  # a live lock holder left in place (with force)
+    removed: tuple[str, ...] = ()  # nodes cleared (with force): "n/NAME", "failover", "members"
+    epoch: int | None = None  # the live leader's epoch (its node is kept)
+    # always False: the token is a node's creation order, there is no counter to reset (the
+    # field stays for the callers that print it)
+    epoch_reset: bool = False
+    holder: bytes | None = None  # a live leader left in place (with force)
 
 
 async def format_election(driver: Driver, path: str, force: bool = False) -> FormatResult:
     """Prepare the election at ``path``, like Hadoop's ``zkfc -formatZK``.
 
-    Creates the election's node and its parents. Refuses (``ElectionInUse``) while the lock is
-    held, unless ``force``. With ``force`` it clears what no live session holds: a lock node
-    that is not ephemeral (left by a foreign tool), members that are not ephemeral, and
-    failover requests. It never removes what safety rests on: a lock held by a live session
-    stays (deleting it would let a standby start while the deposed active may still be
-    stopping, or is cut off and does not know), and so does the breadcrumb (without it the next
-    active would skip fencing an old active that may still run). To end a live active's term,
-    stop it or ask it to hand over (``ha failover``). The epoch counter is kept, so fencing
-    tokens never go back; an unreadable counter is rewritten as 0 (with a higher node
-    version, which still fences old writers).
+    Creates the election's node, its parents, its queue ``PATH/n`` and its breadcrumbs
+    ``PATH/b``. Refuses (``ElectionInUse``) while a contender is in the queue, unless ``force``.
+    With ``force`` it clears what no live session holds and would confuse contenders: queue
+    nodes that are not ephemeral (one named as a contender's would lead for ever) or not an
+    ha queue node, members that are not ephemeral, and the failover request. It never removes
+    what safety rests on: a live contender's node stays (deleting the leader's would let its
+    successor start while the deposed active may still be stopping, or is cut off and does not
+    know), and so does every breadcrumb (without the one a crashed leader left, the next leader
+    would skip fencing an old active that may still run). To end a live active's term, stop it
+    or ask it to hand over (``ha failover``). Tokens need no care: they are creation orders,
+    which never go back.
     """
     check_election(path)
     nodes = ElectionNodes(path)
     created = await driver.exists(path) is None
-    await driver.ensure_path(path)
-    holder = None
-    live_lock = False
-    try:
-        holder, lock_stat = await driver.get(nodes.lock)
-        live_lock = lock_stat.ephemeral_owner is not None
-    except NoNode:
-        pass
-    if holder is not None and not force:
+    for folder in (nodes.queue, nodes.crumbs):
+        await driver.ensure_path(folder)
+    live: list[tuple[int, bytes, int]] = []  # (seq, identity, epoch) of the live contenders
+    queued: list[tuple[int, bytes]] = []  # (seq, identity) of every contender-shaped node
+    stale: list[str] = []  # queue nodes no session holds
+    for name in await _children(driver, nodes.queue):
+        entry = parse_entry(name)
+        stat = await driver.exists(nodes.node(name))
+        if stat is None:
+            continue
+        if entry is not None:
+            queued.append((entry.seq, entry.identity))
+            if stat.ephemeral_owner is not None:
+                live.append((entry.seq, entry.identity, stat.created))
+        if stat.ephemeral_owner is None:
+            stale.append(name)
+    if queued and not force:
         raise ElectionInUse(
-            f"election {path} is in use: {text(holder)!r} holds its lock"
+            f"election {path} is in use: {text(min(queued)[1])!r} is in its queue"
             " (stop it first, or force the format)"
         )
-    epoch: int | None = None
-    epoch_reset = False
-    got = await read_node(driver, nodes.epoch)
-    if got is not None:
-        epoch = decode_epoch(got[0])
-        epoch_reset = epoch is None
     if not force:
-        return FormatResult(path, created, epoch=epoch, holder=None)
-    removed = []
-    if holder is not None and not live_lock and await _delete_tree(driver, nodes.lock):
-        removed.append("lock")
+        return FormatResult(path, created)
+    removed = [f"n/{name}" for name in stale if await _delete_tree(driver, nodes.node(name))]
     if await _delete_tree(driver, nodes.failover):
         removed.append("failover")
     if await _delete_persistent(driver, nodes.members):
         removed.append("members")
-    if epoch_reset:
-        await driver.set(nodes.epoch, encode_epoch(0))
-        epoch = 0
-    kept = holder if live_lock else None
-    return FormatResult(path, created, tuple(removed), epoch, epoch_reset, kept)
+    leader = min(live, default=None)
+    if leader is None:
+        return FormatResult(path, created, tuple(removed))
+    return FormatResult(path, created, tuple(removed), leader[2], holder=leader[1])
+
+
+async def _children(driver: Driver, path: str) -> list[str]:
+    try:
+        return await driver.children(path)
+    except NoNode:
+        return []
 
 
 async def _delete_persistent(driver: Driver, path: str) -> bool:
     """Delete the children of ``path`` that no live session holds, then ``path`` if empty."""
     found = False
-    try:
-        names = await driver.children(path)
-    except NoNode:
-        return False
-    for name in names:
-        try:
-            _, stat = await driver.get(f"{path}/{name}")
-        except NoNode:
-            continue
-        if stat.ephemeral_owner is None and await _delete_tree(driver, f"{path}/{name}"):
-            found = True
+    for name in await _children(driver, path):
+        stat = await driver.exists(f"{path}/{name}")
+        if stat is not None and stat.ephemeral_owner is None:
+            found = await _delete_tree(driver, f"{path}/{name}") or found
     try:
         await driver.delete(path)
     except (NoNode, NotEmpty):

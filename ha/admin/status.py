@@ -1,6 +1,10 @@
 """Reading an election from outside: ``election_status`` (one reading), ``watch_status``.
 
-A reading never raises for odd contents: a corrupt or foreign node lands in ``problems``.
+The election is a queue (``ha/election/nodes.py``): its first node leads, and that node's
+creation order is the leader's epoch. A reading lists the queue in order (``contenders``), the
+breadcrumbs no live node owns (``leftovers``: a crashed leader's, which the leader fences before
+it acts, or a crashed standby's), the members and the failover request. It never raises for odd
+contents: a corrupt or foreign node lands in ``problems``.
 """
 
 from __future__ import annotations
@@ -11,13 +15,25 @@ from typing import Any
 
 import anyio
 
-from ..drivers.base import Driver, validate_path
-from ..election.nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, decode_epoch
+from ..drivers.base import Driver, Subscription, validate_path
+from ..election.nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, parse_entry
 from ..errors import ConfigurationError, NoNode
 from .members import list_members
 from .records import FailoverRequest, Member, b64, text
 
-__all__ = ("ElectionStatus", "check_election", "election_status", "read_node", "watch_status")
+__all__ = (
+    "Contender",
+    "ElectionStatus",
+    "Leftover",
+    "check_election",
+    "election_status",
+    "read_node",
+    "watch_status",
+)
+
+# A join into an empty queue changes no node anyone can watch (its name is new): while there is
+# no leader, a watch looks this often, however long its fallback.
+IDLE_POLL = 0.25
 
 
 def check_election(path: str) -> str:
@@ -28,23 +44,93 @@ def check_election(path: str) -> str:
     return path
 
 
+def _crumb_json(raw: bytes | None, crumb: Breadcrumb | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    doc: dict[str, Any] = {"raw_b64": b64(raw), "valid": crumb is not None}
+    if crumb is not None:
+        doc |= {"identity": text(crumb.identity), "epoch": crumb.epoch, "data": text(crumb.data)}
+    return doc
+
+
+def _decode(raw: bytes, epoch: int) -> Breadcrumb | None:
+    """A stored breadcrumb with its owner's epoch (stored ones have none), or None."""
+    crumb = decode_breadcrumb(raw)
+    return None if crumb is None else Breadcrumb(crumb.identity, epoch, crumb.data)
+
+
+@dataclass(frozen=True, slots=True)
+class Contender:
+    """One node of the queue; the first leads."""
+
+    name: str  # the node's name under PATH/n: TICKET_SEQ
+    ticket: str  # its breadcrumb's name under PATH/b
+    identity: bytes
+    epoch: int  # the node's creation order: the fencing token of its term as leader
+    session: int | None  # the session holding it (None: a persistent node, held by no one)
+    joined: float  # wall clock of its creation
+    breadcrumb: Breadcrumb | None = None
+    breadcrumb_raw: bytes | None = None  # None: no breadcrumb (it is leaving)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "identity": text(self.identity),
+            "epoch": self.epoch,
+            "session": self.session,
+            "joined": self.joined,
+            "breadcrumb": _crumb_json(self.breadcrumb_raw, self.breadcrumb),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """A breadcrumb whose node is gone: its contender crashed (or is just leaving).
+
+    ``awaits_fence``: it is older than the leader (or there is no leader), so the leader
+    fences its owner before it acts, then deletes it. A newer one is a standby's that crashed
+    behind the leader: a later leader fences it.
+    """
+
+    ticket: str
+    epoch: int  # its node's creation order (made in one transaction with it)
+    raw: bytes
+    breadcrumb: Breadcrumb | None
+    awaits_fence: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ticket": self.ticket,
+            "epoch": self.epoch,
+            "awaits_fence": self.awaits_fence,
+            "breadcrumb": _crumb_json(self.raw, self.breadcrumb),
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class ElectionStatus:
-    """One reading of an election. ``active`` is set only when the lock's holder has committed
-    its breadcrumb at the current epoch, i.e. its ``become_active`` is running."""
+    """One reading of an election.
+
+    ``holder`` is the queue's first contender, the leader. ``active`` is the same identity once
+    it may act: no breadcrumb older than its node is left to fence (or its ``ha run`` member
+    says it is active at this epoch). ``epoch`` is the leader's token, ``since`` when it took
+    over as its member tells, else when it joined the queue.
+    """
 
     path: str
     exists: bool
-    holder: bytes | None = None  # the lock's holder (may still be taking over)
+    holder: bytes | None = None  # the leader (may still be fencing)
     holder_session: int | None = None
     active: bytes | None = None
     epoch: int | None = None
-    since: float | None = None  # wall clock when ``active`` took over
-    breadcrumb: Breadcrumb | None = None
+    since: float | None = None
+    breadcrumb: Breadcrumb | None = None  # the leader's
     breadcrumb_raw: bytes | None = None
     members: tuple[Member, ...] = ()
     failover: FailoverRequest | None = None
     problems: tuple[str, ...] = field(default=())
+    contenders: tuple[Contender, ...] = ()  # the queue in order, the leader first
+    leftovers: tuple[Leftover, ...] = ()  # oldest first
 
     @property
     def leader(self) -> tuple[bytes, int] | None:
@@ -54,19 +140,15 @@ class ElectionStatus:
         return self.active, self.epoch
 
     @property
+    def standbys(self) -> tuple[Contender, ...]:
+        """The contenders behind the leader, in the order they would take over."""
+        return self.contenders[1:]
+
+    @property
     def failover_pending(self) -> bool:
         return self.failover is not None and self.failover.epoch == self.epoch
 
     def to_json(self) -> dict[str, Any]:
-        crumb: dict[str, Any] | None = None
-        if self.breadcrumb_raw is not None:
-            crumb = {"raw_b64": b64(self.breadcrumb_raw), "valid": self.breadcrumb is not None}
-            if self.breadcrumb is not None:
-                crumb |= {
-                    "identity": text(self.breadcrumb.identity),
-                    "epoch": self.breadcrumb.epoch,
-                    "data": text(self.breadcrumb.data),
-                }
         return {
             "path": self.path,
             "exists": self.exists,
@@ -74,7 +156,9 @@ class ElectionStatus:
             "epoch": self.epoch,
             "since": self.since,
             "holder": None if self.holder is None else text(self.holder),
-            "breadcrumb": crumb,
+            "breadcrumb": _crumb_json(self.breadcrumb_raw, self.breadcrumb),
+            "contenders": [c.to_json() for c in self.contenders],
+            "leftovers": [c.to_json() for c in self.leftovers],
             "members": [m.to_json() for m in self.members],
             "failover": None if self.failover is None else self.failover.to_json(),
             "failover_pending": self.failover_pending,
@@ -91,63 +175,105 @@ async def read_node(driver: Driver, path: str) -> tuple[bytes, float, int] | Non
     return data, stat.mtime, stat.version
 
 
+async def _names(driver: Driver, path: str) -> list[str]:
+    try:
+        return await driver.children(path)
+    except NoNode:
+        return []
+
+
 async def election_status(driver: Driver, path: str) -> ElectionStatus:
     """Read the election at ``path``. Never raises for odd contents: they land in ``problems``.
 
-    The nodes are read one by one; if the lock changed meanwhile, they are read again (a few
+    The nodes are read one by one; if the queue changed meanwhile, they are read again (a few
     times), so a reading is consistent unless the election is changing very fast.
     """
     check_election(path)
+    queue = ElectionNodes(path).queue
     for _ in range(3):
-        status, lock_before = await _read_status(driver, path)
-        lock_after = await driver.exists(ElectionNodes(path).lock)
-        after = None if lock_after is None else (lock_after.ephemeral_owner, lock_after.version)
-        if after == lock_before:
+        before = await _names(driver, queue)
+        status = await _read_status(driver, path, before)
+        if await _names(driver, queue) == before:
             break
     return status
 
 
-async def _read_status(
-    driver: Driver, path: str
-) -> tuple[ElectionStatus, tuple[int | None, int] | None]:
+async def _read_queue(
+    driver: Driver, nodes: ElectionNodes, names: list[str], problems: list[str]
+) -> list[Contender]:
+    entries = []
+    for name in names:
+        entry = parse_entry(name)
+        if entry is None:
+            problems.append(f"n/{name} is not an ha queue node (foreign): contenders ignore it")
+        else:
+            entries.append(entry)
+    entries.sort(key=lambda e: e.seq)
+    contenders = []
+    for entry in entries:
+        try:
+            _, stat = await driver.get(nodes.node(entry.name))
+        except NoNode:
+            continue  # it left while we read
+        if stat.ephemeral_owner is None:
+            problems.append(
+                f"n/{entry.name} is held by no session (not ephemeral): it blocks the queue"
+                " (`ha format --force` removes it)"
+            )
+        raw = crumb = None
+        got = await read_node(driver, nodes.crumb(entry.ticket))
+        if got is not None:
+            raw = got[0]
+            crumb = _decode(raw, stat.created)
+            if crumb is None:
+                problems.append(f"b/{entry.ticket} is not an ha breadcrumb (corrupt or foreign)")
+        contenders.append(
+            Contender(
+                entry.name,
+                entry.ticket,
+                entry.identity,
+                stat.created,
+                stat.ephemeral_owner,
+                stat.mtime,
+                crumb,
+                raw,
+            )
+        )
+    return contenders
+
+
+async def _read_leftovers(
+    driver: Driver,
+    nodes: ElectionNodes,
+    contenders: list[Contender],
+    problems: list[str],
+) -> list[Leftover]:
+    owned = {c.ticket for c in contenders}
+    leader = contenders[0].epoch if contenders else None
+    found = []
+    for ticket in await _names(driver, nodes.crumbs):
+        if ticket in owned:
+            continue
+        try:
+            raw, stat = await driver.get(nodes.crumb(ticket))
+        except NoNode:
+            continue  # fenced and cleared while we read
+        crumb = _decode(raw, stat.created)
+        if crumb is None:
+            problems.append(f"b/{ticket} is not an ha breadcrumb (corrupt or foreign)")
+        awaits = leader is None or stat.created < leader
+        found.append(Leftover(ticket, stat.created, raw, crumb, awaits))
+    found.sort(key=lambda c: c.epoch)
+    return found
+
+
+async def _read_status(driver: Driver, path: str, names: list[str]) -> ElectionStatus:
     problems: list[str] = []
     nodes = ElectionNodes(path)
     if await driver.exists(path) is None:
-        return ElectionStatus(path, exists=False), None
-    holder = holder_session = None
-    lock_key: tuple[int | None, int] | None = None
-    try:
-        holder, lock_stat = await driver.get(nodes.lock)
-        holder_session = lock_stat.ephemeral_owner
-        lock_key = (lock_stat.ephemeral_owner, lock_stat.version)
-    except NoNode:
-        pass
-    epoch: int | None = None
-    epoch_mtime: float | None = None
-    got = await read_node(driver, nodes.epoch)
-    if got is not None:
-        epoch = decode_epoch(got[0])
-        if epoch is None:
-            problems.append(f"the epoch node is not a decimal number: {got[0][:40]!r}")
-        else:
-            epoch_mtime = got[1]
-    crumb_raw: bytes | None = None
-    crumb: Breadcrumb | None = None
-    got = await read_node(driver, nodes.breadcrumb)
-    if got is not None:
-        crumb_raw = got[0]
-        crumb = decode_breadcrumb(crumb_raw)
-        if crumb is None:
-            problems.append("the breadcrumb is not an ha breadcrumb (corrupt or foreign)")
-    active = since = None
-    if (
-        holder is not None
-        and crumb is not None
-        and crumb.identity == holder
-        and epoch is not None
-        and crumb.epoch == epoch
-    ):
-        active, since = holder, epoch_mtime
+        return ElectionStatus(path, exists=False)
+    contenders = await _read_queue(driver, nodes, names, problems)
+    leftovers = await _read_leftovers(driver, nodes, contenders, problems)
     failover = None
     got = await read_node(driver, nodes.failover)
     if got is not None:
@@ -155,21 +281,53 @@ async def _read_status(
         if failover is None:
             problems.append("the failover request node is not an ha failover request")
     members = tuple(await list_members(driver, path))
-    status = ElectionStatus(
+    if not contenders:
+        return ElectionStatus(
+            path,
+            True,
+            members=members,
+            failover=failover,
+            problems=tuple(problems),
+            leftovers=tuple(leftovers),
+        )
+    first = contenders[0]
+    said = next(
+        (
+            m
+            for m in members
+            if m.identity == first.identity and m.state == "active" and m.epoch == first.epoch
+        ),
+        None,
+    )
+    active = since = None
+    if said is not None or not any(c.awaits_fence for c in leftovers):
+        active = first.identity
+        since = said.since if said is not None else first.joined
+    return ElectionStatus(
         path,
         True,
-        holder,
-        holder_session,
+        first.identity,
+        first.session,
         active,
-        epoch,
+        first.epoch,
         since,
-        crumb,
-        crumb_raw,
+        first.breadcrumb,
+        first.breadcrumb_raw,
         members,
         failover,
         tuple(problems),
+        tuple(contenders),
+        tuple(leftovers),
     )
-    return status, lock_key
+
+
+def _watched(nodes: ElectionNodes, status: ElectionStatus) -> set[str]:
+    """The nodes whose change may change the reading: every node it found, their folders."""
+    found = {nodes.path, nodes.queue, nodes.crumbs, nodes.failover}
+    for c in status.contenders:
+        found |= {nodes.node(c.name), nodes.crumb(c.ticket)}
+    found.update(nodes.crumb(c.ticket) for c in status.leftovers)
+    return found
 
 
 async def watch_status(
@@ -177,8 +335,12 @@ async def watch_status(
 ) -> AsyncGenerator[ElectionStatus, None]:
     """Yield the election's status now and again after every change of its nodes.
 
-    Changes are learnt from node events; a read every ``fallback`` seconds covers backends
-    whose events can be lost (e.g. while disconnected). Use with ``contextlib.aclosing``.
+    Changes are learnt from node events on every node the last reading found (the leader's
+    node going, a breadcrumb fenced and cleared, the failover request): a leader change is
+    seen at once. A new node's name cannot be known before it exists, so a join is seen by
+    reading again: every ``fallback`` seconds (which also covers backends whose events can be
+    lost, e.g. while disconnected), and every ``IDLE_POLL`` while nobody leads. Use with
+    ``contextlib.aclosing``.
     """
     check_election(path)
     wake = [anyio.Event()]
@@ -187,17 +349,26 @@ async def watch_status(
         wake[0].set()
 
     nodes = ElectionNodes(path)
-    subs = [
-        driver.subscribe(node, poke)
-        for node in (nodes.lock, nodes.epoch, nodes.breadcrumb, nodes.failover)
-    ]
-    subs.append(driver.subscribe(None, poke))
+    subs: dict[str, Subscription] = {}
+    connection = driver.subscribe(None, poke)
     try:
         while True:
             wake[0] = anyio.Event()  # armed before reading: a change during the read is seen
-            yield await election_status(driver, path)
-            with anyio.move_on_after(fallback):
+            for _ in range(3):
+                status = await election_status(driver, path)
+                wanted = _watched(nodes, status)
+                for gone in subs.keys() - wanted:
+                    subs.pop(gone).close()
+                new = wanted - subs.keys()
+                for node in new:
+                    subs[node] = driver.subscribe(node, poke)
+                if not new:
+                    break  # each node was watched before it was read: no change is missed
+            yield status
+            wait = fallback if status.holder is not None else min(fallback, IDLE_POLL)
+            with anyio.move_on_after(wait):
                 await wake[0].wait()
     finally:
-        for sub in subs:
+        connection.close()
+        for sub in subs.values():
             sub.close()

@@ -85,19 +85,35 @@ def print_status(status: admin.ElectionStatus, url: str) -> None:
             f"  since {when(status.since)}"
         )
     elif status.holder is not None:
-        console.print(f"  [yellow]no active[/]: {t(status.holder)} holds the lock, taking over")
+        console.print(
+            f"  [yellow]no active[/]: {t(status.holder)} leads (epoch {status.epoch}),"
+            " fencing the old actives first"
+        )
     else:
-        console.print("  [yellow]no active[/]")
-    if status.epoch is not None and status.active is None:
-        console.print(f"  epoch {status.epoch}")
-    if status.breadcrumb is not None:
-        crumb = status.breadcrumb
-        data = f"  data {t(crumb.data)}" if crumb.data else ""
-        console.print(f"  breadcrumb  {t(crumb.identity)}  epoch {crumb.epoch}{data}")
-    elif status.breadcrumb_raw is not None:
-        console.print(f"  breadcrumb  unreadable: {status.breadcrumb_raw[:60]!r}")
-    else:
-        console.print("  breadcrumb  none (the last active left cleanly, or none ever was)")
+        console.print("  [yellow]no active[/]: nobody is in the queue")
+    for place, c in enumerate(status.contenders, 1):
+        role = "leader " if place == 1 else "standby"
+        crumb = c.breadcrumb
+        if crumb is not None:
+            note = f"  data {t(crumb.data)}" if crumb.data else ""
+        elif c.breadcrumb_raw is not None:
+            note = f"  breadcrumb unreadable: {c.breadcrumb_raw[:60]!r}"
+        else:
+            note = "  no breadcrumb (leaving)"
+        console.print(f"  {place:>2}. {role}  {t(c.identity)}  epoch {c.epoch}{note}")
+    for left in status.leftovers:
+        who = (
+            t(left.breadcrumb.identity)
+            if left.breadcrumb is not None
+            else f"unreadable {left.raw[:60]!r}"
+        )
+        if not left.awaits_fence:
+            why = "a standby that crashed: a later leader fences it"
+        elif status.holder is None:
+            why = "crashed: the next leader fences it before it acts"
+        else:
+            why = "crashed: the leader fences it before it acts"
+        console.print(f"  left breadcrumb  {who}  epoch {left.epoch}  ({why})")
     if status.failover is not None and status.failover_pending:
         request = status.failover
         target = "any standby" if request.to is None else t(request.to)
