@@ -33,7 +33,7 @@ def checked_op(op: object) -> Op:
     if isinstance(op, Delete) and op.path == "/":
         raise ConfigurationError("the root node cannot be deleted")
     if isinstance(op, Create):
-        return Create(op.path, node_data(op.data), op.ephemeral)
+        return Create(op.path, node_data(op.data), op.ephemeral, op.sequential)
     if isinstance(op, SetData):
         return SetData(op.path, node_data(op.data), op.version)
     return op

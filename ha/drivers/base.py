@@ -10,6 +10,16 @@ ZooKeeper-shaped model, and nothing more:
 - a tree of **nodes** named by absolute paths (``/a/b``), each holding bytes and a **version**
   that starts at 0 and grows by one on every write. A node is persistent or ephemeral (bound to
   the session that created it; ``Stat.ephemeral_owner`` names that session).
+- **sequential creates**: ``create(path, sequential=True)`` (or ``Create(..., sequential=True)``)
+  appends a counter to the path's last segment, as ZooKeeper does: at least 10 decimal digits,
+  zero-padded (``/e/n/abc_`` -> ``/e/n/abc_0000000007``), and returns the path it created. The
+  suffix is greater than every suffix the same parent gave before (not necessarily the next
+  one) and never comes back while the parent lives, so it never collides with an earlier node.
+- **creation order**: ``Stat.created`` is the number of the transaction that created the node:
+  every transaction that creates nodes gets a number greater than any earlier one's in the
+  backend, and all nodes created by one transaction share it (ZooKeeper's czxid, etcd's
+  create_revision). A node deleted and created again gets a new, greater number; writing it
+  leaves the number unchanged. A node's number is thus a fencing token fixed at its creation.
 - **compare-and-set**: ``set`` and ``delete`` take an expected version (``-1``: any).
 - **transactions**: a list of ``Check`` / ``Create`` / ``SetData`` / ``Delete`` applied
   atomically, all or nothing; a failure raises ``TransactionFailed`` naming the first failing op.
@@ -90,6 +100,7 @@ class Stat:
     ephemeral_owner: int | None = None
     mtime: float = 0.0  # wall-clock seconds of the last write, for display only
     num_children: int = 0
+    created: int = 0  # the creating transaction's number (see the module's docstring)
 
 
 # --- transaction operations ---------------------------------------------------------------
@@ -105,9 +116,12 @@ class Check:
 
 @dataclass(frozen=True, slots=True)
 class Create:
+    """A node at ``path``; ``sequential``: at ``path`` plus the parent's next suffix."""
+
     path: str
     data: bytes = b""
     ephemeral: bool = False
+    sequential: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,9 +287,18 @@ class Driver(ABC):
 
     @abstractmethod
     async def create(
-        self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        makepath: bool = False,
     ) -> str:
-        """Create a node. Raises NodeExists, NoNode (parent missing and not ``makepath``)."""
+        """Create a node; return its path (with the suffix, if ``sequential``).
+
+        Raises NodeExists, NoNode (parent missing and not ``makepath``).
+        """
 
     @abstractmethod
     async def get(self, path: str) -> tuple[bytes, Stat]:

@@ -242,11 +242,13 @@ async def test_create_get_set_delete_children(backend: Any) -> None:
         assert parent.ephemeral_owner is None
         await zk.create("/a/z")
         assert await zk.children("/a") == ["b", "z"]
-        assert (await zk.exists("/a")) == Stat(
+        now = await zk.exists("/a")
+        assert now == Stat(
             2,
             None,
-            (await zk.exists("/a")).mtime,  # type: ignore[union-attr]
+            now.mtime,  # type: ignore[union-attr]
             num_children=2,
+            created=stat.created,  # the create's, through every set
         )
         await zk.delete("/a/z", version=0)
         assert await zk.exists("/a/z") is None
@@ -559,6 +561,147 @@ async def test_a_transaction_of_non_ops_is_a_configuration_error(backend: Any) -
         with pytest.raises(ConfigurationError):
             await driver.transaction([Create("/a"), "not an op"])  # type: ignore[list-item]
         assert await driver.exists("/a") is None
+
+
+# --- sequential creates and creation order -------------------------------------------------------
+
+
+def suffix(path: str, prefix: str) -> int:
+    """The counter a sequential create appended to ``prefix``: ten digits or more."""
+    assert path.startswith(prefix), (path, prefix)
+    digits = path[len(prefix) :]
+    assert len(digits) >= 10 and digits.isdigit() and digits.isascii(), path
+    return int(digits)
+
+
+async def test_sequential_creates_append_a_growing_suffix(backend: Any) -> None:
+    async with backend.driver() as driver:
+        await driver.create("/q")
+        made = [await driver.create("/q/n_", b"%d" % i, sequential=True) for i in range(3)]
+        numbers = [suffix(path, "/q/n_") for path in made]
+        assert numbers == sorted(set(numbers))  # strictly increasing
+        for i, path in enumerate(made):
+            assert (await driver.get(path))[0] == b"%d" % i
+        assert await driver.children("/q") == sorted(p.rsplit("/", 1)[1] for p in made)
+        # with makepath, as a plain create: the missing parents first
+        deep = await driver.create("/r/s/n_", sequential=True, makepath=True)
+        suffix(deep, "/r/s/n_")
+        assert await driver.exists(deep) is not None
+
+
+async def test_a_sequential_create_in_a_transaction(backend: Any) -> None:
+    async with backend.driver() as driver:
+        results = await driver.transaction(
+            [
+                Create("/q", b"parent"),
+                Create("/q/n_", b"mine", ephemeral=True, sequential=True),
+                Create("/q/n_", b"next", sequential=True),
+            ]
+        )
+        assert results[0] == "/q"
+        mine, later = results[1], results[2]
+        assert isinstance(mine, str) and isinstance(later, str)
+        assert suffix(mine, "/q/n_") < suffix(later, "/q/n_")
+        data, stat = await driver.get(mine)
+        assert data == b"mine" and stat.ephemeral_owner == driver.session_id
+        assert (await driver.get(later))[1].ephemeral_owner is None
+        assert (await driver.get("/q"))[0] == b"parent"
+        # a failed transaction creates nothing, and its suffix may be skipped, never reused
+        with pytest.raises(TransactionFailed) as failed:
+            await driver.transaction([Create("/q/n_", sequential=True), Check("/absent")])
+        assert failed.value.index == 1
+        assert len(await driver.children("/q")) == 2
+        again = await driver.create("/q/n_", sequential=True)
+        assert suffix(again, "/q/n_") > suffix(later, "/q/n_")
+
+
+async def test_an_ephemeral_sequential_node_goes_with_its_session(backend: Any) -> None:
+    async with backend.driver() as observer:
+        await observer.create("/q")
+        owner = backend.driver()
+        seen = Events()
+        owner.subscribe(None, seen)
+        async with owner:
+            await seen.next()
+            first = await owner.create("/q/n_", ephemeral=True, sequential=True)
+            assert (await observer.exists(first)).ephemeral_owner == owner.session_id  # type: ignore[union-attr]
+            await faults(owner).expire()
+            assert (await seen.state()).state is S.EXPIRED
+            assert (await seen.next()).state is S.CONNECTED
+            await wait_until(lambda: owner.connected)
+            assert await observer.exists(first) is None
+            second = await owner.create("/q/n_", ephemeral=True, sequential=True)
+            assert suffix(second, "/q/n_") > suffix(first, "/q/n_")
+            assert await observer.children("/q") == [second.rsplit("/", 1)[1]]
+        # closing the session takes its node at once
+        assert await observer.exists(second) is None
+        assert await observer.children("/q") == []
+
+
+async def test_sequential_suffixes_are_never_reused(backend: Any) -> None:
+    async with backend.driver() as driver:
+        await driver.create("/q")
+        made = [await driver.create("/q/n_", sequential=True) for _ in range(3)]
+        for path in made:
+            await driver.delete(path)
+        assert await driver.children("/q") == []
+        after = await driver.create("/q/n_", sequential=True)
+        assert suffix(after, "/q/n_") > max(suffix(p, "/q/n_") for p in made)
+
+
+async def test_created_numbers_the_creating_transaction(backend: Any) -> None:
+    async with backend.driver() as driver:
+        await driver.transaction([Create("/a"), Create("/b", ephemeral=True), Create("/a/c")])
+        a, b, c = [(await driver.get(p))[1] for p in ("/a", "/b", "/a/c")]
+        assert a.created == b.created == c.created > 0  # one transaction, one number
+        await driver.transaction([Create("/d"), SetData("/a", b"x")])
+        d = await driver.exists("/d")
+        assert d is not None and d.created > a.created
+        # writes leave it alone: set()'s Stat, then a read
+        assert (await driver.set("/a", b"y")).created == a.created
+        assert (await driver.get("/a"))[1].created == a.created
+        assert (await driver.exists("/a/c")).created == a.created  # type: ignore[union-attr]
+        # a single create is a transaction of its own
+        e = await driver.create("/e")
+        assert (await driver.get(e))[1].created > d.created
+        # deleted and created again: a new, greater number
+        await driver.delete("/b")
+        await driver.create("/b")
+        again = (await driver.get("/b"))[1]
+        assert again.created > (await driver.get("/e"))[1].created
+        # deleted and created again in one transaction: the same rule
+        await driver.transaction([Delete("/d"), Create("/d")])
+        assert (await driver.get("/d"))[1].created > again.created
+        # a sequential node too, and another driver reads the same number
+        async with backend.driver() as other:
+            seq = await driver.create("/a/n_", ephemeral=True, sequential=True)
+            stat = await other.exists(seq)
+            assert stat is not None and stat.created > (await other.get("/d"))[1].created
+            assert stat == await driver.exists(seq)
+
+
+async def test_sequential_creates_of_two_sessions_race_to_distinct_paths(backend: Any) -> None:
+    async with backend.driver() as a, backend.driver() as b:
+        await a.create("/q")
+        made: list[str] = []
+
+        async def join(driver: Driver) -> None:
+            made.append(await driver.create("/q/n_", ephemeral=True, sequential=True))
+
+        for _ in range(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(join, a)
+                tg.start_soon(join, b)
+        assert len(set(made)) == len(made) == 10
+        assert await a.children("/q") == sorted(p.rsplit("/", 1)[1] for p in made)
+        stats = [await b.exists(p) for p in made]
+        assert all(stat is not None for stat in stats)
+        owners = {stat.ephemeral_owner for stat in stats}  # type: ignore[union-attr]
+        assert owners == {a.session_id, b.session_id}
+        # creation order and suffix order agree: both are the order the backend applied them
+        by_suffix = sorted(made, key=lambda p: suffix(p, "/q/n_"))
+        created = [(await a.exists(p)).created for p in by_suffix]  # type: ignore[union-attr]
+        assert created == sorted(set(created))
 
 
 # --- sessions and ephemeral nodes ---------------------------------------------------------------

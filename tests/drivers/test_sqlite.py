@@ -355,6 +355,23 @@ async def test_create_get_set_delete_with_versions(sqlite_backend: SqliteBackend
 
 
 @pytest.mark.anyio
+async def test_creation_numbers_and_suffixes_keep_growing_across_reopening(
+    sqlite_backend: SqliteBackend,
+) -> None:
+    async with sqlite_backend.driver() as driver:
+        first = await driver.create("/q/n_", sequential=True, makepath=True)
+        await driver.create("/x")
+        before = (await driver.get("/x"))[1].created
+        await driver.delete(first)  # the newest suffix is gone from the tree, not from the file
+    async with sqlite_backend.driver() as driver:
+        assert (await driver.get("/x"))[1].created == before  # kept in the file
+        again = await driver.create("/q/n_", sequential=True)
+        assert int(again.removeprefix("/q/n_")) > int(first.removeprefix("/q/n_"))
+        await driver.create("/y")
+        assert (await driver.get("/y"))[1].created > before
+
+
+@pytest.mark.anyio
 async def test_tree_parents_children_and_recursive_delete(sqlite_backend: SqliteBackend) -> None:
     async with sqlite_backend.driver() as driver:
         with pytest.raises(NoNode):

@@ -120,6 +120,28 @@ def test_versions_start_at_zero_and_grow_by_one_per_write(conn: sqlite3.Connecti
         tree.get(conn, "/b")
 
 
+def test_a_transaction_numbers_its_creations_and_suffixes_are_change_ids(
+    conn: sqlite3.Connection,
+) -> None:
+    # makepath's parents, a session's expired leases reaped first: all one transaction
+    made = write(conn, tree.create, "/a/b/n_", b"", None, True, True)
+    assert made.startswith("/a/b/n_") and len(made) == len("/a/b/n_") + 10
+    numbers = {tree.get(conn, p)[1].created for p in ("/a", "/a/b", made)}
+    assert len(numbers) == 1 and numbers.pop() > 0
+    # the suffix is the change id of the node's own creation (the third change)
+    assert int(made.removeprefix("/a/b/n_")) == tree.last_change(conn) == 3
+    first = tree.get(conn, "/a")[1].created
+    results = write(
+        conn,
+        tree.transact,
+        [SetData("/a", b"x"), Create("/c"), Create("/a/b/n_", sequential=True), Create("/c/d")],
+        None,
+    )
+    later = {tree.get(conn, p)[1].created for p in ("/c", results[2], "/c/d")}
+    assert len(later) == 1 and later.pop() > first
+    assert tree.get(conn, "/a")[1].created == first  # written, not created again
+
+
 def test_compare_and_set_names_the_expected_and_the_actual_version(
     conn: sqlite3.Connection,
 ) -> None:

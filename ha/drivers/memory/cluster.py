@@ -4,6 +4,10 @@
 thread: a heartbeat records contact, ``apply`` checks a transaction against the tree and applies
 all of it or none, and a change is pushed to the drivers watching its path. Its clock is
 ``time.monotonic()``.
+
+Two cluster-wide counters stand in for ZooKeeper's zxid: ``zxid`` numbers every transaction that
+writes (its creations' ``Stat.created``), and ``sequence`` gives sequential creates their
+suffixes. Neither goes back, so a suffix is never given twice, even under another parent.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ...errors import BadVersion, NodeExists, NoNode, NotEmpty, TransactionFailed
-from ..base import Create, Delete, NodeEvent, NodeEventKind, Op, SetData, Stat, parent_of
+from ..base import Check, Create, Delete, NodeEvent, NodeEventKind, Op, SetData, Stat, parent_of
 
 if TYPE_CHECKING:
     from .driver import MemoryDriver
@@ -30,9 +34,12 @@ class _Node:
     ephemeral_owner: int | None = None
     mtime: float = field(default_factory=time.time)
     children: set[str] = field(default_factory=set)
+    created: int = 0  # the zxid of the transaction that created it
 
     def stat(self) -> Stat:
-        return Stat(self.version, self.ephemeral_owner, self.mtime, len(self.children))
+        return Stat(
+            self.version, self.ephemeral_owner, self.mtime, len(self.children), self.created
+        )
 
 
 @dataclass(slots=True)
@@ -57,6 +64,8 @@ class MemoryCluster:
         self.watchers: dict[str, set[MemoryDriver]] = {}  # path -> drivers watching it
         self.ephemerals: dict[int, set[str]] = {}  # session -> its ephemeral paths
         self.ops = 0  # operations served, for tests and benchmarks
+        self.zxid = 0  # the number of the last transaction that wrote
+        self.sequence = 0  # the last suffix a sequential create was given
         self._next_reap = 0.0
 
     @classmethod
@@ -170,20 +179,31 @@ class MemoryCluster:
         elif isinstance(op, SetData):  # later ops of the transaction see the new version
             staged[op.path] = replace(node, data=op.data, version=node.version + 1)
 
+    def _named(self, op: Op) -> Op:
+        """``op`` with a sequential create's suffix appended (given even if the op fails)."""
+        if not isinstance(op, Create) or not op.sequential:
+            return op
+        self.sequence += 1
+        return Create(f"{op.path}{self.sequence:010d}", op.data, op.ephemeral)
+
     def apply(self, ops: Sequence[Op], sid: int) -> list[str | Stat | None]:
         """Check every op (from ``checked_op``) against the tree as the earlier ones leave it,
         then apply all of them, or raise TransactionFailed."""
         self.ops += 1
+        ops = [self._named(op) for op in ops]
         staged: dict[str, _Node | None] = {}
         for index, op in enumerate(ops):
             try:
                 self._check_op(op, sid, staged)
             except (NodeExists, NoNode, BadVersion, NotEmpty) as exc:
                 raise TransactionFailed(index, exc) from None
+        if any(not isinstance(op, Check) for op in ops):
+            self.zxid += 1
         results: list[str | Stat | None] = []
         for op in ops:
             if isinstance(op, Create):
-                self.nodes[op.path] = _Node(op.data, ephemeral_owner=sid if op.ephemeral else None)
+                owner = sid if op.ephemeral else None
+                self.nodes[op.path] = _Node(op.data, ephemeral_owner=owner, created=self.zxid)
                 if op.ephemeral:
                     self.ephemerals.setdefault(sid, set()).add(op.path)
                 if op.path != "/":

@@ -263,7 +263,13 @@ class MemoryDriver(Driver):
             raise exc.cause from None
 
     async def create(
-        self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        makepath: bool = False,
     ) -> str:
         validate_path(path)
         data = node_data(data)  # before any parent is made
@@ -278,7 +284,7 @@ class MemoryDriver(Driver):
                     await self._one(Create(p))
                 except NodeExists:
                     pass
-        result = await self._one(Create(path, data, ephemeral))
+        result = await self._one(Create(path, data, ephemeral, sequential))
         assert isinstance(result, str)
         return result
 

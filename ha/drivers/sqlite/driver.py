@@ -195,14 +195,20 @@ class SqliteDriver(FileSession):
         return sid
 
     async def create(
-        self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        makepath: bool = False,
     ) -> str:
         validate_path(path)
         data = node_data(data)
         owner = self._owner() if ephemeral else None
         if path == "/":
             raise NodeExists(path)
-        return await self._write(tree.create, path, data, owner, makepath)
+        return await self._write(tree.create, path, data, owner, makepath, sequential)
 
     async def get(self, path: str) -> tuple[bytes, Stat]:
         validate_path(path)

@@ -58,7 +58,8 @@ SCHEMA = (
     "CREATE TABLE sessions (id INTEGER PRIMARY KEY AUTOINCREMENT, expires_at REAL NOT NULL,"
     " timeout REAL NOT NULL, pid INTEGER NOT NULL, created REAL NOT NULL)",
     "CREATE INDEX sessions_expiry ON sessions (expires_at)",
-    # czxid: the change-log id of the node's creation (tells CREATED from CHANGED on resync)
+    # czxid: Stat.created, the id of the first creation its transaction logged (tree.py); on
+    # a resync it tells CREATED from CHANGED
     "CREATE TABLE nodes (path TEXT PRIMARY KEY, parent TEXT NOT NULL, data BLOB NOT NULL,"
     " version INTEGER NOT NULL, ephemeral_owner INTEGER, czxid INTEGER NOT NULL,"
     " mtime REAL NOT NULL)",

@@ -7,9 +7,12 @@ an error raised inside ``writing`` rolls the whole transaction back, which is wh
 ``transact`` all or nothing.
 
 Every write appends to the change log, one row ``(id, path, kind)`` per created, changed or
-deleted node, in commit order; a node's ``czxid`` is the id of its creation. The log keeps
-about ``KEEP_CHANGES`` rows; a poller whose cursor falls behind the trimmed part resyncs from
-the nodes themselves (``read_changes``).
+deleted node, in commit order. The log keeps about ``KEEP_CHANGES`` rows; a poller whose cursor
+falls behind the trimmed part resyncs from the nodes themselves (``read_changes``). Its ids are
+AUTOINCREMENT: never reused, even once trimmed, and kept in the file, so they also number the
+nodes. A node's ``czxid`` (``Stat.created``) is the id of the first creation logged by the
+transaction that created it (``Creation``), shared by every node that transaction made; a
+sequential create's suffix is the id of its own creation.
 
 Sessions end here too, because ending one is a tree operation: ``end_session`` deletes its
 ephemeral nodes (with anything below them) and its row, in the caller's transaction, and
@@ -38,6 +41,7 @@ __all__ = (
     "CHANGED",
     "CREATED",
     "DELETED",
+    "Creation",
     "KEEP_CHANGES",
     "TRIM_EVERY",
     "children",
@@ -75,6 +79,12 @@ def log_change(conn: sqlite3.Connection, path: str, kind: str) -> int:
             "UPDATE meta SET value = ? WHERE key = 'trimmed_through'", (cid - KEEP_CHANGES,)
         )
     return cid
+
+
+def _next_change(conn: sqlite3.Connection) -> int:
+    """The id the next ``log_change`` gets (AUTOINCREMENT: one more than any ever given)."""
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
+    return 1 if row is None else int(row[0]) + 1
 
 
 def last_change(conn: sqlite3.Connection) -> int:
@@ -117,13 +127,14 @@ def read_changes(
 def _stat(conn: sqlite3.Connection, path: str) -> tuple[bytes, Stat] | None:
     row = conn.execute(
         "SELECT data, version, ephemeral_owner, mtime,"
-        " (SELECT count(*) FROM nodes c WHERE c.parent = n.path) FROM nodes n WHERE path = ?",
+        " (SELECT count(*) FROM nodes c WHERE c.parent = n.path), czxid"
+        " FROM nodes n WHERE path = ?",
         (path,),
     ).fetchone()
     if row is None:
         return None
-    data, version, owner, mtime, num_children = row
-    return bytes(data), Stat(version, owner, mtime, num_children)
+    data, version, owner, mtime, num_children, created = row
+    return bytes(data), Stat(version, owner, mtime, num_children, created)
 
 
 def get(conn: sqlite3.Connection, path: str) -> tuple[bytes, Stat]:
@@ -155,30 +166,60 @@ def _version(conn: sqlite3.Connection, path: str) -> int | None:
 # --- writes -------------------------------------------------------------------------------------
 
 
+class Creation:
+    """The number shared by the nodes one transaction creates: its first creation's change id."""
+
+    __slots__ = ("number",)
+
+    def __init__(self) -> None:
+        self.number = 0
+
+    def of(self, cid: int) -> int:
+        """The transaction's number, ``cid`` if this creation (change ``cid``) is its first."""
+        if not self.number:
+            self.number = cid
+        return self.number
+
+
 def create(
-    conn: sqlite3.Connection, path: str, data: bytes, owner: int | None, makepath: bool
+    conn: sqlite3.Connection,
+    path: str,
+    data: bytes,
+    owner: int | None,
+    makepath: bool,
+    sequential: bool = False,
+    creation: Creation | None = None,
 ) -> str:
-    """Create ``path`` (ephemeral if ``owner`` names a session); ``makepath``: its parents too."""
+    """Create ``path`` (ephemeral if ``owner`` names a session); ``makepath``: its parents too;
+    ``sequential``: at ``path`` plus its change id, as ten digits or more. Return the path.
+
+    ``creation``: the transaction's number, shared with its other creates (default: its own).
+    """
     # the session first: an expired one must hear so, whatever the node's state
     if (
         owner is not None
         and conn.execute("SELECT 1 FROM sessions WHERE id = ?", (owner,)).fetchone() is None
     ):
         raise SessionExpired(f"session {owner} has expired")
-    if _version(conn, path) is not None:
-        raise NodeExists(path)
+    if creation is None:
+        creation = Creation()
     parent = parent_of(path)
     row = conn.execute("SELECT ephemeral_owner FROM nodes WHERE path = ?", (parent,)).fetchone()
     if row is None:
         if not makepath:
             raise NoNode(parent)
-        create(conn, parent, b"", None, True)
+        create(conn, parent, b"", None, True, creation=creation)
     elif row[0] is not None:  # as ZooKeeper: they would outlive their parent's session
         raise NoNode(f"{path} (ephemeral nodes cannot have children)")
+    if sequential:  # the write lock is held: the next change is this creation's
+        path = f"{path}{_next_change(conn):010d}"
+    if _version(conn, path) is not None:  # (a path that exists has its parent)
+        raise NodeExists(path)
     cid = log_change(conn, path, CREATED)
+    assert not sequential or path.endswith(f"{cid:010d}"), "the change id was not the one read"
     conn.execute(
         "INSERT INTO nodes VALUES (?, ?, ?, 0, ?, ?, ?)",
-        (path, parent, data, owner, cid, time.time()),
+        (path, parent, data, owner, creation.of(cid), time.time()),
     )
     return path
 
@@ -229,12 +270,15 @@ def delete(conn: sqlite3.Connection, path: str, version: int, recursive: bool) -
     _remove(conn, path)
 
 
-def _apply(conn: sqlite3.Connection, op: Op, owner: int | None) -> str | Stat | None:
+def _apply(
+    conn: sqlite3.Connection, op: Op, owner: int | None, creation: Creation
+) -> str | Stat | None:
     if isinstance(op, Check):
         _check(conn, op.path, op.version)
         return None
     if isinstance(op, Create):
-        return create(conn, op.path, op.data, owner if op.ephemeral else None, False)
+        owned = owner if op.ephemeral else None
+        return create(conn, op.path, op.data, owned, False, op.sequential, creation)
     if isinstance(op, SetData):
         return set_data(conn, op.path, op.data, op.version)
     delete(conn, op.path, op.version, False)
@@ -250,9 +294,10 @@ def transact(
     transaction then rolls back every op before it.
     """
     results: list[str | Stat | None] = []
+    creation = Creation()
     for index, op in enumerate(ops):
         try:
-            results.append(_apply(conn, op, owner))
+            results.append(_apply(conn, op, owner, creation))
         except (NoNode, NodeExists, BadVersion, NotEmpty) as exc:
             raise TransactionFailed(index, exc) from exc
     return results

@@ -55,14 +55,25 @@ class ZooKeeperDriver(FaultHooks, Watches):
     # --- nodes ------------------------------------------------------------------------------
 
     async def create(
-        self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        makepath: bool = False,
     ) -> str:
         full, value = self._abs(path), node_data(data)
         created = await self._call(
             path,
             -1,
             lambda: self._client.create_async(
-                full, value, acl=self._acl, ephemeral=ephemeral, makepath=makepath
+                full,
+                value,
+                acl=self._acl,
+                ephemeral=ephemeral,
+                sequence=sequential,
+                makepath=makepath,
             ),
             leader=True,
         )
@@ -140,7 +151,13 @@ class ZooKeeperDriver(FaultHooks, Watches):
                 if isinstance(op, Check):
                     tx.check(full, op.version)
                 elif isinstance(op, Create):
-                    tx.create(full, op.data, acl=self._acl, ephemeral=op.ephemeral)
+                    tx.create(
+                        full,
+                        op.data,
+                        acl=self._acl,
+                        ephemeral=op.ephemeral,
+                        sequence=op.sequential,
+                    )
                 elif isinstance(op, SetData):
                     tx.set_data(full, op.data, op.version)
                 else:

@@ -85,6 +85,7 @@ def stat_of(stat: Any) -> Stat:
         ephemeral_owner=stat.ephemeralOwner or None,
         mtime=stat.mtime / 1000.0,
         num_children=stat.numChildren,
+        created=stat.czxid,
     )
 
 
