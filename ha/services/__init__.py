@@ -14,9 +14,9 @@ one ``Elector`` at ``<prefix>/<cluster_id>/election``, so one failover moves all
 the process wins, each registered component gets ``grant_leadership(session_id)`` with a fresh
 UUID, in its own task inside the leadership scope; it later calls
 ``confirm_leadership(session_id, address)``. Only then is ``LeaderInfo(address, session_id)``
-published at ``<prefix>/<cluster_id>/leader/<component>``, by a transaction that checks the
-epoch (``lease.fence_ops()``) and the version of our election lock, and only while the driver
-still has the session that won. A confirm with a session id other than the current grant's is
+published at ``<prefix>/<cluster_id>/leader/<component>``, by a transaction behind the lease's
+fence (``lease.fence_ops()``: our queue node in the election still lives), and only while the
+driver still has the session that won. A confirm with a session id other than the current grant's is
 ignored; ``has_leadership(session_id)`` is true only for the current grant of a valid lease. On
 loss, the leadership scope is cancelled and every granted component gets ``revoke_leadership()``
 before the elector does anything else (it waits for the scope to finish).
@@ -62,12 +62,11 @@ from ..drivers.base import ConnectionEvent, ConnectionState, Driver, NodeEvent, 
 from ..drivers.memory import MemoryCluster, MemoryDriver
 from ..election.elector import Elector
 from ..election.lease import Lease
-from ..election.nodes import ElectionNodes
 from ..election.timing import Timing
 from ..errors import ConfigurationError, DriverError, Fenced
 from ..stores import BlobStore, Stores
 from ..stores.layout import Layout, check_name
-from .cleanup import NoBlobs, remove_cluster_nodes
+from .cleanup import NoBlobs, remove_cluster_nodes, remove_election
 from .component import Component, LeaderElection
 from .publication import Term
 from .retrieval import STANDALONE_SESSION, LeaderInfo, LeaderRetrieval
@@ -130,6 +129,7 @@ class HAServices:
         self._term: Term | None = None  # while leading
         self._lead_tg: anyio.abc.TaskGroup | None = None
         self._subs: list[Subscription] = []
+        self._keep_elector = False  # while the components close for the cleanup
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -173,11 +173,10 @@ class HAServices:
     async def close_and_cleanup_all_data(self) -> None:
         """Remove everything of the cluster: stores, blobs, published addresses, election.
 
-        Must be called by the leader (the stores are removed under its fence) when the whole
-        cluster is shut down; the election's own nodes go last, after leaving it, while this
-        process holds the lock once more (``cleanup.py``). The election's epoch counter (and
-        its parents) is kept, so a cluster started again with the same id never reuses a
-        fencing token.
+        Must be called by the leader when the whole cluster is shut down. The stores, then
+        every other node of the cluster, are removed under its fence while it still leads
+        (its components revoked first), then it leaves the election and the election's
+        folders go if no other contender is queued (``cleanup.py``).
         """
         lease = self.lease
         if lease is None:
@@ -192,14 +191,15 @@ class HAServices:
                 lease=lease,
                 prefix=self.layout.prefix,
             ).close_and_cleanup_all_data()
+        self._keep_elector = True  # the components go, the lead stays for the wipe
+        try:
+            for election in list(self._elections.values()):
+                await election.close()
+        finally:
+            self._keep_elector = False
+        await remove_cluster_nodes(self.driver, self.layout.root, self.election_path, lease)
         await self.close()
-        ident = self.identity
-        await remove_cluster_nodes(
-            self.driver,
-            self.layout.root,
-            self.election_path,
-            ident.encode() if isinstance(ident, str) else ident,
-        )
+        await remove_election(self.driver, self.layout.root, self.election_path)
 
     # --- election -----------------------------------------------------------------------------
 
@@ -249,7 +249,10 @@ class HAServices:
         watch = self._watches.pop(election.name, None)
         if watch is not None:
             watch.close()
-        if not any(e.component is not None and e is not election for e in self._elections.values()):
+        alone = not any(
+            e.component is not None and e is not election for e in self._elections.values()
+        )
+        if alone and not self._keep_elector:
             await self._stop_elector()  # no one left to lead for (Flink stops its driver too)
 
     async def _start_elector(self) -> None:
@@ -279,11 +282,7 @@ class HAServices:
 
     async def _lead(self, lease: Lease) -> None:
         """The leadership scope of the process: grant, keep published, revoke on the way out."""
-        lock = ElectionNodes(self.election_path).lock
-        _, stat = await self.driver.get(lock)
-        if stat.ephemeral_owner != lease.session_id:
-            raise Fenced("the election lock is not ours")  # the elector backs off and retries
-        term = self._term = Term(self.driver, lease, lock, stat.version)
+        term = self._term = Term(self.driver, lease)
         try:
             async with anyio.create_task_group() as tg:
                 self._lead_tg = tg

@@ -1,11 +1,16 @@
 """Removing a cluster's nodes at the end of its life, without harming a successor.
 
-``HAServices.close_and_cleanup_all_data`` removes the stores under the leader's fence, leaves
-the election, and then calls ``remove_cluster_nodes``, which holds the election's lock once
-more while the rest goes, so no standby can claim in between (it would lose its lock, and its
-epoch, to the wipe). The epoch counter (and its parents) stays: fencing tokens never go back,
-and a deposed leader's stale lease cannot pass a fence check against a counter recreated at
-its old version (ABA).
+``HAServices.close_and_cleanup_all_data`` removes the stores under the leader's fence, revokes
+its components, and then, still leading, calls ``remove_cluster_nodes``: every node under the
+cluster's root goes under the same fence (``lease.transaction``), so the wipe stops as soon as
+this process is deposed and never touches a successor's nodes. Of the election it removes only
+what no live contender needs: the failover request, the members, and the breadcrumbs whose node
+is gone (this leader fenced the older ones when it took over; the newer ones are standbys' that
+never led). Then the process leaves the election (its breadcrumb and queue node go in one
+transaction, ``ha/election/nodes.py``), and ``remove_election`` deletes the election's folders
+if they are empty. A live contender's queue node, or its breadcrumb, is never deleted: a
+standby still queued takes over as after any graceful exit. Nothing needs keeping for the
+fencing tokens: they are creation orders, which never go back.
 """
 
 from __future__ import annotations
@@ -13,53 +18,60 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import anyio
-
-from ..drivers.base import Check, Delete, Driver, post_order
+from ..drivers.base import Delete, Driver, post_order
+from ..election.lease import Lease
 from ..election.nodes import ElectionNodes
-from ..errors import ConfigurationError, DriverError, NodeExists, NoNode, TransactionFailed
+from ..errors import ConfigurationError, DriverError, Fenced, NoNode, NotEmpty, TransactionFailed
 
-__all__ = ("NoBlobs", "remove_cluster_nodes")
+__all__ = ("NoBlobs", "remove_cluster_nodes", "remove_election")
 
 log = logging.getLogger("ha.services")
 
 
-async def remove_cluster_nodes(driver: Driver, root: str, election: str, identity: bytes) -> None:
-    """Delete every node under ``root`` but the election's epoch counter, holding the lock of
-    the election at ``election`` as ``identity``; stop if someone claims meanwhile."""
+async def remove_cluster_nodes(driver: Driver, root: str, election: str, lease: Lease) -> bool:
+    """Delete, under ``lease``'s fence, every node under ``root`` but the election's queue, the
+    live contenders' breadcrumbs and the folders that hold them. False if deposed meanwhile."""
     nodes = ElectionNodes(election)
-    lock, epoch = nodes.lock, nodes.epoch
-    try:
-        await driver.create(lock, identity, ephemeral=True)
-    except NodeExists:
-        log.warning("%s: another process leads now; its election is left", root)
-        return
-    session = driver.session_id
-    try:
-        # every claim bumps the epoch, and the counter is never deleted: checking its
-        # version stops the wipe if our session ended and someone claimed (a lock check
-        # would not: a recreated lock has version 0 again)
-        guard = Check(epoch, (await driver.get(epoch))[1].version)
-        for path in await post_order(driver, root):
-            if path in (lock, epoch) or epoch.startswith(path + "/"):
-                continue
-            try:
-                await driver.transaction([guard, Delete(path)])
-            except TransactionFailed as exc:
-                if exc.index == 0:
-                    log.warning("%s: someone claimed during the cleanup: stopped", lock)
-                    return
-                log.info("%s: not removed: %s", path, exc)
-            except DriverError as exc:
-                log.info("%s: not removed: %s", path, exc)
-    finally:
-        with anyio.CancelScope(shield=True):
-            try:  # owner-checked: never a lock a newer session made
-                _, stat = await driver.get(lock)
-                if stat.ephemeral_owner == session:
-                    await driver.delete(lock, stat.version)
-            except (NoNode, DriverError) as exc:
-                log.info("%s: not removed: %s", lock, exc)
+    live = {e.ticket for e in await nodes.entries(driver)}
+    for path in await post_order(driver, root):
+        if _kept(nodes, live, path):
+            continue
+        try:
+            await lease.transaction(driver, [Delete(path)])
+        except Fenced:
+            log.warning("%s: deposed during the cleanup: stopped", root)
+            return False
+        except (TransactionFailed, DriverError) as exc:
+            log.info("%s: not removed: %s", path, exc)
+    return True
+
+
+def _kept(nodes: ElectionNodes, live: set[str], path: str) -> bool:
+    """Whether ``path`` stays while we lead: the queue, a live contender's breadcrumb, the
+    folders above them."""
+    if nodes.path.startswith(path + "/") or path in (nodes.path, nodes.crumbs):
+        return True
+    if path == nodes.queue or path.startswith(nodes.queue + "/"):
+        return True
+    return path.startswith(nodes.crumbs + "/") and path.rsplit("/", 1)[1] in live
+
+
+async def remove_election(driver: Driver, root: str, election: str) -> None:
+    """After leaving: delete the election's folders and their parents up to ``root``, each
+    only if empty (a contender still queued keeps them)."""
+    nodes = ElectionNodes(election)
+    paths = [nodes.queue, nodes.crumbs, nodes.members, nodes.path]
+    parent = nodes.path
+    while parent.startswith(root + "/"):
+        parent = parent.rsplit("/", 1)[0]
+        paths.append(parent)
+    for path in paths:
+        try:
+            await driver.delete(path)
+        except (NoNode, NotEmpty):
+            pass
+        except DriverError as exc:
+            log.info("%s: not removed: %s", path, exc)
 
 
 class NoBlobs:

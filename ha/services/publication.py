@@ -3,9 +3,9 @@
 While the process leads, a component's confirmed ``LeaderInfo`` is written to its node
 ``<root>/leader/<component>`` as an ephemeral node (it goes with the leader's session, so a
 crashed leader's address does not linger). Every write is one transaction through the lease's
-``Writer`` (the epoch fence) that also checks the version of our election lock, and it is made
-only while the driver still has the session that won: a deposed leader never overwrites its
-successor's address.
+``Writer``, behind its fence (a check that our queue node lives: it goes with our session and
+is never created again), and it is made only while the driver still has the session that won:
+a deposed leader never overwrites its successor's address.
 
 Decide, then act (httpcore's connection pool): ``plan`` is a plain function that, from what a
 look at the node found, returns the transaction that makes it hold the address, or None when
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from ..drivers.base import Check, Create, Delete, Driver, Op, SetData, Stat
+from ..drivers.base import Create, Delete, Driver, Op, SetData, Stat
 from ..election.lease import Lease
 from ..errors import BadVersion, Fenced, NodeExists, NoNode, TransactionFailed
 from ..stores.fencing import Writer
@@ -44,29 +44,27 @@ class Found:
     parents: tuple[Op, ...] = ()  # the missing containers, to create with it (when there is none)
 
 
-def plan(
-    lock: Check, path: str, data: bytes, session: int | None, found: Found | None
-) -> list[Op] | None:
+def plan(path: str, data: bytes, session: int | None, found: Found | None) -> list[Op] | None:
     """The transaction that makes ``path`` hold ``data`` as our ephemeral node, or None when
-    it does already. ``found`` None: not looked at, create it under an existing parent."""
+    it does already (the writer puts the fence in front). ``found`` None: not looked at,
+    create it under an existing parent."""
     create = Create(path, data, ephemeral=True)
     if found is None:
-        return [lock, create]
+        return [create]
     if found.stat is None:
-        return [lock, *found.parents, create]
+        return [*found.parents, create]
     if found.stat.ephemeral_owner == session:
-        return None if found.data == data else [lock, SetData(path, data, found.stat.version)]
+        return None if found.data == data else [SetData(path, data, found.stat.version)]
     # someone else's node (an old leader's, or a stray write)
-    return [lock, Delete(path, found.stat.version), create]
+    return [Delete(path, found.stat.version), create]
 
 
 class Term:
-    """One term of leadership: the lease, our election lock's version, the fenced writer."""
+    """One term of leadership: the lease and its fenced writer."""
 
-    def __init__(self, driver: Driver, lease: Lease, lock_path: str, lock_version: int) -> None:
+    def __init__(self, driver: Driver, lease: Lease) -> None:
         self.driver = driver
         self.lease = lease
-        self.lock = Check(lock_path, lock_version)
         self.writer = Writer(driver, lease)
         self.dirty = anyio.Event()  # a published node may need correcting
 
@@ -86,7 +84,7 @@ class Term:
                 return  # the grant ended (or a newer confirm took over) while we looked
             if attempt > 0:
                 found = await self._look(path)
-            ops = plan(self.lock, path, data, self.lease.session_id, found)
+            ops = plan(path, data, self.lease.session_id, found)
             if ops is None:
                 return
             try:
@@ -94,9 +92,6 @@ class Term:
             except Fenced:
                 return  # deposed: the elector has been told, the component will be revoked
             except TransactionFailed as exc:
-                if exc.index == 0:
-                    log.info("%s: election lock lost; not publishing", name)
-                    return
                 if not isinstance(exc.cause, BadVersion | NodeExists | NoNode):
                     raise exc.cause from exc
                 continue  # the node changed between our look and our write: look again
@@ -118,6 +113,6 @@ class Term:
         if stat is None or stat.ephemeral_owner != self.lease.session_id:
             return
         try:
-            await self.writer.commit([self.lock, Delete(path, stat.version)])
+            await self.writer.commit([Delete(path, stat.version)])
         except TransactionFailed as exc:
             log.info("%s: address not removed: %s", name, exc)

@@ -130,12 +130,11 @@ async def test_components_share_one_election_and_publish_on_confirm(backend: Any
         # the other component confirmed from its grant
         rest_info = await anext(aiter(reader.leader_retrieval("rest")))
         assert rest_info == LeaderInfo("http://a:8081", rest.grants[0])
-        # one election for the whole process
-        assert await a.driver.children(f"{a.layout.root}/election") == [
-            "breadcrumb",
-            "epoch",
-            "lock",
-        ]
+        # one election for the whole process: a's one node in the queue, one breadcrumb
+        assert await a.driver.children(f"{a.layout.root}/election") == ["b", "n"]
+        (node,) = await a.driver.children(f"{a.layout.root}/election/n")
+        assert a.lease is not None and a.lease.node == f"{a.layout.root}/election/n/{node}"
+        assert len(await a.driver.children(f"{a.layout.root}/election/b")) == 1
 
 
 async def test_stale_confirm_is_ignored(backend: Any) -> None:
@@ -319,7 +318,7 @@ async def test_retrieval_from_a_process_that_never_contends(backend: Any) -> Non
             tg.cancel_scope.cancel()
         assert watcher.seen == [None, LeaderInfo("a:1", comp.grants[0]), None]
         assert reader._elector is None
-        assert await driver.exists(f"{reader.layout.root}/election/lock") is None
+        assert await driver.children(f"{reader.layout.root}/election/n") == []
 
 
 async def test_retrieval_says_none_without_contact(backend: Any) -> None:
@@ -391,15 +390,41 @@ async def test_close_and_cleanup_all_data(backend: Any, tmp_path: Path) -> None:
         await a.stores().execution_plans.put("j1", b"plan")
         await a.close_and_cleanup_all_data()
         assert comp.revokes == 1
-        # only the election's epoch counter stays: fencing tokens never go back
-        assert await post_order(driver, a.layout.root) == [
-            f"{a.election_path}/epoch",
-            a.election_path,
-            a.layout.root,
-        ]
+        # nothing stays: the fencing tokens are creation orders, which never go back
+        assert await post_order(driver, a.layout.root) == []
         assert not (tmp_path / "blobs" / "c1").exists()
         with pytest.raises(Fenced):
             await a.close_and_cleanup_all_data()  # not the leader any more
+
+
+async def test_cleanup_never_removes_a_queued_standbys_nodes(backend: Any, tmp_path: Path) -> None:
+    """The wipe runs under the leader's fence and spares the queue: a standby still queued
+    keeps its node and breadcrumb, and takes over (with a greater epoch) once the leader has
+    left; a crashed standby's breadcrumb goes."""
+    log: list[tuple[str, str]] = []
+    async with process(backend, "a", blobs=tmp_path / "blobs") as (a, driver):
+        comp = await join(a, "dispatcher", log, address="a:1")
+        await wait_for(lambda: comp.leading)
+        assert a.lease is not None
+        old = a.lease.epoch
+        await driver.create(f"{a.election_path}/b/crashed_x", b"left by a crashed standby")
+        async with process(backend, "b") as (b, _):
+            b1 = await join(b, "dispatcher", log, address="b:1")
+            await anyio.sleep(0.05)
+            assert not b1.leading
+            queue = f"{a.election_path}/n"
+            (_, b_node) = await driver.children(queue)
+            await a.stores().execution_plans.put("j1", b"plan")
+            await a.close_and_cleanup_all_data()
+            await wait_for(lambda: b1.leading)
+            assert b.lease is not None and b.lease.epoch > old
+            assert await driver.children(queue) == [b_node]
+            assert await driver.children(f"{a.election_path}/b") == [b_node.rsplit("_", 1)[0]]
+
+            async def published() -> bool:
+                return await driver.exists(f"{a.layout.root}/leader/dispatcher") is not None
+
+            await _until(published)  # b publishes its own address
 
 
 # --- standalone -----------------------------------------------------------------------------
