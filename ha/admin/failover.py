@@ -1,24 +1,26 @@
 """Graceful failover: ``ha failover PATH [--to ID]``, and how ``ha run`` supervisors honour it.
 
-In the spirit of Hadoop's ZKFC ``gracefulFailover`` / ``cedeActive``:
+In the spirit of Hadoop's ZKFC ``gracefulFailover`` / ``cedeActive``, on a FIFO queue
+(``ha/election/nodes.py``): leadership passes in join order, so handing over to a target is
+"everyone ahead of it steps aside".
 
 1. The operator writes a request to ``PATH/failover``: the active's identity and epoch ``E``
-   (read just before), an optional target, a cooling period and a fresh id. A request is
-   *pending* only while the epoch node still reads ``E``; once anyone becomes active it is
-   history, so nothing ever has to clean it up.
-2. Every ``ha run`` supervisor watches that node (and the epoch node). The active whose lease
-   has epoch ``E`` cedes: it stops COMMAND, quits the election *without* fencing (its
-   breadcrumb is deleted, it stopped cleanly) and stays out for the cooling period.
-3. With a target, every other supervisor steps aside too (quits, stays out) until the epoch
-   moves past ``E`` or the cooling period has passed on its own clock, whichever comes first;
-   so only the target competes for the lock. No wall clocks are compared between hosts.
-4. A supervisor that wins while a pending request names another target (it saw the lock go
-   before the request) cedes at once, before starting COMMAND: the epoch then moves past
-   ``E + 1``, which is harmless (epochs only have to increase).
-5. The operator waits until an active with an epoch above ``E`` shows up and reports it.
-If the target never takes over, everyone is back in the election after the cooling period:
-liveness needs no operator. Only ``ha run`` supervisors honour requests, so
-``request_failover`` refuses when the active is not a registered member.
+   (its token, read just before), an optional target, a cooling period and a fresh id. A
+   request is *pending* only while the queue's leader has epoch ``E``; once anyone else leads
+   it is history, so nothing ever has to clean it up.
+2. Every ``ha run`` supervisor watches that node. With a target, each member ahead of it in the
+   queue (but the active) leaves and joins again at once: it lands behind the target. Members
+   behind the target do nothing.
+3. The active cedes once the one next in the queue is the one asked for (at once without a
+   target): it stops COMMAND, quits the election *without* fencing (its breadcrumb goes with
+   its node, it stopped cleanly) and stays out for the cooling period, then joins again at the
+   back. The next in the queue takes over with no further request. Should the members ahead of
+   the target not move within the cooling period (on the active's own clock), the active drops
+   the request and stays active. No wall clocks are compared between hosts.
+4. The operator waits until a leader with an epoch above ``E`` shows up (with a target: the
+   target) and reports it.
+Only ``ha run`` supervisors honour requests, so ``request_failover`` refuses when the active, or
+a contender ahead of the target, is not a registered member.
 
 The request is the ``FailoverRequest`` record at ``PATH/failover`` (``records.py``); the
 supervisor's side of the protocol is ``ha/supervisor/eligibility.py``.
@@ -124,6 +126,15 @@ async def request_failover(
             raise FailoverError(
                 f"{text(target)!r} cannot take over {path}: it is {state} (standbys: {running})"
             )
+        queue = [e.identity for e in await ElectionNodes(path).entries(driver)]
+        ahead = queue[1 : queue.index(target)] if target in queue else queue[1:]
+        strangers = sorted({text(i) for i in ahead if i not in members})
+        if strangers:
+            raise FailoverError(
+                f"{', '.join(repr(i) for i in strangers)} ahead of {text(target)!r} in the queue"
+                f" of {path} is not an `ha run` supervisor (it has no member node), so it"
+                f" cannot be asked to step aside"
+            )
     request = FailoverRequest(
         secrets.token_hex(8),
         status.active,
@@ -144,10 +155,10 @@ async def request_failover(
 async def wait_for_failover(driver: Driver, path: str, request: FailoverRequest) -> ElectionStatus:
     """Wait until an active with an epoch above the request's shows up; return that status.
 
-    Raises ``FailoverError`` when the old active came back instead. With a target, another
-    standby may win the lock first and then give way (it saw the request late): that is waited
-    out, and the caller's bound (``anyio.fail_after``) ends a wait in which the target never
-    took over.
+    Raises ``FailoverError`` when the old active came back instead, or, with a target, when
+    another took over (the old active crashed, or the target left the queue) or the target's
+    supervisor gave up. The caller's bound (``anyio.fail_after``) ends a wait in which nobody
+    took over (the active dropped the request: the queue did not put the target next).
     """
     async with aclosing(watch_status(driver, path, fallback=0.5)) as statuses:
         async for status in statuses:
@@ -162,7 +173,12 @@ async def wait_for_failover(driver: Driver, path: str, request: FailoverRequest)
                     f"{text(identity)!r} became active again (epoch {epoch}): nobody else took over"
                 )
             if request.to is not None and identity != request.to:
-                continue  # a non-target that won before it saw the request gives way
+                # nobody ahead of the target can win while the request is pending (the active
+                # cedes only once the target is next): the request did not go as asked
+                raise FailoverError(
+                    f"couldn't make {text(request.to)!r} active: {text(identity)!r} took over"
+                    f" (epoch {epoch})"
+                )
             return status
     raise AssertionError("watch_status never ends")
 

@@ -17,9 +17,11 @@ breadcrumb (identity, epoch, host and pid) in its environment, and can refuse th
 
 ``--health CMD`` (Hadoop's HealthMonitor): checked every interval; while it fails the
 supervisor leaves the election (stopping COMMAND first if active) and rejoins once it passes.
-Graceful failover requests are honoured as described in ``ha/admin/failover.py``. Whether to take part
-is decided by the pure rules of ``eligibility.py``; this module reads the facts, hands them
-over, and does what the ``Decision`` says (leave, wake the waiting loop, log).
+Graceful failover requests are honoured as described in ``ha/admin/failover.py``. Whether to
+take part is decided by the pure rules of ``eligibility.py``; this module reads the facts (the
+request, and the queue with its leader's epoch), hands them over, and does what the
+``Decision`` says (leave, wake the waiting loop, log). Leaving quits the elector; taking part
+again starts a new one, which joins at the back of the queue.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import os
 import signal
 import socket
 import time
-from typing import Literal
 
 import anyio
 import anyio.abc
@@ -45,9 +46,9 @@ from ..election.elector import Elector
 from ..election.journal import JournalWriter, Transition
 from ..election.lease import Lease
 from ..election.machine import State
-from ..election.nodes import ElectionNodes, decode_breadcrumb, decode_epoch
-from ..errors import DriverError, ElectionFailed, HAError, NoNode
-from .eligibility import UNKNOWN, Decision, Eligibility, Standing, Unknown
+from ..election.nodes import ElectionNodes, decode_breadcrumb
+from ..errors import DriverError, ElectionFailed, HAError
+from .eligibility import Decision, Eligibility, Standing
 from .process import Child, describe_exit, spawn
 from .settings import Settings, timing_for
 
@@ -113,8 +114,9 @@ class Supervisor:
         self._poke()
 
     async def run(self) -> None:
-        # refuse a duplicate --id before anything else: two electors of one identity would
-        # each take the other's lock for its own, and its exit would delete our member node
+        # refuse a duplicate --id before anything else: two supervisors of one identity
+        # would confuse `ha failover` and `ha status`, and one's exit would delete the
+        # other's member node
         await admin.claim_member(
             self.driver,
             self.settings.path,
@@ -122,11 +124,11 @@ class Supervisor:
             wait=1.5 * self.driver.session_timeout,
         )
         async with anyio.create_task_group() as tg:
+            nodes = ElectionNodes(self.settings.path)
             subs = [
-                self.driver.subscribe(f"{self.settings.path}/{name}", self._on_failover_node)
-                for name in ("failover", "epoch")
+                self.driver.subscribe(nodes.failover, self._on_failover_node),
+                self.driver.subscribe(None, self._on_connection),
             ]
-            subs.append(self.driver.subscribe(None, self._on_connection))
             try:
                 tg.start_soon(self._failover_loop)
                 tg.start_soon(self._member_loop)
@@ -155,7 +157,7 @@ class Supervisor:
 
     def _quit(self) -> None:
         if self._elector is not None:
-            # without fence: we stop COMMAND ourselves (awaited) before the lock goes
+            # without fence: we stop COMMAND ourselves (awaited) before our node goes
             self._elector.quit(need_fence=False)
 
     def _act(self, decision: Decision) -> None:
@@ -245,11 +247,6 @@ class Supervisor:
     # --- the contender hooks ------------------------------------------------------------------
 
     async def become_active(self, lease: Lease) -> None:
-        request = await self._read_failover()
-        decision = self._eligibility.lock_won(anyio.current_time(), request, lease.epoch)
-        if decision.quit:  # a pending failover names someone else: give way (admin/failover.py 4)
-            self._act(decision)
-            return
         env = self._env(lease)
         try:
             child = await spawn(self.settings.command, env)
@@ -292,7 +289,8 @@ class Supervisor:
         env["HA_OLD_BREADCRUMB_VALID"] = "1" if crumb is not None else "0"
         if crumb is not None:
             env["HA_OLD_IDENTITY"] = crumb.identity.decode("utf-8", "replace")
-            env["HA_OLD_EPOCH"] = str(crumb.epoch)
+            if crumb.epoch is not None:  # the old leader's token, when it could be known
+                env["HA_OLD_EPOCH"] = str(crumb.epoch)
             env["HA_OLD_DATA_B64"] = base64.b64encode(crumb.data).decode()
             try:  # written by `ha run`: where the old supervisor ran
                 info = json.loads(crumb.data)
@@ -341,46 +339,47 @@ class Supervisor:
             log.debug("reading the failover request failed: %s", exc)
             return None
 
-    async def _read_epoch(self) -> int | None:
+    async def _read_queue(self) -> tuple[int | None, tuple[bytes, ...]] | None:
+        """The leader's epoch (None: nobody in the queue) and the identities in queue order,
+        leader first; None when the backend could not be read."""
+        nodes = ElectionNodes(self.settings.path)
         try:
             with anyio.fail_after(self.driver.session_timeout):
-                raw, _ = await self.driver.get(ElectionNodes(self.settings.path).epoch)
-            return decode_epoch(raw)
-        except (NoNode, HAError, TimeoutError):
-            return None
-
-    async def _read_holder(self) -> bytes | None:
-        """Who holds the lock now (its node names the holder), or None."""
-        try:
-            with anyio.fail_after(self.driver.session_timeout):
-                holder, _ = await self.driver.get(ElectionNodes(self.settings.path).lock)
-            return holder
-        except (NoNode, HAError, TimeoutError):
-            return None
+                for _ in range(3):  # the leader may leave between the two reads
+                    entries = await nodes.entries(self.driver)
+                    if not entries:
+                        return None, ()
+                    stat = await self.driver.exists(nodes.node(entries[0].name))
+                    if stat is not None:
+                        return stat.created, tuple(e.identity for e in entries)
+        except (HAError, TimeoutError) as exc:
+            log.debug("reading the queue failed: %s", exc)
+        return None
 
     async def _failover_loop(self) -> None:
         while True:
             self._failover_poke = anyio.Event()
             request = await self._read_failover()
-            epoch = await self._read_epoch()
-            aside = self._eligibility.stepping_aside  # then the lock's holder says when it ends
-            holder = await self._read_holder() if aside else None
-            self._consider(request, epoch, holder)
-            # events wake us; the timer covers events lost while disconnected
-            with anyio.move_on_after(0.5 if self._eligibility.stepping_aside else 5.0):
+            queue = await self._read_queue() if request is not None else (None, ())
+            if queue is not None:  # unread: a pending request must not look like history
+                self._consider(request, *queue)
+            # the request's node wakes us, the queue's changes do not: while a request may
+            # still ask something of us, read again soon; the timer also covers events lost
+            # while disconnected
+            with anyio.move_on_after(0.2 if self._eligibility.pending else 5.0):
                 await self._failover_poke.wait()
 
     def _consider(
         self,
         request: admin.FailoverRequest | None,
         epoch: int | None,
-        holder: bytes | None | Literal[Unknown.UNKNOWN] = UNKNOWN,
+        queue: tuple[bytes, ...] = (),
     ) -> None:
         """Act on the failover request as the protocol of ``ha/admin/failover.py`` says."""
         lease = self._elector.lease if self._elector is not None else None
         leading = lease.epoch if lease is not None else None
         now = anyio.current_time()
-        self._act(self._eligibility.failover_read(now, request, epoch, holder, leading))
+        self._act(self._eligibility.failover_read(now, request, epoch, queue, leading))
 
     # --- health -------------------------------------------------------------------------------
 

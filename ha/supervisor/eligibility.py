@@ -1,13 +1,15 @@
-"""Whether ``ha run`` may take part in the election now: health, cooldown, step-aside.
+"""Whether ``ha run`` may take part in the election now, and how it honours a failover request.
 
 Pure and clock-injected, like ``ha/election/machine.py``: no I/O, no event loop, no clock of its
 own. The supervisor reads the facts (a health check's result, COMMAND's exit, the failover
-request with the epoch and the lock's holder, a lock just won) and hands each to a method
-with ``now`` (anyio's clock). The method updates the rules' state and returns a ``Decision``:
-leave the election, wake the loop that waits to take part, lines to log. ``verdict(now)``
-says whether to take part and, if not, why (a ``Standing``), the note for the member node
-and when to look again. The supervisor then does that I/O (httpcore's connection pool
-decides in a plain method and returns the I/O to do in the same way).
+request with the queue as it stands) and hands each to a method with ``now`` (anyio's clock).
+The method updates the rules' state and returns a ``Decision``: leave the election, wake the
+loop that waits to take part, lines to log. ``verdict(now)`` says whether to take part and, if
+not, why (a ``Standing``), the note for the member node and when to look again. The supervisor
+then does that I/O (httpcore's connection pool decides in a plain method and returns the I/O
+to do in the same way). Leaving is always the same I/O: quit the elector without fence; while
+the verdict says eligible, the supervisor joins again at once, with a new node at the back of
+the queue.
 
 The rules:
 
@@ -15,15 +17,27 @@ The rules:
   out while it fails; a failing check leaves the election at once.
 - Cooldown: COMMAND ending by itself while active leaves the election for a delay that
   doubles on each quick exit (1s up to 30s, back to 1s after a run of over a minute), so a
-  crash loop does not keep the lock; ceding for a failover leaves it for the request's
+  crash loop does not keep the lead; ceding for a failover leaves it for the request's
   cooling period.
-- Failover requests, as ``ha/admin/failover.py`` says: the active of the request's epoch cedes; with a
-  target, every other member steps aside until the target holds the lock past that epoch or
-  the cooling period passed on our clock; a member that wins the lock while a request names
-  someone else gives way before starting COMMAND. A request is acted on once; one whose
-  epoch is over is history.
+- Failover requests (``ha/admin/failover.py``). The queue is FIFO, so "hand over to T" is
+  "everyone ahead of T steps aside". A request is pending while the queue's leader has the
+  request's epoch; once anyone else leads it is history. While it is pending:
 
-Time passing is an input too: each call first drops a step-aside whose period is over.
+  * a member ahead of the target (not the active) leaves and joins again at once: it lands
+    behind the target, so it needs no cooling period; a member behind the target does nothing;
+  * the active cedes (stops COMMAND, quits without fence, stays out for the cooling period,
+    then joins again at the back) once the one next in the queue is the one asked for: at
+    once without a target, else when the target is second in the queue. It waits for the
+    members ahead of the target to move, up to the cooling period on its own clock; then the
+    request is dropped and it stays active. Waiting, rather than ceding at once, means no
+    member ahead of the target can win meanwhile, so nobody has to give the lead back.
+
+  Each request is acted on once, and looked at for its cooling period at most (from our first
+  reading, on our clock): then the active drops it and the others stop looking. No wall clocks
+  are compared between hosts.
+
+Time passing is an input too: ``verdict(now)`` ends a cooldown whose period is over, and each
+reading of a request checks its period.
 """
 
 from __future__ import annotations
@@ -31,12 +45,12 @@ from __future__ import annotations
 import enum
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from .. import admin
 
-__all__ = ("RESTART_DELAY", "UNKNOWN", "Decision", "Eligibility", "Standing", "Unknown", "Verdict")
+__all__ = ("RESTART_DELAY", "Decision", "Eligibility", "Standing", "Verdict")
 
 RESTART_DELAY = (1.0, 30.0)  # after COMMAND exits on its own: first delay, cap
 LONG_RUN = 60.0  # seconds: a run this long was no crash loop, the delay starts again
@@ -49,14 +63,6 @@ class Standing(enum.Enum):
     WAITING_FOR_HEALTH = "waiting for the first health check"
     UNHEALTHY = "unhealthy"
     COOLING_DOWN = "cooling down"
-    STEPPING_ASIDE = "stepping aside"
-
-
-class Unknown(enum.Enum):
-    UNKNOWN = "unknown"
-
-
-UNKNOWN = Unknown.UNKNOWN  # the lock's holder was not read
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +72,7 @@ class Verdict:
     standing: Standing
     note: str = ""  # for the member node: "unhealthy", "ceded the lead: rejoining in 3.0s"
     cause: str = ""  # the part of the note that stays the same while the reason does
-    wake_at: float = math.inf  # the end of the next cooldown or step-aside (anyio time)
+    wake_at: float = math.inf  # the end of the cooldown (anyio time)
 
     @property
     def eligible(self) -> bool:
@@ -86,17 +92,19 @@ class Decision:
 
 
 @dataclass(frozen=True, slots=True)
-class _Aside:
-    """Stepping aside for a failover to another target, until the epoch passes ``epoch``."""
+class _Open:
+    """A pending request we read and have not acted on: looked at until ``until``."""
 
     request_id: str
-    epoch: int
-    until: float  # anyio time
-    to: bytes
+    until: float  # anyio time: first read plus its cooling period
 
 
 def _info(line: str) -> tuple[int, str]:
     return (logging.INFO, line)
+
+
+def _names(identities: Sequence[bytes]) -> str:
+    return ", ".join(repr(admin.text(i)) for i in identities)
 
 
 class Eligibility:
@@ -110,21 +118,16 @@ class Eligibility:
         self.healthy: bool | None = None if health_check else True  # None: not checked yet
         self.cool_until = 0.0  # anyio time: cooling down until then
         self.cool_note = ""
-        self.handled: set[str] = set()  # failover requests already acted upon
+        self.handled: set[str] = set()  # failover requests acted on, dropped or over
         self.restart_delay = RESTART_DELAY[0]
-        self._aside: _Aside | None = None
-
-    @property
-    def stepping_aside(self) -> bool:
-        """Whether a step-aside waits for its target (the supervisor then reads the lock)."""
-        return self._aside is not None
+        # the last request read is pending and may still ask something of us: the supervisor
+        # reads the queue again soon (the queue's changes wake nobody)
+        self.pending = False
+        self._open: _Open | None = None
 
     def verdict(self, now: float) -> Verdict:
         """Take part now, or stay out (and why, until when)."""
-        self._expire(now)
-        aside = self._aside
-        ends = [t for t in (self.cool_until, aside.until if aside else math.inf) if t > now]
-        wake_at = min(ends, default=math.inf)
+        wake_at = self.cool_until if self.cool_until > now else math.inf
         if self.healthy is None:
             note = Standing.WAITING_FOR_HEALTH.value
             return Verdict(Standing.WAITING_FOR_HEALTH, note, "", wake_at)
@@ -133,17 +136,12 @@ class Eligibility:
         if now < self.cool_until:
             note = f"{self.cool_note}: rejoining in {self.cool_until - now:.1f}s"
             return Verdict(Standing.COOLING_DOWN, note, self.cool_note, wake_at)
-        if aside is not None:
-            target = repr(admin.text(aside.to))
-            note = f"stepping aside for a failover to {target}"
-            return Verdict(Standing.STEPPING_ASIDE, note, target, wake_at)
         return Verdict(Standing.ELIGIBLE)
 
     # --- the facts ----------------------------------------------------------------------------
 
     def health_checked(self, now: float, healthy: bool, why: str) -> Decision:
         """The health command answered (``why``: how it ended)."""
-        self._expire(now)
         if healthy == self.healthy:
             return Decision()
         self.healthy = healthy
@@ -154,9 +152,8 @@ class Eligibility:
 
     def command_ended(self, now: float, note: str, ran: float) -> Decision:
         """COMMAND ended by itself (or could not start) while we led, after ``ran`` seconds:
-        leave, back off, rejoin (a crash loop must not keep the lock, and another host may do
+        leave, back off, rejoin (a crash loop must not keep the lead, and another host may do
         better meanwhile). ``note`` tells ``ha failover`` why we could not stay active."""
-        self._expire(now)
         if ran > LONG_RUN:
             self.restart_delay = RESTART_DELAY[0]
         delay = self.restart_delay
@@ -164,78 +161,82 @@ class Eligibility:
         say = (logging.WARNING, f"leaving the election for {delay:.0f}s")
         return Decision(say=(say,)).then(self._cool_down(now, delay, note))
 
-    def lock_won(self, now: float, request: admin.FailoverRequest | None, epoch: int) -> Decision:
-        """We won the lock at ``epoch``, ``request`` read just after: a ``quit`` decision
-        means give way without starting COMMAND (admin/failover.py, step 4)."""
-        self._expire(now)
-        if (
-            request is not None
-            and request.id not in self.handled
-            and request.epoch == epoch - 1
-            and request.to is not None
-            and request.to != self.identity
-        ):
-            # we won the race for the lock before hearing of the request
-            self._aside = _Aside(request.id, epoch, now + request.cooldown, request.to)
-            line = f"won while a failover to {admin.text(request.to)!r} is pending: ceding"
-            return Decision(quit=True, say=(_info(line),))
-        return Decision()
-
     def failover_read(
         self,
         now: float,
         request: admin.FailoverRequest | None,
         epoch: int | None,
-        holder: bytes | None | Literal[Unknown.UNKNOWN] = UNKNOWN,
+        queue: Sequence[bytes] = (),
         leading: int | None = None,
     ) -> Decision:
-        """The failover request, the epoch and the lock's holder as read; ``leading``: our
-        lease's epoch while we are active."""
-        self._expire(now)
-        done = Decision()
-        aside = self._aside
-        # done when the target holds the lock past the request's epoch: a newer epoch alone
-        # may be a non-target (even us) that won the race and gave way, leaving no lock; the
-        # cooldown bounds the wait
-        if (
-            aside is not None
-            and epoch is not None
-            and epoch > aside.epoch
-            and (holder is UNKNOWN or holder == aside.to)
-        ):
-            self.handled.add(aside.request_id)
-            self._aside = None
-            done = Decision(
-                wake=True, say=(_info(f"the failover is done (epoch {epoch}): rejoining"),)
-            )
+        """The failover request and the queue as read: ``queue`` the identities in order,
+        the leader first, ``epoch`` the leader's token (None: nobody in the queue);
+        ``leading`` our lease's epoch while we are active."""
+        self.pending = False
         if request is None or request.id in self.handled:
-            return done
-        if self._aside is not None and self._aside.request_id == request.id:
-            return done
+            self._open = None  # a newer request replaced the one we looked at
+            return Decision()
         if epoch != request.epoch:
-            self.handled.add(request.id)  # history: someone became active since
-            return done
-        if leading == request.epoch and request.active == self.identity:
-            self.handled.add(request.id)
-            target = "any standby" if request.to is None else repr(admin.text(request.to))
-            line = f"graceful failover to {target} asked by {request.by or '?'}: ceding"
-            cede = Decision(say=(_info(line),))
-            return done.then(cede).then(self._cool_down(now, request.cooldown, "ceded the lead"))
-        if request.to is not None and request.to != self.identity:
-            self._aside = _Aside(request.id, request.epoch, now + request.cooldown, request.to)
-            line = f"failover to {admin.text(request.to)!r} pending: stepping aside"
-            return done.then(Decision(quit=True, wake=True, say=(_info(line),)))
-        return done
+            self._over(request.id)  # history: someone else leads since
+            return Decision()
+        first = self._open is None or self._open.request_id != request.id
+        if self._open is None or first:
+            self._open = _Open(request.id, now + request.cooldown)
+        expired = now >= self._open.until
+        me, to = self.identity, request.to
+        if leading == request.epoch and request.active == me:
+            return self._cede(now, request, queue, first, expired)
+        if to is not None and to != me and me in queue and to in queue:
+            if 0 < queue.index(me) < queue.index(to):
+                self._over(request.id)
+                line = f"failover to {admin.text(to)!r} pending: joining again behind it"
+                return Decision(quit=True, say=(_info(line),))
+        if expired:
+            self._over(request.id)  # nothing was asked of us in its period: stop looking
+        else:
+            self.pending = True  # the queue may still move: read it again soon
+        return Decision()
 
     # --- helpers ------------------------------------------------------------------------------
+
+    def _cede(
+        self,
+        now: float,
+        request: admin.FailoverRequest,
+        queue: Sequence[bytes],
+        first: bool,
+        expired: bool,
+    ) -> Decision:
+        """We are the request's active: cede once the target is next (or there is none)."""
+        to = request.to
+        if to is None or tuple(queue[1:2]) == (to,):
+            self._over(request.id)
+            target = "any standby" if to is None else repr(admin.text(to))
+            line = f"graceful failover to {target} asked by {request.by or '?'}: ceding"
+            cede = Decision(say=(_info(line),))
+            return cede.then(self._cool_down(now, request.cooldown, "ceded the lead"))
+        if to in queue:
+            where = f"{_names(queue[1 : queue.index(to)])} ahead of it"
+        else:
+            where = "it is not in the queue"
+        if expired:
+            self._over(request.id)
+            line = (
+                f"failover to {admin.text(to)!r} dropped: not next in the queue after"
+                f" {request.cooldown:g}s ({where}); staying active"
+            )
+            return Decision(say=((logging.WARNING, line),))
+        self.pending = True
+        if first:
+            line = f"failover to {admin.text(to)!r} asked: waiting until it is next ({where})"
+            return Decision(say=(_info(line),))
+        return Decision()
+
+    def _over(self, request_id: str) -> None:
+        self.handled.add(request_id)
+        self._open = None
 
     def _cool_down(self, now: float, seconds: float, note: str) -> Decision:
         self.cool_until = max(self.cool_until, now + seconds)
         self.cool_note = note
         return Decision(quit=True, wake=True)
-
-    def _expire(self, now: float) -> None:
-        # the cooling period of a step-aside passed on our clock: back in (admin/failover.py, step 3)
-        if self._aside is not None and now >= self._aside.until:
-            self.handled.add(self._aside.request_id)
-            self._aside = None

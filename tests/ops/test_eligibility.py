@@ -1,7 +1,7 @@
 """The supervisor's eligibility rules, with no event loop and a clock that is a number: one test
 per behaviour, an exhaustive check of every standing against every kind of fact, and a
-Hypothesis stateful test in a world where epochs move and requests are made as ``ha failover``
-makes them."""
+Hypothesis stateful test in a world where a FIFO queue moves and requests are made as
+``ha failover`` makes them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import copy
 import itertools
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -17,14 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ha.admin import FailoverRequest
-from ha.supervisor.eligibility import (
-    RESTART_DELAY,
-    UNKNOWN,
-    Decision,
-    Eligibility,
-    Standing,
-    Verdict,
-)
+from ha.supervisor.eligibility import RESTART_DELAY, Decision, Eligibility, Standing, Verdict
 
 ME, OTHER, TARGET = b"me", b"other", b"target"
 T0 = 1000.0  # anyio's clock is arbitrary; the rules only compare its readings
@@ -134,138 +127,140 @@ def test_unhealthy_shows_before_a_cooldown_and_the_cooldown_still_counts() -> No
 def test_the_active_of_the_requests_epoch_cedes_and_cools_down() -> None:
     rules = healthy()
     req = request(4, to=None, active=ME, cooldown=10.0)
-    decision = rules.failover_read(T0, req, 4, leading=4)
+    decision = rules.failover_read(T0, req, 4, (ME, OTHER), leading=4)
     assert decision.quit and decision.wake
     assert said(decision) == ["graceful failover to any standby asked by op: ceding"]
     verdict = rules.verdict(T0)
     assert verdict.standing is Standing.COOLING_DOWN and verdict.wake_at == T0 + 10.0
     assert verdict.note == "ceded the lead: rejoining in 10.0s"
-    assert rules.failover_read(T0 + 1, req, 4, leading=None) == Decision()  # acted on once
+    assert rules.failover_read(T0 + 1, req, 4, (OTHER,), leading=None) == Decision()  # once
     assert rules.verdict(T0 + 10.0).eligible
 
 
-def test_a_cede_names_the_target() -> None:
+def test_a_cede_names_the_target_when_it_is_next() -> None:
     rules = healthy()
-    decision = rules.failover_read(T0, request(4, to=TARGET, active=ME), 4, leading=4)
+    decision = rules.failover_read(T0, request(4, active=ME), 4, (ME, TARGET, OTHER), leading=4)
+    assert decision.quit
     assert said(decision) == ["graceful failover to 'target' asked by op: ceding"]
 
 
 def test_the_active_of_another_epoch_does_not_cede() -> None:
     rules = healthy()
     req = request(4, to=None, active=ME)
-    assert rules.failover_read(T0, req, 4, leading=5) == Decision()
+    assert rules.failover_read(T0, req, 4, (ME, OTHER), leading=5) == Decision()
     assert rules.verdict(T0).eligible
 
 
 def test_a_request_whose_epoch_is_over_is_history() -> None:
     rules = healthy()
     req = request(4, to=TARGET)
-    assert rules.failover_read(T0, req, 5) == Decision()
-    assert req.id in rules.handled
-    assert rules.failover_read(T0, req, 4) == Decision()  # even if read again at its epoch
+    assert rules.failover_read(T0, req, 9, (OTHER, ME, TARGET)) == Decision()
+    assert req.id in rules.handled and not rules.pending
+    # even if read again at its epoch: a member ahead of the target stays where it is
+    assert rules.failover_read(T0, req, 4, (OTHER, ME, TARGET)) == Decision()
     assert rules.verdict(T0).eligible
 
 
-# --- graceful failover: the others step aside -------------------------------------------------
+# --- the active waits until the target is next ------------------------------------------------
 
 
-def test_a_request_to_another_member_makes_this_one_step_aside() -> None:
+def test_the_active_waits_until_the_target_is_next_then_cedes() -> None:
     rules = healthy()
-    decision = rules.failover_read(T0, request(4, to=TARGET, cooldown=20.0), 4)
-    assert decision.quit and decision.wake
-    assert said(decision) == ["failover to 'target' pending: stepping aside"]
-    verdict = rules.verdict(T0)
-    assert verdict.standing is Standing.STEPPING_ASIDE and rules.stepping_aside
-    assert verdict.note == "stepping aside for a failover to 'target'"
-    assert verdict.wake_at == T0 + 20.0
+    req = request(4, to=TARGET, active=ME, cooldown=20.0)
+    decision = rules.failover_read(T0, req, 4, (ME, OTHER, TARGET), leading=4)
+    assert decision == Decision(
+        say=(
+            (
+                logging.INFO,
+                "failover to 'target' asked: waiting until it is next ('other' ahead of it)",
+            ),
+        )
+    )
+    assert rules.pending and rules.verdict(T0).eligible  # still active, reading soon again
+    # said once; the queue moves: 'other' joined again behind the target
+    assert rules.failover_read(T0 + 1, req, 4, (ME, OTHER, TARGET), leading=4) == Decision()
+    decision = rules.failover_read(T0 + 2, req, 4, (ME, TARGET, OTHER), leading=4)
+    assert decision.quit and said(decision) == ["graceful failover to 'target' asked by op: ceding"]
+    verdict = rules.verdict(T0 + 2)
+    assert verdict.standing is Standing.COOLING_DOWN and verdict.wake_at == T0 + 22.0
+    assert not rules.pending
+    assert rules.failover_read(T0 + 3, req, 4, (TARGET, OTHER)) == Decision()
+
+
+def test_the_active_drops_a_request_whose_target_never_gets_next() -> None:
+    rules = healthy()
+    req = request(4, to=TARGET, active=ME, cooldown=5.0)
+    assert not rules.failover_read(T0, req, 4, (ME, OTHER), leading=4).quit
+    assert said(rules.failover_read(T0, req, 4, (ME, OTHER), leading=4)) == []
+    assert rules.failover_read(T0 + 4.99, req, 4, (ME, OTHER), leading=4) == Decision()
+    decision = rules.failover_read(T0 + 5.0, req, 4, (ME, OTHER), leading=4)
+    assert decision == Decision(
+        say=(
+            (
+                logging.WARNING,
+                "failover to 'target' dropped: not next in the queue after 5s"
+                " (it is not in the queue); staying active",
+            ),
+        )
+    )
+    assert req.id in rules.handled and not rules.pending and rules.verdict(T0 + 5).eligible
+    # too late: the target next now changes nothing
+    assert rules.failover_read(T0 + 6, req, 4, (ME, TARGET), leading=4) == Decision()
+
+
+def test_a_newer_request_replaces_the_one_the_active_waits_for() -> None:
+    rules = healthy()
+    rules.failover_read(T0, request(4, to=TARGET, active=ME), 4, (ME, OTHER, TARGET), leading=4)
+    newer = request(4, to=OTHER, active=ME, cooldown=2.0)
+    decision = rules.failover_read(T0 + 1, newer, 4, (ME, OTHER, TARGET), leading=4)
+    assert decision.quit and said(decision) == ["graceful failover to 'other' asked by op: ceding"]
+
+
+# --- the others: ahead of the target, join again behind it; behind it, stay -------------------
+
+
+def test_a_standby_ahead_of_the_target_joins_again_behind_it() -> None:
+    rules = healthy()
+    req = request(4, to=TARGET, cooldown=20.0)
+    decision = rules.failover_read(T0, req, 4, (OTHER, ME, TARGET))
+    assert decision == Decision(
+        quit=True, say=((logging.INFO, "failover to 'target' pending: joining again behind it"),)
+    )
+    # no cooling period: it takes part again at once, at the back of the queue
+    assert rules.verdict(T0) == Verdict(Standing.ELIGIBLE)
+    assert req.id in rules.handled and not rules.pending
+    # once: a reading from before the move changes nothing
+    assert rules.failover_read(T0, req, 4, (OTHER, ME, TARGET)) == Decision()
+    assert rules.failover_read(T0, req, 4, (OTHER, TARGET, ME)) == Decision()
+
+
+def test_a_standby_behind_the_target_stays_and_looks_for_the_cooling_period() -> None:
+    rules = healthy()
+    req = request(4, to=TARGET, cooldown=3.0)
+    assert rules.failover_read(T0, req, 4, (OTHER, TARGET, ME)) == Decision()
+    assert rules.verdict(T0).eligible and rules.pending
+    # the target left and came back behind us within the period: now we are ahead of it
+    assert rules.failover_read(T0 + 1, req, 4, (OTHER, ME, TARGET)).quit
+    later = healthy()
+    later.failover_read(T0, req, 4, (OTHER, TARGET, ME))
+    assert later.failover_read(T0 + 3.0, req, 4, (OTHER, TARGET, ME)) == Decision()
+    assert not later.pending and req.id in later.handled  # nothing asked of us: stop looking
+    assert later.failover_read(T0 + 4, req, 4, (OTHER, ME, TARGET)) == Decision()
 
 
 @pytest.mark.parametrize("to", [ME, None], ids=["to-me", "to-any"])
 def test_the_target_and_a_request_to_any_standby_keep_a_standby_in(to: bytes | None) -> None:
     rules = healthy()
-    assert rules.failover_read(T0, request(4, to=to), 4) == Decision()
+    assert rules.failover_read(T0, request(4, to=to), 4, (OTHER, ME, TARGET)) == Decision()
     assert rules.verdict(T0).eligible
 
 
-def test_the_step_aside_ends_once_the_target_holds_the_lock_past_the_epoch() -> None:
+@pytest.mark.parametrize("queue", [(), (OTHER, TARGET)], ids=["empty", "without-me"])
+def test_a_member_out_of_the_queue_does_nothing(queue: tuple[bytes, ...]) -> None:
     rules = healthy()
-    req = request(4)
-    rules.failover_read(T0, req, 4)
-    assert rules.failover_read(T0 + 1, req, 4, holder=None) == Decision()  # still pending
-    # a newer epoch held by no one or someone else: a non-target won and gave way
-    assert rules.failover_read(T0 + 2, req, 5, holder=None) == Decision()
-    assert rules.failover_read(T0 + 3, req, 6, holder=OTHER) == Decision()
-    assert not rules.verdict(T0 + 3).eligible
-    decision = rules.failover_read(T0 + 4, req, 6, holder=TARGET)
-    assert decision == Decision(
-        wake=True, say=((logging.INFO, "the failover is done (epoch 6): rejoining"),)
-    )
-    assert rules.verdict(T0 + 4).eligible and not rules.stepping_aside
-    assert rules.failover_read(T0 + 5, req, 6, holder=TARGET) == Decision()
-
-
-def test_a_newer_epoch_ends_the_step_aside_when_the_holder_was_not_read() -> None:
-    rules = healthy()
-    req = request(2)
-    rules.failover_read(T0, req, 2)
-    rules.failover_read(T0, req, 2, holder=UNKNOWN)
-    assert not rules.verdict(T0).eligible
-    assert rules.failover_read(T0, req, 3, holder=UNKNOWN).wake
+    epoch = 4 if queue else None
+    assert rules.failover_read(T0, request(4), epoch, queue) == Decision()
     assert rules.verdict(T0).eligible
-
-
-def test_the_step_aside_ends_with_its_cooling_period_on_our_clock() -> None:
-    rules = healthy()
-    req = request(4, cooldown=5.0)
-    rules.failover_read(T0, req, 4)
-    assert not rules.verdict(T0 + 4.99).eligible
-    assert rules.verdict(T0 + 5.0).eligible
-    assert rules.failover_read(T0 + 6, req, 4) == Decision()  # the target never came: done
-
-
-def test_a_newer_request_replaces_the_step_aside() -> None:
-    rules = healthy()
-    rules.failover_read(T0, request(4, to=TARGET, cooldown=30.0), 4)
-    newer = request(4, to=OTHER, cooldown=2.0)
-    assert said(rules.failover_read(T0 + 1, newer, 4)) == [
-        "failover to 'other' pending: stepping aside"
-    ]
-    assert rules.verdict(T0 + 1).note == "stepping aside for a failover to 'other'"
-    assert rules.verdict(T0 + 3.0).eligible
-
-
-# --- winning the lock while a request is pending ----------------------------------------------
-
-
-def test_a_winner_gives_way_to_a_pending_failover_target() -> None:
-    rules = healthy()
-    req = request(1)
-    decision = rules.lock_won(T0, req, 2)
-    assert decision.quit
-    assert said(decision) == ["won while a failover to 'target' is pending: ceding"]
-    assert rules.verdict(T0).note == "stepping aside for a failover to 'target'"
-    assert rules.failover_read(T0, req, 2) == Decision()  # still epoch 2: not yet
-    assert rules.failover_read(T0, req, 3).wake  # the target took over
-    assert rules.verdict(T0).eligible
-
-
-@pytest.mark.parametrize(
-    "req",
-    [None, request(1, to=ME), request(1, to=None), request(0), request(2)],
-    ids=["none", "to-me", "to-any", "older", "newer"],
-)
-def test_a_winner_keeps_the_lock_otherwise(req: FailoverRequest | None) -> None:
-    rules = healthy()
-    assert rules.lock_won(T0, req, 2) == Decision()
-    assert rules.verdict(T0).eligible
-
-
-def test_a_winner_keeps_the_lock_for_a_request_already_acted_on() -> None:
-    rules = healthy()
-    req = request(1, cooldown=1.0)
-    rules.failover_read(T0, req, 1)  # stepped aside, until its cooling period ended
-    assert rules.verdict(T0 + 1.0).eligible
-    assert rules.lock_won(T0 + 1.0, req, 2) == Decision()
 
 
 # --- every standing against every kind of fact ------------------------------------------------
@@ -282,18 +277,22 @@ def standings() -> dict[str, Callable[[], Eligibility]]:
 
         return build
 
+    def wait(rules: Eligibility) -> object:
+        req = request(4, TARGET, ME, cooldown=2.0)
+        return rules.failover_read(T0, req, 4, (ME, OTHER, TARGET), leading=4)
+
+    def behind(rules: Eligibility) -> object:
+        return rules.failover_read(T0, request(4, cooldown=2.0), 4, (OTHER, TARGET, ME))
+
     return {
         "eligible": make(),
         "waiting": lambda: Eligibility(ME, health_check=True),
         "unhealthy": make(lambda r: r.health_checked(T0, False, "")),
         "cooling": make(lambda r: r.command_ended(T0, "exited", 1.0)),
-        "aside": make(lambda r: r.failover_read(T0, request(4, cooldown=2.0), 4)),
-        "cooling+aside": make(
-            lambda r: r.failover_read(T0, request(4, cooldown=5.0), 4),
+        "active waiting for the target": make(wait),
+        "behind the target": make(behind),
+        "cooling+unhealthy": make(
             lambda r: r.command_ended(T0, "exited", 1.0),
-        ),
-        "unhealthy+aside": make(
-            lambda r: r.failover_read(T0, request(4, cooldown=2.0), 4),
             lambda r: r.health_checked(T0, False, ""),
         ),
     }
@@ -301,18 +300,23 @@ def standings() -> dict[str, Callable[[], Eligibility]]:
 
 Fact = Callable[[Eligibility, float], Decision]
 
+QUEUES: tuple[tuple[bytes, ...], ...] = (
+    (),
+    (ME,),
+    (ME, TARGET, OTHER),
+    (ME, OTHER, TARGET),
+    (OTHER, ME, TARGET),
+    (OTHER, TARGET, ME),
+    (TARGET, ME),
+)
 
-def read(to: bytes | None, active: bytes, epoch: int, holder: object, leading: int | None) -> Fact:
+
+def read(
+    to: bytes | None, active: bytes, epoch: int, queue: Sequence[bytes], leading: int | None
+) -> Fact:
     def fact(rules: Eligibility, now: float) -> Decision:
         req = request(4, to, active, 3.0)
-        return rules.failover_read(now, req, epoch, holder, leading)  # type: ignore[arg-type]
-
-    return fact
-
-
-def won(to: bytes | None, active: bytes, epoch: int) -> Fact:
-    def fact(rules: Eligibility, now: float) -> Decision:
-        return rules.lock_won(now, request(epoch - 1, to, active, 3.0), epoch)
+        return rules.failover_read(now, req, epoch, queue, leading)
 
     return fact
 
@@ -323,15 +327,12 @@ def facts() -> dict[str, Fact]:
         "health-fail": lambda r, now: r.health_checked(now, False, "exit status 1"),
         "exited-quickly": lambda r, now: r.command_ended(now, "exited", 1.0),
         "exited-late": lambda r, now: r.command_ended(now, "exited", 100.0),
-        "read nothing, epoch 5": lambda r, now: r.failover_read(now, None, 5),
+        "read nothing, epoch 5": lambda r, now: r.failover_read(now, None, 5, (OTHER, ME)),
     }
     for to, active in itertools.product((None, ME, TARGET), (ME, OTHER)):
-        name = f"to={to!r},active={active!r}"
-        for epoch in (3, 4, 5):
-            found[f"won {name} epoch={epoch}"] = won(to, active, epoch)
-            for holder, leading in itertools.product((UNKNOWN, None, TARGET, ME), (None, 4)):
-                key = f"read {name} epoch={epoch} holder={holder!r} leading={leading}"
-                found[key] = read(to, active, epoch, holder, leading)
+        for epoch, queue, leading in itertools.product((3, 4, 5), QUEUES, (None, 4)):
+            key = f"read to={to!r},active={active!r} epoch={epoch} {queue} leading={leading}"
+            found[key] = read(to, active, epoch, queue, leading)
     return found
 
 
@@ -355,7 +356,7 @@ def check_verdict(rules: Eligibility, now: float) -> None:
     """The verdict's wake time is in the future and nothing changes by the clock before it."""
     verdict = rules.verdict(now)
     assert verdict.wake_at > now
-    if verdict.standing in (Standing.COOLING_DOWN, Standing.STEPPING_ASIDE):
+    if verdict.standing is Standing.COOLING_DOWN:
         assert verdict.wake_at < math.inf  # the clock alone brings it back
     if verdict.wake_at < math.inf:
         probe = copy.deepcopy(rules)
@@ -363,7 +364,7 @@ def check_verdict(rules: Eligibility, now: float) -> None:
         later = probe.verdict(verdict.wake_at)
         assert later.standing is not verdict.standing or later.wake_at > verdict.wake_at
     if verdict.eligible:
-        assert rules.healthy and now >= rules.cool_until and not rules.stepping_aside
+        assert rules.healthy and now >= rules.cool_until
 
 
 def test_every_standing_against_every_fact() -> None:
@@ -372,34 +373,48 @@ def test_every_standing_against_every_fact() -> None:
         for fact in facts().values():
             check_decision(build(), fact)
             cases += 1
-    assert cases == 7 * (4 + 6 * (3 * 4 * 2 + 3) + 1)
+    assert cases == 7 * (5 + 3 * 2 * 3 * len(QUEUES) * 2)
 
 
 # --- a stateful world -------------------------------------------------------------------------
 
 
 class World(RuleBasedStateMachine):
-    """One supervisor's rules in a world of epochs and requests made as ``ha failover`` makes
-    them (naming the active and the epoch of the moment; only the latest one is read). The
-    model knows the spec's triggers, not the rules' state: it checks that the rules never let
-    the member in while unhealthy, inside a cooldown or a step-aside it was owed."""
+    """One supervisor's rules in a world with a FIFO queue, whose leader's token is the epoch,
+    and requests made as ``ha failover`` makes them (naming the leader and its epoch; only the
+    latest one is read). The model knows the spec, not the rules' state: it checks that the
+    rules never let the member in while unhealthy or inside a cooldown it was owed, that it
+    leaves exactly when the spec says (the active once the one asked for is next, a member
+    ahead of the target at once), and that it acts on each request once."""
 
     def __init__(self) -> None:
         super().__init__()
         self.member = Eligibility(ME, health_check=True)
         self.now = T0
-        self.epoch = 1
-        self.holder: bytes | None = OTHER
+        self.tokens = itertools.count(10)
+        self.queue: list[tuple[bytes, int]] = [(OTHER, next(self.tokens))]
         self.request: FailoverRequest | None = None
-        self.read_ids: set[str] = set()  # requests the rules have seen
+        self.done: set[str] = set()  # requests over for us: acted on, history, or looked past
+        self.opened: dict[str, float] = {}  # request id -> end of its period (first reading)
         self.healthy: bool | None = None
         self.cool_until = -math.inf
-        self.aside: tuple[int, float, bytes] | None = None  # epoch, until, target
+
+    @property
+    def order(self) -> tuple[bytes, ...]:
+        return tuple(identity for identity, _ in self.queue)
+
+    @property
+    def epoch(self) -> int | None:
+        return self.queue[0][1] if self.queue else None
+
+    @property
+    def eligible(self) -> bool:
+        return copy.deepcopy(self.member).verdict(self.now).eligible
 
     def decide(self, fact: Callable[[Eligibility], Decision]) -> Decision:
-        was = copy.deepcopy(self.member).verdict(self.now).eligible
+        was = self.eligible
         decision = fact(self.member)
-        now_in = copy.deepcopy(self.member).verdict(self.now).eligible
+        now_in = self.eligible
         if was and not now_in:
             assert decision.quit
         if not was and now_in:
@@ -407,32 +422,33 @@ class World(RuleBasedStateMachine):
         return decision
 
     def leave(self) -> None:
-        if self.holder == ME:
-            self.holder = None  # we quit: the lock goes
-
-    @property
-    def eligible(self) -> bool:
-        return copy.deepcopy(self.member).verdict(self.now).eligible
+        self.queue = [(i, t) for i, t in self.queue if i != ME]
 
     # the world
 
     @rule(dt=st.floats(0.0, 40.0))
     def time_passes(self, dt: float) -> None:
         self.now += dt
-        if self.aside is not None and self.now >= self.aside[1]:
-            self.aside = None
 
-    @rule(holder=st.sampled_from([OTHER, TARGET, None]))
-    def someone_else_wins(self, holder: bytes | None) -> None:
-        if self.holder == ME:
-            return
-        self.epoch += 1
-        self.holder = holder
+    @rule(who=st.sampled_from([OTHER, TARGET]))
+    def someone_joins(self, who: bytes) -> None:
+        if who not in self.order:
+            self.queue.append((who, next(self.tokens)))
+
+    @rule(who=st.sampled_from([OTHER, TARGET]))
+    def someone_leaves(self, who: bytes) -> None:
+        self.queue = [(i, t) for i, t in self.queue if i != who]
+
+    @rule()
+    def we_take_part_again(self) -> None:
+        # the supervisor's loop: out of the queue and eligible, it joins at the back
+        if ME not in self.order and self.eligible:
+            self.queue.append((ME, next(self.tokens)))
 
     @rule(to=st.sampled_from([None, ME, TARGET, OTHER]), cooldown=st.floats(0.5, 60.0))
     def operator_asks_for_a_failover(self, to: bytes | None, cooldown: float) -> None:
-        if self.holder is not None and self.holder != to:
-            self.request = request(self.epoch, to, self.holder, cooldown)
+        if self.queue and self.queue[0][0] != to:
+            self.request = request(self.queue[0][1], to, self.queue[0][0], cooldown)
 
     # what the supervisor reads and is told
 
@@ -444,7 +460,7 @@ class World(RuleBasedStateMachine):
             self.leave()
         self.healthy = ok
 
-    @precondition(lambda self: self.holder == ME)
+    @precondition(lambda self: self.queue and self.queue[0][0] == ME)
     @rule(ran=st.floats(0.0, 100.0))
     def command_ended(self, ran: float) -> None:
         decision = self.decide(lambda r: r.command_ended(self.now, "exited", ran))
@@ -454,52 +470,52 @@ class World(RuleBasedStateMachine):
 
     @rule()
     def failover_read(self) -> None:
-        req, epoch = self.request, self.epoch
-        holder = self.holder if self.member.stepping_aside else None
-        leading = epoch if self.holder == ME else None
-        first = req is not None and req.id not in self.read_ids
-        decision = self.decide(lambda r: r.failover_read(self.now, req, epoch, holder, leading))
-        if self.aside is not None and epoch > self.aside[0] and holder == self.aside[2]:
-            self.aside = None  # the target took over
-        if req is None or not first or req.epoch != epoch:
-            pass
-        elif req.active == ME and leading == req.epoch:  # asked of us: cede and cool down
-            assert decision.quit
+        req, epoch, order = self.request, self.epoch, self.order
+        leading = epoch if order[:1] == (ME,) else None
+        decision = self.decide(lambda r: r.failover_read(self.now, req, epoch, order, leading))
+        expected = self.spec(req, epoch, order, leading)
+        assert decision.quit == (expected is not None), (expected, decision)
+        if expected == "cede":
+            assert req is not None
             self.cool_until = max(self.cool_until, self.now + req.cooldown)
+            assert not self.eligible
+        elif expected == "requeue":
+            assert self.eligible == (self.healthy is True and self.now >= self.cool_until)
+        if decision.quit:
             self.leave()
-        elif req.to not in (None, ME):  # to someone else: step aside
-            assert decision.quit
-            assert req.to is not None
-            self.aside = (req.epoch, self.now + req.cooldown, req.to)
-            self.leave()
-        if req is not None:
-            self.read_ids.add(req.id)
 
-    @precondition(lambda self: self.holder is None)
-    @rule()
-    def lock_won(self) -> None:
-        if not self.eligible:
-            return  # out of the election: it cannot win
-        req = self.request
-        self.epoch += 1
-        self.holder = ME
-        first = req is not None and req.id not in self.read_ids
-        decision = self.decide(lambda r: r.lock_won(self.now, req, self.epoch))
-        if first and req is not None and req.epoch == self.epoch - 1 and req.to not in (None, ME):
-            assert decision.quit and req.to is not None  # give way before starting COMMAND
-            self.aside = (self.epoch, self.now + req.cooldown, req.to)
-            self.leave()
-        else:
-            assert not decision.quit
-        if req is not None:
-            self.read_ids.add(req.id)
+    def spec(
+        self,
+        req: FailoverRequest | None,
+        epoch: int | None,
+        order: tuple[bytes, ...],
+        leading: int | None,
+    ) -> str | None:
+        """What the spec asks of us on this reading: cede, requeue, or nothing (None)."""
+        if req is None or req.id in self.done:
+            return None
+        if req.epoch != epoch:
+            self.done.add(req.id)  # history
+            return None
+        until = self.opened.setdefault(req.id, self.now + req.cooldown)
+        to = req.to
+        if leading == req.epoch and req.active == ME:
+            if to is None or order[1:2] == (to,):
+                self.done.add(req.id)
+                return "cede"  # the next in the queue is the one asked for
+        elif to not in (None, ME) and ME in order and to in order:
+            if 0 < order.index(ME) < order.index(to):
+                self.done.add(req.id)
+                return "requeue"
+        if self.now >= until:
+            self.done.add(req.id)  # dropped, or nothing asked of us in its period
+        return None
 
     @invariant()
     def out_when_owed(self) -> None:
         if self.eligible:
             assert self.healthy is True, "in the election while unhealthy or unchecked"
             assert self.now >= self.cool_until, "in the election inside a cooldown"
-            assert self.aside is None, "in the election while a step-aside is owed"
 
     @invariant()
     def verdict_is_consistent(self) -> None:

@@ -21,10 +21,12 @@ import pytest
 
 from ha import admin
 from ha.drivers.memory import MemoryCluster, MemoryDriver
-from ha.election.lease import Lease
+from ha.election.elector import Elector
+from ha.election.machine import State
+from ha.election.nodes import ElectionNodes
 from ha.errors import ConfigurationError
 from ha.supervisor import Settings, Supervisor, spawn, timing_for
-from ha.testing import faults
+from ha.testing import History, Recorder, faults
 
 pytestmark = pytest.mark.anyio
 
@@ -213,13 +215,16 @@ async def test_crashed_supervisor_is_fenced_with_its_breadcrumb(tmp_path: Path) 
         await g.settled()
         pid_a = child_pid(tmp_path, "a")
         assert pid_a is not None
+        epoch_a = (await g.status()).epoch  # a's token: its queue node's creation order
+        assert epoch_a is not None and child_pid(tmp_path, "a") == pid_a
+        assert (tmp_path / "a.pid").read_text().split()[1] == str(epoch_a)  # HA_EPOCH
         await a.crash()  # a's scope is cancelled: its COMMAND is stopped; its breadcrumb stays
         await wait_until(lambda: fence_log.exists(), "the fence command")
         assert not alive(pid_a)
         env = [__import__("json").loads(line) for line in fence_log.read_text().splitlines()]
         first = env[0]
         assert first["HA_OLD_IDENTITY"] == "a"
-        assert first["HA_OLD_EPOCH"] == "1"
+        assert first["HA_OLD_EPOCH"] == str(epoch_a)
         assert first["HA_OLD_BREADCRUMB_VALID"] == "1"
         assert first["HA_OLD_PID"] == str(os.getpid())
         assert first["HA_IDENTITY"] == "b" and first["HA_ELECTION"] == "/svc"
@@ -230,7 +235,9 @@ async def test_crashed_supervisor_is_fenced_with_its_breadcrumb(tmp_path: Path) 
         verdict.write_text("0")
         await wait_until(lambda: child_pid(tmp_path, "b"), "b's COMMAND after fencing")
         assert b.state == "active"
-        assert (await g.status()).epoch == 2
+        epoch_b = (await g.status()).epoch
+        assert epoch_b is not None and epoch_b > epoch_a
+        assert (tmp_path / "b.pid").read_text().split()[1] == str(epoch_b)
 
 
 async def test_health_check_failing_leaves_and_passing_rejoins(tmp_path: Path) -> None:
@@ -289,10 +296,12 @@ async def test_graceful_failover_to_a_chosen_standby(tmp_path: Path) -> None:
         assert found.epoch > status.epoch
         assert not alive(pid_old)
         assert (tmp_path / f"{old}.term").exists()  # stopped gracefully, with SIGTERM
-        # the old active cools down; the other one rejoins once the target took over
+        # the old active cools down; the other one, ahead of the target, joined again behind it
         assert g.members[old].state == "out"
         await wait_until(lambda: g.members[other].state == "standby", "the bystander to rejoin")
         assert g.active() == target
+        order = [e.identity for e in await ElectionNodes("/svc").entries(driver)]
+        assert order == [target.encode(), other.encode()]
         after = await g.status()
         assert after.breadcrumb is not None and after.breadcrumb.identity == target.encode()
         assert not after.failover_pending
@@ -308,7 +317,8 @@ async def test_graceful_failover_to_any_standby(tmp_path: Path) -> None:
         request = await admin.request_failover(driver, "/svc", cooldown=30)
         with anyio.fail_after(15):
             found = await admin.wait_for_failover(driver, "/svc", request)
-        assert found.active == b"b" and found.epoch == 2
+        assert found.active == b"b" and found.epoch is not None
+        assert found.epoch > request.epoch
         assert g.members["a"].state == "out"
 
 
@@ -440,23 +450,57 @@ def test_settings_and_timing_are_checked() -> None:
     MemoryCluster.drop("unused")
 
 
-async def test_a_winner_gives_way_to_a_pending_failover_target(tmp_path: Path) -> None:
-    # b won the lock (epoch 2) before it heard of a request, made at epoch 1, to hand over
-    # to c: it must not start COMMAND, and must step aside until the epoch moves on
-    name = f"sup-{next(_names)}"
-    request = admin.FailoverRequest("r1", b"a", 1, b"c", 30.0)
-    try:
-        async with MemoryDriver(name) as driver:
-            await driver.create("/svc/failover", request.encode(), makepath=True)
-            settings = Settings("/svc", "b", (sys.executable, "-c", CHILD, str(tmp_path)))
-            supervisor = Supervisor(driver, settings)
-            lease = Lease("/svc", b"b", 2, driver.session_id or 0, "/svc/epoch", 1)
-            await supervisor.become_active(lease)
-            assert supervisor.child is None and child_pid(tmp_path, "b") is None
-            assert supervisor._out_reason() == "stepping aside for a failover to 'c'"
-            supervisor._consider(request, 2)  # still epoch 2: c has not taken over yet
-            assert supervisor._out_reason() is not None
-            supervisor._consider(request, 3)  # c took over
-            assert supervisor._out_reason() is None
-    finally:
-        MemoryCluster.drop(name)
+async def test_failover_to_a_target_moves_only_the_members_ahead_of_it(tmp_path: Path) -> None:
+    # the queue is a, b, c, d (a leads): --to c makes b join again behind c, d stays where it
+    # was, a cedes once c is next, and c leads with no request of its own
+    async with group(tmp_path) as g:
+        for identity in ("a", "b", "c", "d"):
+            await g.start(identity)
+            await g.settled()
+        driver = g.members["d"].driver
+        nodes = ElectionNodes("/svc")
+        before = {e.identity: e.name for e in await nodes.entries(driver)}
+        assert list(before) == [b"a", b"b", b"c", b"d"]
+        request = await admin.request_failover(driver, "/svc", "c", cooldown=30)
+        with anyio.fail_after(15):
+            found = await admin.wait_for_failover(driver, "/svc", request)
+        assert found.active == b"c" and g.active() == "c"
+        await wait_until(lambda: g.members["b"].state == "standby", "b to join again")
+        after = {e.identity: e.name for e in await nodes.entries(driver)}
+        assert list(after) == [b"c", b"d", b"b"]  # a cools down for 30 s
+        assert after[b"c"] == before[b"c"] and after[b"d"] == before[b"d"]  # c and d stayed
+        assert after[b"b"] != before[b"b"]  # b left and joined again, behind c
+        assert g.members["a"].state == "out"
+        assert not alive(child_pid(tmp_path, "a") or 0)
+        assert child_pid(tmp_path, "b") is None and child_pid(tmp_path, "d") is None
+
+
+async def test_the_active_waits_for_the_target_to_be_next_then_drops_the_request(
+    tmp_path: Path,
+) -> None:
+    # x, ahead of c, is a plain elector, no `ha run`: it never moves, so a stays active
+    async with group(tmp_path) as g:
+        a = await g.start("a")
+        await g.settled()
+        history = History()
+        async with MemoryDriver(g.cluster) as driver, anyio.create_task_group() as tg:
+            x = Elector(driver, "/svc", "x")
+            tg.start_soon(x.run, Recorder("x", history))
+            await x.wait_state(State.STANDBY)
+            await g.start("c")
+            await g.settled()
+            with pytest.raises(admin.FailoverError, match="'x' ahead of 'c' in the queue"):
+                await admin.request_failover(driver, "/svc", "c")
+            status = await g.status()
+            assert status.epoch is not None
+            pid_a = child_pid(tmp_path, "a")
+            request = admin.FailoverRequest("r1", b"a", status.epoch, b"c", 1.0)
+            await driver.create("/svc/failover", request.encode())
+            await anyio.sleep(0.5)  # a waits for c to be next: it does not cede
+            assert a.state == "active" and child_pid(tmp_path, "a") == pid_a
+            # the cooling period passes on a's clock: the request is dropped, a stays active
+            rules = a.supervisor._eligibility
+            await wait_until(lambda: "r1" in rules.handled, "a to drop the request")
+            assert a.state == "active" and g.members["c"].state == "standby"
+            assert pid_a is not None and alive(pid_a) and not (tmp_path / "a.term").exists()
+            x.quit()
