@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ import pytest
 
 from ha.drivers.base import Driver, Op, Stat
 from ha.election.lease import Lease
+from ha.election.nodes import Breadcrumb, ElectionNodes, ticket_for
 from ha.errors import (
     BadVersion,
     ConfigurationError,
@@ -42,7 +45,7 @@ from ha.stores.blobs import BlobRef
 
 pytestmark = pytest.mark.anyio
 
-EPOCH = "/ha-test/election/epoch"
+ELECTION = "/ha-test/election"
 LAYOUT = Layout("c1")
 
 
@@ -59,22 +62,23 @@ class FenceLog:
         self.count += 1
 
 
-async def win(driver: Driver, epoch_path: str = EPOCH, log: FenceLog | None = None) -> Lease:
-    """Become the leader as the elector does: bump the epoch node with a compare-and-set."""
-    try:
-        data, stat = await driver.get(epoch_path)
-    except NoNode:
-        await driver.create(epoch_path, b"0", makepath=True)
-        data, stat = await driver.get(epoch_path)
-    epoch = int(data) + 1
-    new = await driver.set(epoch_path, str(epoch).encode(), stat.version)
+async def win(driver: Driver, election: str = ELECTION, log: FenceLog | None = None) -> Lease:
+    """Become the leader as the elector does once every older leader is gone: the queue's
+    nodes are deleted (their leaders deposed: their fenced writes fail from now on), then ours
+    joins the queue, first; its creation order is our epoch."""
+    nodes = ElectionNodes(election)
+    for entry in await nodes.entries(driver):
+        with contextlib.suppress(NoNode):
+            await driver.delete(nodes.node(entry.name))
+    ticket = ticket_for(b"test", secrets.token_hex(4))
+    node = nodes.node(await nodes.join(driver, ticket, Breadcrumb(b"test")))
+    _, stat = await driver.get(node)
     return Lease(
-        election="test",
+        election=election,
         identity=b"test",
-        epoch=epoch,
+        epoch=stat.created,
         session_id=driver.session_id or 0,
-        epoch_path=epoch_path,
-        epoch_version=new.version,
+        node=node,
         _on_fenced=log.report if log else (lambda: None),
     )
 
@@ -117,10 +121,18 @@ class ProxyDriver(Driver):
         """Hook called before every operation."""
 
     async def create(
-        self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        makepath: bool = False,
     ) -> str:
         await self.before("create", path)
-        return await self.inner.create(path, data, ephemeral=ephemeral, makepath=makepath)
+        return await self.inner.create(
+            path, data, ephemeral=ephemeral, sequential=sequential, makepath=makepath
+        )
 
     async def get(self, path: str) -> tuple[bytes, Stat]:
         await self.before("get", path)
@@ -292,10 +304,10 @@ async def test_deposed_leader_writes_nothing(driver: Driver, other: Driver, blob
     assert len(files_under(blob_dir / "c1")) == 2
 
 
-async def test_epoch_node_deleted_fences(driver: Driver) -> None:
+async def test_queue_node_deleted_fences(driver: Driver) -> None:
     lease = await win(driver)
     registry = RunningJobsRegistry(driver, LAYOUT, lease=lease)
-    await driver.delete(EPOCH)
+    await driver.delete(lease.node)
     with pytest.raises(Fenced):
         await registry.set_running("j1")
     assert await driver.exists(LAYOUT.running_jobs) is None  # no container either
@@ -744,7 +756,7 @@ async def test_close_and_cleanup_all_data(driver: Driver, other: Driver, blob_di
     await stores.close_and_cleanup_all_data()
     assert await driver.children(LAYOUT.root) == ["leader"]
     assert not (blob_dir / "c1").exists()
-    assert (await driver.get(EPOCH))[0] == str(lease.epoch).encode()
+    assert (await driver.get(lease.node))[1].created == lease.epoch  # the election is not theirs
 
 
 async def test_stores_need_valid_names(driver: Driver, blob_dir: Path) -> None:

@@ -1,6 +1,6 @@
 """A deposed leader's store writes never land and never destroy a newer leader's data.
 
-Each test interleaves the deposed leader A (epoch 1) with the new leader B (epoch 2) through a
+Each test interleaves the deposed leader A with the new leader B (a greater epoch) through a
 ProxyDriver hook on a real backend, then checks B's pointers and blobs directly.
 """
 
