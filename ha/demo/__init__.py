@@ -112,13 +112,15 @@ async def hang_round(cont: Contenders, model: Model, number: int) -> Failover:
 
 
 def check_epochs(model: Model) -> str | None:
-    """Safety: every new active's epoch is above the previous one's. A problem, or None."""
-    last = 0
+    """Safety: every new active's epoch is above the previous one's; only a leader back within
+    its session (it kept its queue node) is active again with its own. A problem, or None."""
+    last, owner = 0, None
     for record in model.records:
         if record.get("to") == "active":
-            if record["epoch"] is None or record["epoch"] <= last:
-                return f"epoch went from {last} to {record['epoch']} ({record['identity']})"
-            last = record["epoch"]
+            epoch, who = record["epoch"], record["identity"]
+            if epoch is None or epoch < last or (epoch == last and who != owner):
+                return f"epoch went from {last} to {epoch} ({who})"
+            last, owner = epoch, who
     return None
 
 

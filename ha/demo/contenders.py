@@ -61,7 +61,7 @@ class DemoWork:
     async def fence_old_active(self, breadcrumb: bytes) -> None:
         crumb = decode_breadcrumb(breadcrumb)
         who = "an unreadable breadcrumb" if crumb is None else f"{crumb.identity.decode()}"
-        epoch = "" if crumb is None else f" (epoch {crumb.epoch})"
+        epoch = "" if crumb is None or crumb.epoch is None else f" (epoch {crumb.epoch})"
         self.note("fenced", f"fenced {who}{epoch} before taking over")
 
 

@@ -115,14 +115,17 @@ class Hosts(Supervisors):
         child = next(r for r in records if r["role"] == "child")
         return [child["ppid"], *(r["pid"] for r in records)]
 
-    def active(self, identity: str, epoch: int) -> dict[str, Any]:
-        def check() -> dict[str, Any] | None:
+    def active(self, identity: str, above: int = 0) -> int:
+        """Wait for ``identity`` to be active with an epoch above ``above``; return the epoch
+        (its token: its queue node's creation order, so not known in advance)."""
+
+        def check() -> int | None:
             doc = self.status()
             states = {m["identity"]: m["state"] for m in doc["members"]}
-            ok = (doc["active"], doc["epoch"], states.get(identity)) == (identity, epoch, "active")
-            return doc if ok else None
+            ok = (doc["active"], states.get(identity)) == (identity, "active")
+            return doc["epoch"] if ok and doc["epoch"] > above else None
 
-        found: dict[str, Any] = wait_until(check, f"{identity} active at epoch {epoch}")
+        found: int = wait_until(check, f"{identity} active at an epoch above {above}")
         return found
 
     def standby(self, identity: str) -> None:
@@ -154,11 +157,11 @@ def test_sigkill_of_the_supervisor_kills_the_whole_tree_before_the_standby_start
 ) -> None:
     with Hosts(tmp_path, HA_ASYNC_BACKEND=loop) as h:
         h.start("a")
-        h.active("a", 1)
-        a_pids = h.pids("a", 1)
+        epoch_a = h.active("a")
+        a_pids = h.pids("a", epoch_a)
         h.start("b")
         h.standby("b")
-        child, daemon = h.tree("a", 1)
+        child, daemon = h.tree("a", epoch_a)
         assert daemon["sid"] != child["sid"]  # it left the wrapper's group and session
         assert all(alive(pid) for pid in a_pids)
 
@@ -166,8 +169,8 @@ def test_sigkill_of_the_supervisor_kills_the_whole_tree_before_the_standby_start
         killed = time.monotonic()
         wait_until(lambda: not any(alive(pid) for pid in a_pids), "a's tree to die", within=5)
         assert time.monotonic() - killed < 2.0, "a's tree outlived its supervisor too long"
-        h.active("b", 2)
-        b_records = h.tree("b", 2)
+        epoch_b = h.active("b", above=epoch_a)
+        b_records = h.tree("b", epoch_b)
         # no overlap: when each of b's processes started, none of a's was alive any more
         assert [r["overlap"] for r in b_records] == [[], []]
         assert [r["identity"] for r in h.records("a")] == ["a", "a"]  # a's ran once
@@ -175,8 +178,8 @@ def test_sigkill_of_the_supervisor_kills_the_whole_tree_before_the_standby_start
 
 def test_failover_and_quit_stop_the_whole_tree(hosts: Hosts, tmp_path: Path) -> None:
     hosts.start("a")
-    hosts.active("a", 1)
-    a_pids = hosts.pids("a", 1)
+    epoch_a = hosts.active("a")
+    a_pids = hosts.pids("a", epoch_a)
     hosts.start("b")
     hosts.standby("b")
     result = ha("failover", "/svc", "--to", "b", env=hosts.env)
@@ -185,8 +188,9 @@ def test_failover_and_quit_stop_the_whole_tree(hosts: Hosts, tmp_path: Path) -> 
     assert not any(alive(pid) for pid in a_pids)
     term = tmp_path / "a.daemon.term"
     assert term.exists() and term.read_text().split() == [str(a_pids[-1])]
-    b_pids = hosts.pids("b", 2)
-    assert [r["overlap"] for r in hosts.tree("b", 2)] == [[], []]
+    epoch_b = hosts.active("b", above=epoch_a)
+    b_pids = hosts.pids("b", epoch_b)
+    assert [r["overlap"] for r in hosts.tree("b", epoch_b)] == [[], []]
 
     hosts.procs["b"].send_signal(signal.SIGTERM)  # quit: `ha run` returns after the tree died
     assert hosts.procs["b"].wait(timeout=20) == 0
@@ -197,8 +201,8 @@ def test_a_duplicate_id_is_refused_and_the_running_one_is_untouched(
     hosts: Hosts, tmp_path: Path
 ) -> None:
     first = hosts.start("a")
-    hosts.active("a", 1)
-    a_pids = hosts.pids("a", 1)
+    epoch_a = hosts.active("a")
+    a_pids = hosts.pids("a", epoch_a)
     second = ha("run", "/svc", "--id", "a", "--", str(hosts.wrapper), env=hosts.env, timeout=20)
     assert second.returncode == 1
     lines = second.stderr.strip().splitlines()
@@ -206,7 +210,7 @@ def test_a_duplicate_id_is_refused_and_the_running_one_is_untouched(
     assert lines[-1].startswith("ha: error: ")
     assert first.poll() is None and all(alive(pid) for pid in a_pids)
     doc = hosts.status()
-    assert doc["active"] == "a" and doc["epoch"] == 1
+    assert doc["active"] == "a" and doc["epoch"] == epoch_a
     assert [(m["identity"], m["pid"], m["state"]) for m in doc["members"]] == [
         ("a", first.pid, "active")
     ]
@@ -215,8 +219,8 @@ def test_a_duplicate_id_is_refused_and_the_running_one_is_untouched(
 
 def test_failover_without_a_standby_is_refused_unless_forced(hosts: Hosts, tmp_path: Path) -> None:
     hosts.start("a")
-    hosts.active("a", 1)
-    a_pids = hosts.pids("a", 1)
+    epoch_a = hosts.active("a")
+    a_pids = hosts.pids("a", epoch_a)
     started = time.monotonic()
     refused = ha("failover", "/svc", env=hosts.env)
     assert refused.returncode == 1
@@ -226,7 +230,7 @@ def test_failover_without_a_standby_is_refused_unless_forced(hosts: Hosts, tmp_p
     ]
     assert time.monotonic() - started < 4.0  # refused up front, not after the cooling period
     assert all(alive(pid) for pid in a_pids) and not (tmp_path / "a.child.term").exists()
-    assert hosts.status()["epoch"] == 1
+    assert hosts.status()["epoch"] == epoch_a
 
     forced = ha("failover", "/svc", "--force", "--cooldown", "0.5", env=hosts.env)
     assert forced.returncode == 1 and "'a' became active again" in forced.stderr
@@ -238,7 +242,7 @@ def test_failover_to_a_standby_whose_command_fails_reports_failure(
     hosts: Hosts, command: str
 ) -> None:
     hosts.start("a")
-    hosts.active("a", 1)
+    hosts.active("a")
     hosts.start("b", "sh", "-c", command)
     hosts.standby("b")
     result = ha("failover", "/svc", "--to", "b", env=hosts.env)
