@@ -27,6 +27,8 @@ ABSENT: dict[str, Any] = {
     "since": None,
     "holder": None,
     "breadcrumb": None,
+    "contenders": [],
+    "leftovers": [],
     "members": [],
     "failover": None,
     "failover_pending": False,

@@ -92,3 +92,44 @@ def test_format(tmp_path: Path) -> None:
     assert refused.returncode == 1 and "add --yes" in refused.stderr
     forced = ha("format", "/app/svc", "--force", "--yes", env=env)
     assert forced.returncode == 0 and forced.stdout.startswith("/app/svc: exists")
+
+
+def test_status_shows_the_queue_in_order_and_the_leftovers(tmp_path: Path) -> None:
+    """`ha status` of a queue held by another process's sessions: the leader (not active yet:
+    a crashed leader's breadcrumb awaits its fence), the standbys in the order they would take
+    over, and the breadcrumb left behind; in JSON and as text."""
+    import anyio
+
+    from ha.drivers import connect
+    from ha.election.nodes import Breadcrumb, ElectionNodes, ticket_for
+
+    url = sqlite_url(tmp_path)
+    env = ha_env(tmp_path, HA_URL=url)
+    assert ha("format", "/svc", env=env).returncode == 0
+    nodes = ElectionNodes("/svc")
+
+    async def go() -> tuple[dict[str, object], str]:
+        async with connect(url) as driver:
+            crashed = await nodes.join(driver, ticket_for(b"old", "n0"), Breadcrumb(b"old"))
+            for who in (b"b", b"c", b"a"):
+                await nodes.join(driver, ticket_for(who, "n1"), Breadcrumb(who, data=b"d-" + who))
+            await driver.delete(nodes.node(crashed))  # its breadcrumb stays
+            doc = await anyio.to_thread.run_sync(lambda: ha("status", "/svc", "--json", env=env))
+            text = await anyio.to_thread.run_sync(lambda: ha("status", "/svc", env=env))
+        assert doc.returncode == 3 and text.returncode == 3, doc.stderr + text.stderr
+        return json.loads(doc.stdout), text.stdout
+
+    doc, text = anyio.run(go)
+    assert doc["active"] is None and doc["holder"] == "b"
+    contenders = doc["contenders"]
+    assert isinstance(contenders, list)
+    assert [c["identity"] for c in contenders] == ["b", "c", "a"]
+    assert doc["epoch"] == contenders[0]["epoch"]
+    assert [c["breadcrumb"]["data"] for c in contenders] == ["d-b", "d-c", "d-a"]
+    (left,) = doc["leftovers"]  # type: ignore[misc]
+    assert left["awaits_fence"] and left["breadcrumb"]["identity"] == "old"
+    lines = text.splitlines()
+    assert "b leads" in lines[1]
+    queue = [line.split()[:3] for line in lines if line.strip()[:2] in ("1.", "2.", "3.")]
+    assert queue == [["1.", "leader", "b"], ["2.", "standby", "c"], ["3.", "standby", "a"]]
+    assert any("left breadcrumb  old" in line and "fences it" in line for line in lines)
