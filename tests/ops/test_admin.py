@@ -219,24 +219,27 @@ async def test_format_with_force_keeps_the_live_queue_and_the_breadcrumbs() -> N
     be stopping. Now it clears only what no live session holds: the leader's and a standby's
     queue nodes stay, and so does every breadcrumb, a crashed leader's too."""
     async with cluster() as name, MemoryDriver(name) as driver:
-        async with elector(name, "a") as a, elector(name, "b") as b:
-            await wait_until(lambda: a.state is State.ACTIVE, "a active")
-            await wait_until(lambda: b.state is State.STANDBY, "b standby")
-            assert a.lease is not None
-            await admin.write_member(driver, "/svc", admin.Member(b"x", "standby"))
-            await driver.create("/svc/failover", b"{}")
-            await driver.create("/svc/b/crashed_x", encode_breadcrumb(Breadcrumb(b"crashed")))
-            queue = await driver.children("/svc/n")
-            crumbs = {t: await driver.get(f"/svc/b/{t}") for t in await driver.children("/svc/b")}
-            result = await admin.format_election(driver, "/svc", force=True)
-            assert result.holder == b"a" and result.epoch == a.lease.epoch
-            assert not result.epoch_reset
-            assert set(result.removed) == {"failover"}  # x's member node is ephemeral: kept
-            assert await driver.children("/svc/n") == queue
-            assert {t: await driver.get(f"/svc/b/{t}") for t in crumbs} == crumbs
-            await anyio.sleep(0.1)
-            assert a.state is State.ACTIVE and a.lease is not None
-            assert b.state is State.STANDBY
+        async with elector(name, "a") as a:
+            await wait_until(lambda: a.state is State.ACTIVE, "a active")  # a joins first
+            async with elector(name, "b") as b:
+                await wait_until(lambda: b.state is State.STANDBY, "b standby")
+                assert a.lease is not None
+                await admin.write_member(driver, "/svc", admin.Member(b"x", "standby"))
+                await driver.create("/svc/failover", b"{}")
+                await driver.create("/svc/b/crashed_x", encode_breadcrumb(Breadcrumb(b"crashed")))
+                queue = await driver.children("/svc/n")
+                crumbs = {
+                    t: await driver.get(f"/svc/b/{t}") for t in await driver.children("/svc/b")
+                }
+                result = await admin.format_election(driver, "/svc", force=True)
+                assert result.holder == b"a" and result.epoch == a.lease.epoch
+                assert not result.epoch_reset
+                assert set(result.removed) == {"failover"}  # x's member node is ephemeral: kept
+                assert await driver.children("/svc/n") == queue
+                assert {t: await driver.get(f"/svc/b/{t}") for t in crumbs} == crumbs
+                await anyio.sleep(0.1)
+                assert a.state is State.ACTIVE and a.lease is not None
+                assert b.state is State.STANDBY
 
 
 async def test_format_with_force_clears_queue_nodes_no_session_holds() -> None:

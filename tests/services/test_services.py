@@ -435,9 +435,12 @@ async def test_standalone_mode() -> None:
     async with services("none://?rest=http://localhost:8081", "dev") as svc:
         comp = await join(svc, "dispatcher", log, address="local:6123")
         await wait_for(lambda: comp.leading)
-        assert await anext(aiter(svc.leader_retrieval("dispatcher"))) == LeaderInfo(
-            "local:6123", comp.grants[0]
-        )
+
+        async def published() -> bool:  # confirmed in grant_leadership, published just after
+            info = await anext(aiter(svc.leader_retrieval("dispatcher")))
+            return info == LeaderInfo("local:6123", comp.grants[0])
+
+        await _until(published)
         fixed = await anext(aiter(svc.leader_retrieval("rest")))
         assert fixed == LeaderInfo("http://localhost:8081", uuid.UUID(int=0))
         assert svc.lease is not None
