@@ -389,7 +389,7 @@ def test_a_failed_check_while_leading_proves_nothing() -> None:
 def test_become_active_failing_every_term_backs_off_longer_then_is_fatal() -> None:
     """Winning again is no progress for become_active: its count survives new terms."""
     mach = joined(max_retries=3)
-    attempts = []
+    attempts: list[int] = []
     for _ in range(4):
         first(mach)
         crumbs = () if not attempts else ((MY_OLD_TICKET, MY_OLD_CRUMB),)
@@ -418,7 +418,7 @@ def test_refused_fences_back_off_longer_each_time_then_are_fatal() -> None:
     """Joining again after a refused fence is no progress: the backoff grows (a real STONITH
     command is not hammered) and max_retries ends it, as Hadoop gives up."""
     mach = joined(max_retries=3)
-    attempts = []
+    attempts: list[int] = []
     for _ in range(3):
         [leave, backoff] = refused(mach, OLD_CRUMB)
         assert isinstance(leave, ev.Leave) and isinstance(backoff, ev.WaitBackoff)
@@ -826,7 +826,7 @@ class MachineModel(RuleBasedStateMachine):
 
     def forget(self) -> None:
         self.path: tuple[str, str] | None = None  # ("read", "") or ("watch", node)
-        self.answer: tuple[tuple[str, bytes], ...] | None = None
+        self.crumbs_read: tuple[tuple[str, bytes], ...] | None = None
         self.strays: bool | None = None
         self.watched: bytes | None = None
         self.gone = False
@@ -850,9 +850,9 @@ class MachineModel(RuleBasedStateMachine):
         if cls is ev.QuitRequested:
             return ev.QuitRequested(data.draw(st.booleans()))
         if cls in (ev.Connected, ev.Disconnected, ev.Reconnected, ev.SessionExpired):
-            return cls(sid)  # type: ignore[no-any-return]
+            return cls(sid)
         if cls in (ev.NotQueued, ev.FenceSucceeded, ev.DeadlineExpired):
-            return cls(sid)  # type: ignore[no-any-return]
+            return cls(sid)
         if cls is ev.Queued:
             below = data.draw(st.sampled_from(BELOW))
             return ev.Queued(sid, own, TOKEN, below, data.draw(st.sampled_from([OTHER, ME])))
@@ -893,11 +893,11 @@ class MachineModel(RuleBasedStateMachine):
     # drawn twice as often): this reaches the deep states (standby, fencing, active) far more
     # often than chance.
     @rule(data=st.data())
-    def answer(self, data: st.DataObject) -> None:
+    def respond(self, data: st.DataObject) -> None:
         self.feed(data.draw(st.sampled_from(self.likely(data))))
 
     @rule(data=st.data())
-    def answer_too(self, data: st.DataObject) -> None:
+    def respond_too(self, data: st.DataObject) -> None:
         self.feed(data.draw(st.sampled_from(self.likely(data))))
 
     def likely(self, data: st.DataObject) -> list[ev.Input]:
@@ -921,7 +921,8 @@ class MachineModel(RuleBasedStateMachine):
             mask = data.draw(st.lists(st.booleans(), min_size=len(LEFT), max_size=len(LEFT)))
             return [ev.CrumbsRead(sid, tuple(c for c, k in zip(LEFT, mask, strict=True) if k))]
         if mach.phase is Phase.FENCING:
-            return [ev.FenceSucceeded(sid)] * 3 + [ev.FenceFailed(sid, "refused")]
+            fences: list[ev.Input] = [ev.FenceSucceeded(sid)] * 3
+            return [*fences, ev.FenceFailed(sid, "refused")]
         if mach.phase in m.LEADING:
             epoch = mach.epoch or TOKEN
             return [
@@ -973,8 +974,8 @@ class MachineModel(RuleBasedStateMachine):
         ):
             self.forget()  # P11: what the watches said before is not to be trusted
         elif isinstance(event, ev.CrumbsRead) and self.path == ("read", ""):
-            if self.answer is None:
-                self.answer = event.crumbs
+            if self.crumbs_read is None:
+                self.crumbs_read = event.crumbs
         elif isinstance(event, ev.Watching) and self.path == ("watch", event.node):
             self.strays, self.watched = event.strays, event.crumb
             self.gone = self.gone or event.crumb is None
@@ -998,7 +999,7 @@ class MachineModel(RuleBasedStateMachine):
                 self.forget()
                 self.path = ("read", "")
             case ev.FenceOldActive(breadcrumb=raw):
-                told = [r for _, r in self.answer or ()] + [self.watched or b""]
+                told = [r for _, r in self.crumbs_read or ()] + [self.watched or b""]
                 assert raw in told and must_fence(raw), (raw, told)
                 self.fencing = raw
             case ev.StartActive():
@@ -1022,8 +1023,8 @@ class MachineModel(RuleBasedStateMachine):
         """No StartActive without proof that nobody else may still act (P6, P7)."""
         assert self.path is not None, "StartActive with nothing read or watched"
         if self.path[0] == "read":
-            assert self.answer is not None, "StartActive before the breadcrumbs were read"
-            for ticket, raw in self.answer:
+            assert self.crumbs_read is not None, "StartActive before the breadcrumbs were read"
+            for ticket, raw in self.crumbs_read:
                 assert not must_fence(raw) or raw in self.fenced, ("not fenced", ticket)
             return
         assert self.strays is False, "StartActive on a watch that did not rule out strays"

@@ -1,44 +1,47 @@
-"""The election's nodes: paths, codecs, and each call's answer as the machine's input.
+"""The election's nodes (protocol 2): paths, codecs, and each call's answer as the machine's
+input.
 
-The codecs need no event loop; the calls run on the memory driver (every backend runs them
-through the elector's scenario tests), under asyncio and trio.
+The codecs need no event loop; the calls run on real drivers (memory and sqlite), under asyncio
+and trio. One driver plays every contender: the calls care about nodes, not sessions, and a
+crash is a node deleted with its breadcrumb left.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 
 from ha.drivers.base import Driver
-from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.election import events as ev
 from ha.election.nodes import (
+    BREADCRUMB_FORMAT,
     Breadcrumb,
     ElectionNodes,
+    QueueEntry,
     decode_breadcrumb,
-    decode_epoch,
     encode_breadcrumb,
-    encode_epoch,
+    identity_bytes,
+    in_order,
+    parse_entry,
+    ticket_for,
+    with_epoch,
 )
-from ha.errors import BadVersion, CorruptData
+from ha.errors import ConfigurationError, NodeExists
 
 NODES = ElectionNodes("/svc")
-ME, OTHER = b"me", b"other"
+ME, OTHER, THIRD = b"me", b"other", b"third"
 
 
 # --- paths ---------------------------------------------------------------------------------------
 
 
 def test_paths() -> None:
-    assert (NODES.lock, NODES.breadcrumb, NODES.epoch) == (
-        "/svc/lock",
-        "/svc/breadcrumb",
-        "/svc/epoch",
-    )
+    assert (NODES.queue, NODES.crumbs) == ("/svc/n", "/svc/b")
+    assert NODES.node("t_1_0000000001") == "/svc/n/t_1_0000000001"
+    assert NODES.crumb("t_1") == "/svc/b/t_1"
     assert (NODES.members, NODES.failover) == ("/svc/members", "/svc/failover")
-    assert ElectionNodes("/a/b").lock == "/a/b/lock"
+    assert ElectionNodes("/a/b").queue == "/a/b/n"
 
 
 def test_a_member_is_one_path_segment() -> None:
@@ -46,12 +49,53 @@ def test_a_member_is_one_path_segment() -> None:
     assert NODES.member("b") == "/svc/members/b"
 
 
-# --- codecs ---------------------------------------------------------------------------------
+# --- tickets and queue entries -------------------------------------------------------------------
+
+IDENTITIES = [b"a", b"host-a:7077", b"a_b", b"_", b"__x__", b"a/b", b"/", b"%41", b"\x00\xff\xe9"]
+IDENTITIES.append("żółw/ü_1".encode())
+
+
+@pytest.mark.parametrize("identity", IDENTITIES)
+def test_a_ticket_names_its_identity_in_one_path_segment(identity: bytes) -> None:
+    ticket = ticket_for(identity, "9f")
+    assert "/" not in ticket and ticket.isascii() and ticket.endswith("_9f")
+    name = f"{ticket}_0000000042"
+    assert parse_entry(name) == QueueEntry(name, ticket, 42, identity)
+
+
+def test_sequences_past_ten_digits_parse() -> None:
+    entry = parse_entry(f"{ticket_for(ME, '1')}_12345678901")
+    assert entry is not None and entry.seq == 12345678901
+
+
+@pytest.mark.parametrize("name", ["", "x", "x_1", "_1_2", "me_1_x", "me_1_", "me__0000000001"])
+def test_a_foreign_name_is_no_entry(name: str) -> None:
+    assert parse_entry(name) is None
+
+
+def test_the_queue_is_ordered_by_sequence_and_foreign_names_left_out() -> None:
+    a, b, c = (f"{ticket_for(i, 'n')}_{s:010d}" for i, s in ((OTHER, 3), (ME, 12), (THIRD, 7)))
+    assert [e.name for e in in_order([b, "lock", a, c, "x_1"])] == [a, c, b]
+
+
+def test_identity_bytes() -> None:
+    assert identity_bytes("host-a") == b"host-a" and identity_bytes(b"\xff") == b"\xff"
+    for bad in (b"", "", None, 5):
+        with pytest.raises(ConfigurationError):
+            identity_bytes(bad)  # type: ignore[arg-type]
+
+
+# --- breadcrumbs ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     "crumb",
-    [Breadcrumb(b"a", 1), Breadcrumb(b"\x00\xffid", 2**40, b"app"), Breadcrumb(b"x", 0, b"{}")],
+    [
+        Breadcrumb(b"a"),
+        Breadcrumb(b"a", 1),
+        Breadcrumb(b"\x00\xffid", 2**40, b"app"),
+        Breadcrumb(b"x", 0, b"{}"),
+    ],
 )
 def test_breadcrumb_round_trip(crumb: Breadcrumb) -> None:
     assert decode_breadcrumb(encode_breadcrumb(crumb)) == crumb
@@ -59,10 +103,14 @@ def test_breadcrumb_round_trip(crumb: Breadcrumb) -> None:
 
 def test_breadcrumb_format_is_stable() -> None:
     """The bytes other versions and tools read: the format must not drift."""
-    assert encode_breadcrumb(Breadcrumb(b"a", 7, b"d")) == (
-        b'{"format":"ha.breadcrumb/1","identity":"YQ==","epoch":7,"data":"ZA=="}'
+    assert BREADCRUMB_FORMAT == "ha.breadcrumb/2"
+    assert encode_breadcrumb(Breadcrumb(b"a", None, b"d")) == (
+        b'{"format":"ha.breadcrumb/2","identity":"YQ==","data":"ZA=="}'
     )
-    assert decode_breadcrumb(b'{"format":"ha.breadcrumb/1","identity":"YQ==","epoch":7}') == (
+    assert encode_breadcrumb(Breadcrumb(b"a", 7, b"d")) == (
+        b'{"format":"ha.breadcrumb/2","identity":"YQ==","data":"ZA==","epoch":7}'
+    )
+    assert decode_breadcrumb(b'{"format":"ha.breadcrumb/2","identity":"YQ==","epoch":7}') == (
         Breadcrumb(b"a", 7)
     )
 
@@ -74,38 +122,34 @@ def test_breadcrumb_format_is_stable() -> None:
         b"\xff\x00garbage",
         b"[]",
         b"{}",
-        b'{"format":"ha.breadcrumb/1"}',
+        b"null",
+        b'{"format":"ha.breadcrumb/2"}',
+        b'{"format":"ha.breadcrumb/1","identity":"YQ==","epoch":7}',
         b'{"format":"other/1","identity":"YQ==","epoch":1}',
-        b'{"format":"ha.breadcrumb/1","identity":"YQ==","epoch":"1"}',
-        b'{"format":"ha.breadcrumb/1","identity":"YQ==","epoch":true}',
-        b'{"format":"ha.breadcrumb/1","identity":"not base64!","epoch":1}',
-        b'{"format":"ha.breadcrumb/1","identity":"YQ==","epoch":1,"data":5}',
+        b'{"format":"ha.breadcrumb/2","identity":"YQ==","epoch":"1"}',
+        b'{"format":"ha.breadcrumb/2","identity":"YQ==","epoch":true}',
+        b'{"format":"ha.breadcrumb/2","identity":"not base64!"}',
+        b'{"format":"ha.breadcrumb/2","identity":"YQ==","data":5}',
     ],
 )
 def test_a_corrupt_or_foreign_breadcrumb_decodes_as_none(raw: bytes) -> None:
     assert decode_breadcrumb(raw) is None
 
 
-@pytest.mark.parametrize("epoch", [0, 1, 2**63])
-def test_epoch_round_trip(epoch: int) -> None:
-    assert encode_epoch(epoch) == str(epoch).encode()
-    assert decode_epoch(encode_epoch(epoch)) == epoch
-
-
-@pytest.mark.parametrize("raw", [b"", b"seven", b"\xff", b"1.5", b"0x10"])
-def test_an_epoch_that_is_not_a_number_decodes_as_none(raw: bytes) -> None:
-    assert decode_epoch(raw) is None
+def test_a_fence_hook_gets_the_breadcrumb_with_its_owners_token() -> None:
+    stored = encode_breadcrumb(Breadcrumb(OTHER, None, b"d"))
+    assert decode_breadcrumb(with_epoch(stored, 17)) == Breadcrumb(OTHER, 17, b"d")
+    assert with_epoch(b"\xffforeign", 17) == b"\xffforeign"  # handed over as it is
 
 
 # --- the calls, answered as inputs ---------------------------------------------------------------
 
 
-@pytest.fixture
-async def driver() -> AsyncIterator[Driver]:
-    name = f"nodes-{uuid.uuid4().hex}"
-    async with MemoryDriver(name) as d:
+@pytest.fixture(params=["memory", "sqlite"])
+async def driver(request: pytest.FixtureRequest) -> AsyncIterator[Driver]:
+    backend = request.getfixturevalue(f"{request.param}_backend")
+    async with backend.driver() as d:
         yield d
-    MemoryCluster.drop(name)
 
 
 def session(driver: Driver) -> int:
@@ -113,107 +157,225 @@ def session(driver: Driver) -> int:
     return driver.session_id
 
 
-@pytest.mark.anyio
-async def test_read_epoch(driver: Driver) -> None:
-    assert await NODES.read_epoch(driver) == (0, None)
-    await driver.create(NODES.epoch, b"4", makepath=True)
-    assert await NODES.read_epoch(driver) == (4, 0)
-    for raw, reason in ((b"seven", "not a decimal number"), (b"-1", "negative")):
-        await driver.set(NODES.epoch, raw)
-        with pytest.raises(CorruptData, match=reason) as info:
-            await NODES.read_epoch(driver)
-        assert info.value.path == NODES.epoch
+async def join(driver: Driver, identity: bytes, nonce: str = "1") -> tuple[str, str, int]:
+    """A contender joins: its ticket, its node's name and its token."""
+    ticket = ticket_for(identity, nonce)
+    name = await NODES.join(driver, ticket, Breadcrumb(identity, None, b"data-" + identity))
+    stat = await driver.exists(NODES.node(name))
+    assert stat is not None
+    return ticket, name, stat.created
+
+
+async def crash(driver: Driver, name: str) -> None:
+    """A contender's session ends: its node goes, its breadcrumb stays."""
+    await driver.delete(NODES.node(name))
+
+
+async def alive(driver: Driver, path: str) -> bool:
+    return await driver.exists(path) is not None
 
 
 @pytest.mark.anyio
-async def test_create_then_read_the_lock(driver: Driver) -> None:
+async def test_join_creates_node_and_breadcrumb_in_one_transaction(driver: Driver) -> None:
     sid = session(driver)
-    assert await NODES.read_lock(driver, sid, ME) == ev.LockMissing(sid)
-    assert await NODES.create_lock(driver, sid, ME) == ev.LockCreated(sid, 0)
-    assert await NODES.create_lock(driver, sid, ME) == ev.LockExists(sid)
-    assert await NODES.read_lock(driver, sid, ME) == ev.LockOwned(sid, True, ME, 0)
-    # the same session under another identity (two electors sharing a driver): not ours
-    assert await NODES.read_lock(driver, sid, OTHER) == ev.LockOwned(sid, False, ME, 0)
+    assert await NODES.entries(driver) == []  # a new election: no queue yet
+    ticket, name, token = await join(driver, ME)
+    entry = parse_entry(name)
+    assert entry is not None and (entry.ticket, entry.identity) == (ticket, ME)
+    data, node = await driver.get(NODES.node(name))
+    raw, crumb = await driver.get(NODES.crumb(ticket))
+    assert data == ME and node.ephemeral_owner == sid
+    assert crumb.ephemeral_owner is None  # the breadcrumb outlives the session
+    assert decode_breadcrumb(raw) == Breadcrumb(ME, None, b"data-me")
+    assert crumb.created == node.created == token  # one transaction: one creation number
+    assert await NODES.find(driver, sid, ticket, None) == ev.Queued(sid, name, token, (), ME)
 
 
 @pytest.mark.anyio
-async def test_commit_then_read_the_election(driver: Driver) -> None:
+async def test_a_join_that_fails_creates_nothing(driver: Driver) -> None:
+    ticket, _, _ = await join(driver, ME)
+    with pytest.raises(NodeExists):  # the ticket is taken: its breadcrumb exists
+        await NODES.join(driver, ticket, Breadcrumb(ME))
+    assert len(await NODES.entries(driver)) == 1
+
+
+@pytest.mark.anyio
+async def test_find_tells_the_nodes_below_and_the_leader(driver: Driver) -> None:
     sid = session(driver)
-    await NODES.create_lock(driver, sid, ME)
-    assert await NODES.read_election(driver, sid) == ev.ElectionRead(sid, None, None, 0, None)
-    commit = ev.CommitActive(sid, 0, 1, None, None)
-    assert await NODES.commit(driver, commit, Breadcrumb(ME, 1, b"d")) == ev.Committed(sid, 1, 0, 0)
-    read = await NODES.read_election(driver, sid)
-    assert read.breadcrumb is not None and decode_breadcrumb(read.breadcrumb) == Breadcrumb(
-        ME, 1, b"d"
+    _, leader, _ = await join(driver, OTHER)
+    _, middle, _ = await join(driver, THIRD)
+    ticket, name, token = await join(driver, ME)
+    queued = await NODES.find(driver, sid, ticket, None)
+    assert queued == ev.Queued(sid, name, token, (leader, middle), OTHER)
+    # the token, once known, is not read again: the answer carries the one given
+    assert await NODES.find(driver, sid, ticket, 5) == ev.Queued(
+        sid, name, 5, (leader, middle), OTHER
     )
-    assert (read.breadcrumb_version, read.epoch, read.epoch_version) == (0, 1, 0)
-    assert await NODES.verify_epoch(driver, ev.VerifyEpoch(sid, 1, 0)) is None
-    # a racing writer moved the epoch: a conflict, the lock still ours
-    again = ev.CommitActive(sid, 0, 2, 0, 0)
-    await driver.set(NODES.epoch, b"5")
-    assert await NODES.commit(driver, again, Breadcrumb(ME, 2)) == ev.CommitConflict(sid, False)
-    assert await NODES.verify_epoch(driver, ev.VerifyEpoch(sid, 1, 0)) == ev.EpochSuperseded(sid, 1)
-    # the lock's version changed: the lock check fails first
-    await driver.set(NODES.lock, ME)
-    assert await NODES.commit(driver, again, Breadcrumb(ME, 2)) == ev.CommitConflict(sid, True)
+    assert await NODES.find(driver, sid, ticket_for(ME, "2"), None) == ev.NotQueued(sid)
 
 
 @pytest.mark.anyio
-async def test_claim(driver: Driver) -> None:
-    sid = session(driver)
-    await driver.ensure_path(NODES.path)  # a standby claims where it saw a lock
-    claim = ev.ClaimActive(sid, 1, None, None)
-    assert await NODES.claim(driver, claim, Breadcrumb(ME, 1)) == ev.Claimed(sid, 1, 0, 0)
-    assert await NODES.read_lock(driver, sid, ME) == ev.LockOwned(sid, True, ME, 0)
-    assert await NODES.claim(driver, claim, Breadcrumb(ME, 1)) == ev.ClaimConflict(sid, True)
-    await NODES.release_lock(driver, sid, ME)
-    # the breadcrumb we read is gone meanwhile: the lock creation passed, the rest did not
-    stale = ev.ClaimActive(sid, 2, 0, 0)
-    await driver.delete(NODES.breadcrumb)
-    assert await NODES.claim(driver, stale, Breadcrumb(ME, 2)) == ev.ClaimConflict(sid, False)
-    assert await driver.exists(NODES.lock) is None  # all or nothing
+async def test_tokens_grow_in_join_order(driver: Driver) -> None:
+    tokens = [(await join(driver, identity))[2] for identity in (OTHER, THIRD, ME)]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 3
+    # a node never comes back under a name used before, and its token is new
+    ticket, name, token = await join(driver, ME, "2")
+    await crash(driver, name)
+    await driver.delete(NODES.crumb(ticket))
+    _, again, later = await join(driver, ME, "3")
+    assert again != name and later > token
 
 
 @pytest.mark.anyio
-async def test_release_deletes_only_our_lock(driver: Driver) -> None:
+async def test_watch_a_gone_predecessor(driver: Driver) -> None:
     sid = session(driver)
-    await NODES.release_lock(driver, sid, ME)  # no lock: nothing to do
-    await NODES.create_lock(driver, sid, OTHER)
-    await NODES.release_lock(driver, sid, ME)  # names another identity
-    assert await driver.exists(NODES.lock) is not None
-    await NODES.release_lock(driver, sid + 1, OTHER)  # another session's
-    assert await driver.exists(NODES.lock) is not None
-    await NODES.release_lock(driver, sid, OTHER)
-    assert await driver.exists(NODES.lock) is None
+    _, leader, _ = await join(driver, OTHER)
+    await crash(driver, leader)
+    for first in (True, False):
+        assert await NODES.watch(driver, sid, leader, first) == ev.PredecessorGone(sid, leader)
 
 
 @pytest.mark.anyio
-async def test_resign_deletes_breadcrumb_and_lock(driver: Driver) -> None:
+async def test_watch_the_leader_reads_its_breadcrumb_with_its_token(driver: Driver) -> None:
     sid = session(driver)
-    await NODES.create_lock(driver, sid, ME)
-    await NODES.commit(driver, ev.CommitActive(sid, 0, 1, None, None), Breadcrumb(ME, 1))
-    await NODES.resign(driver, ev.DeleteBreadcrumb(sid, 0, 0))
-    assert await driver.exists(NODES.breadcrumb) is None and await driver.exists(NODES.lock) is None
+    ticket, leader, token = await join(driver, OTHER)
+    await join(driver, ME)
+    watching = await NODES.watch(driver, sid, leader, True)
+    assert isinstance(watching, ev.Watching)
+    assert (watching.node, watching.strays) == (leader, False)
+    assert watching.crumb is not None
+    assert decode_breadcrumb(watching.crumb) == Breadcrumb(OTHER, token, b"data-other")
+    # its breadcrumb gone (a graceful exit under way): None
+    await driver.delete(NODES.crumb(ticket))
+    assert await NODES.watch(driver, sid, leader, True) == ev.Watching(sid, leader, None, False)
 
 
 @pytest.mark.anyio
-async def test_resign_with_a_changed_lock_deletes_the_breadcrumb_alone(driver: Driver) -> None:
+async def test_watch_tells_of_stray_breadcrumbs(driver: Driver) -> None:
+    """A breadcrumb no live node owns (a leader that crashed while another was fencing)."""
     sid = session(driver)
-    await NODES.create_lock(driver, sid, ME)
-    await NODES.commit(driver, ev.CommitActive(sid, 0, 1, None, None), Breadcrumb(ME, 1))
-    await driver.set(NODES.lock, ME)  # version 1 now
-    await NODES.resign(driver, ev.DeleteBreadcrumb(sid, 0, 0))
-    assert await driver.exists(NODES.breadcrumb) is None
-    assert await driver.exists(NODES.lock) is not None  # ReleaseLock's job
+    _, old, _ = await join(driver, THIRD)
+    _, leader, _ = await join(driver, OTHER)
+    await join(driver, ME)
+    await crash(driver, old)
+    watching = await NODES.watch(driver, sid, leader, True)
+    assert isinstance(watching, ev.Watching) and watching.strays
 
 
 @pytest.mark.anyio
-async def test_resign_refuses_a_breadcrumb_that_is_not_ours(driver: Driver) -> None:
+async def test_watch_a_predecessor_that_is_not_the_leader(driver: Driver) -> None:
+    """Nothing is read of its breadcrumb; nothing is told about strays either."""
     sid = session(driver)
-    await NODES.create_lock(driver, sid, ME)
-    await NODES.commit(driver, ev.CommitActive(sid, 0, 1, None, None), Breadcrumb(ME, 1))
-    await driver.set(NODES.breadcrumb, encode_breadcrumb(Breadcrumb(OTHER, 2)))
-    with pytest.raises(BadVersion):
-        await NODES.resign(driver, ev.DeleteBreadcrumb(sid, 0, 0))
-    assert await driver.exists(NODES.breadcrumb) is not None
+    await join(driver, OTHER)
+    _, middle, _ = await join(driver, THIRD)
+    await join(driver, ME)
+    assert await NODES.watch(driver, sid, middle, False) == ev.Watching(sid, middle, None, True)
+
+
+@pytest.mark.anyio
+async def test_read_crumbs_returns_those_left_below_us_oldest_first(driver: Driver) -> None:
+    sid = session(driver)
+    first_ticket, first, first_token = await join(driver, THIRD)  # crashed
+    mine_ticket, mine_before, mine_token = await join(driver, ME, "0")  # ours, crashed
+    _, live, _ = await join(driver, OTHER)  # still queued: not left behind
+    then_ticket, then, then_token = await join(driver, OTHER, "2")  # crashed
+    ticket, _, token = await join(driver, ME)
+    _, after, _ = await join(driver, THIRD, "9")  # joined after us: not ours to fence
+    for name in (then, first, mine_before, after):
+        await crash(driver, name)
+    read = await NODES.read_crumbs(driver, sid, ticket, token)
+    assert read == ev.CrumbsRead(
+        sid,
+        (
+            (
+                first_ticket,
+                with_epoch(encode_breadcrumb(Breadcrumb(THIRD, None, b"data-third")), first_token),
+            ),
+            (
+                mine_ticket,
+                with_epoch(encode_breadcrumb(Breadcrumb(ME, None, b"data-me")), mine_token),
+            ),
+            (
+                then_ticket,
+                with_epoch(encode_breadcrumb(Breadcrumb(OTHER, None, b"data-other")), then_token),
+            ),
+        ),
+    )
+    assert live not in {t for t, _ in read.crumbs} and ticket not in {t for t, _ in read.crumbs}
+
+
+@pytest.mark.anyio
+async def test_read_crumbs_of_a_new_election_is_empty(driver: Driver) -> None:
+    sid = session(driver)
+    assert await NODES.read_crumbs(driver, sid, ticket_for(ME, "1"), 1) == ev.CrumbsRead(sid, ())
+    ticket, _, token = await join(driver, ME)
+    assert await NODES.read_crumbs(driver, sid, ticket, token) == ev.CrumbsRead(sid, ())
+
+
+@pytest.mark.anyio
+async def test_clear_deletes_the_fenced_breadcrumbs_while_our_node_lives(driver: Driver) -> None:
+    a, a_node, _ = await join(driver, OTHER)
+    b, b_node, _ = await join(driver, THIRD)
+    _, mine, _ = await join(driver, ME)
+    await crash(driver, a_node)
+    await crash(driver, b_node)
+    await driver.delete(NODES.crumb(a))  # cleared already by someone else
+    assert await NODES.clear(driver, mine, [a, b, "nobody_1"]) is True
+    assert not await alive(driver, NODES.crumb(b))
+    assert await NODES.clear(driver, mine, []) is True
+
+
+@pytest.mark.anyio
+async def test_clear_without_our_node_deletes_nothing(driver: Driver) -> None:
+    a, a_node, _ = await join(driver, OTHER)
+    _, mine, _ = await join(driver, ME)
+    await crash(driver, a_node)
+    await crash(driver, mine)
+    assert await NODES.clear(driver, mine, [a]) is False
+    assert await alive(driver, NODES.crumb(a))
+
+
+@pytest.mark.anyio
+async def test_resign_deletes_breadcrumb_and_node(driver: Driver) -> None:
+    ticket, name, _ = await join(driver, ME)
+    await NODES.resign(driver, ticket, name)
+    assert not await alive(driver, NODES.crumb(ticket))
+    assert not await alive(driver, NODES.node(name))
+
+
+@pytest.mark.anyio
+async def test_resign_is_all_or_nothing(driver: Driver) -> None:
+    """Our node gone already: the breadcrumb stays (whoever leads next fences us, safely);
+    our breadcrumb gone already: the node is left all the same."""
+    ticket, name, _ = await join(driver, ME)
+    await crash(driver, name)
+    await NODES.resign(driver, ticket, name)
+    assert await alive(driver, NODES.crumb(ticket))
+    ticket, name, _ = await join(driver, ME, "2")
+    await driver.delete(NODES.crumb(ticket))
+    await NODES.resign(driver, ticket, name)
+    assert not await alive(driver, NODES.node(name))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("keep_crumb", [False, True])
+@pytest.mark.parametrize("by_ticket", [False, True])
+async def test_leave(driver: Driver, keep_crumb: bool, by_ticket: bool) -> None:
+    """With node=None (a join whose reply was lost) the node is found by its ticket."""
+    _, other, _ = await join(driver, OTHER)
+    ticket, name, _ = await join(driver, ME)
+    await NODES.leave(driver, ticket, None if by_ticket else name, keep_crumb=keep_crumb)
+    assert not await alive(driver, NODES.node(name))
+    assert await alive(driver, NODES.crumb(ticket)) is keep_crumb
+    assert [e.name for e in await NODES.entries(driver)] == [other]
+    # nothing left to leave: no error
+    await NODES.leave(driver, ticket, None if by_ticket else name, keep_crumb=False)
+    await NODES.leave(driver, ticket_for(ME, "never"), None, keep_crumb=False)
+
+
+@pytest.mark.anyio
+async def test_drop_crumb(driver: Driver) -> None:
+    ticket, _, _ = await join(driver, OTHER)
+    await NODES.drop_crumb(driver, ticket)
+    assert not await alive(driver, NODES.crumb(ticket))
+    await NODES.drop_crumb(driver, ticket)  # gone already: no error
