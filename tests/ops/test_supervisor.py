@@ -461,6 +461,8 @@ async def test_failover_to_a_target_moves_only_the_members_ahead_of_it(tmp_path:
         nodes = ElectionNodes("/svc")
         before = {e.identity: e.name for e in await nodes.entries(driver)}
         assert list(before) == [b"a", b"b", b"c", b"d"]
+        pid_a = child_pid(tmp_path, "a")
+        assert pid_a is not None
         request = await admin.request_failover(driver, "/svc", "c", cooldown=30)
         with anyio.fail_after(15):
             found = await admin.wait_for_failover(driver, "/svc", request)
@@ -471,7 +473,7 @@ async def test_failover_to_a_target_moves_only_the_members_ahead_of_it(tmp_path:
         assert after[b"c"] == before[b"c"] and after[b"d"] == before[b"d"]  # c and d stayed
         assert after[b"b"] != before[b"b"]  # b left and joined again, behind c
         assert g.members["a"].state == "out"
-        assert not alive(child_pid(tmp_path, "a") or 0)
+        assert not alive(pid_a) and (tmp_path / "a.term").exists()  # stopped with SIGTERM
         assert child_pid(tmp_path, "b") is None and child_pid(tmp_path, "d") is None
 
 
