@@ -36,7 +36,11 @@ async def test_three_electors_settle_with_one_active(net: Net) -> None:
             await c.add(name)
         await wait_for(c.settled)
         [leader] = c.active()
-        assert leader.elector.lease is not None and leader.elector.lease.epoch == 1
+        assert leader.elector.lease is not None
+        assert leader.elector.lease.epoch == await _created(c, leader.elector.lease.node)
+        # the queue, in the order the three would lead
+        queue = await leader.elector.contenders()
+        assert queue[0] == leader.elector.identity and sorted(queue) == [b"a", b"b", b"c"]
         assert [n.rec.leases for n in c.nodes if n is not leader] == [[], []]
 
 
@@ -46,11 +50,15 @@ async def test_graceful_quit_hands_over_without_fencing(net: Net) -> None:
             await c.add(name)
         await wait_for(c.settled)
         [old] = c.active()
+        assert old.elector.lease is not None
+        epoch = old.elector.lease.epoch
+        successor = (await old.elector.contenders())[1]
         old.elector.quit()
         await old.done.wait()
         await wait_for(lambda: len(c.active()) == 1)
         [new] = c.active()
-        assert new is not old and new.elector.lease and new.elector.lease.epoch == 2
+        assert new.elector.identity == successor  # FIFO: the next in the queue
+        assert new is not old and new.elector.lease and new.elector.lease.epoch > epoch
         assert not [e for e in c.history.events if e.kind == "fence"]
 
 
@@ -60,10 +68,12 @@ async def test_quit_with_fence_makes_the_next_active_fence(net: Net) -> None:
         await wait_for(c.settled)
         b = await c.add("b")
         await wait_for(lambda: b.state is ha.State.STANDBY)
+        assert a.elector.lease is not None
+        epoch = a.elector.lease.epoch
         a.elector.quit(need_fence=True)
         await wait_for(lambda: b.state is ha.State.ACTIVE)
         [fence] = [e for e in c.history.events if e.kind == "fence"]
-        assert fence.identity == "b" and fence.detail["old"] == "a" and fence.epoch == 1
+        assert fence.identity == "b" and fence.detail["old"] == "a" and fence.epoch == epoch
 
 
 async def test_crashed_active_is_fenced_and_replaced(net: Net) -> None:
@@ -123,7 +133,9 @@ async def test_default_policy_stops_at_once_on_disconnect() -> None:
         ]
         faults(a.driver).reconnect()
         await wait_for(lambda: a.state is ha.State.ACTIVE)
-        assert a.elector.lease is not None and a.elector.lease.epoch == 2  # a new epoch
+        # a new term, under the same token: the same session kept its queue node
+        assert a.elector.lease is not None and a.elector.lease is not lease
+        assert a.elector.lease.epoch == lease.epoch and a.elector.lease.valid
 
 
 async def test_session_expiry_of_the_active_fences_it(net: Net) -> None:
@@ -132,12 +144,14 @@ async def test_session_expiry_of_the_active_fences_it(net: Net) -> None:
         await wait_for(c.settled)
         b = await c.add("b")
         await wait_for(lambda: b.state is ha.State.STANDBY)
+        assert a.elector.lease is not None
+        epoch = a.elector.lease.epoch
         seen: list[ha.State] = []
         async with a.elector.transitions() as stream:
             await c.expire(a)
             # a new epoch begins; on sqlite a itself may win it (it sees its loss first)
             await wait_for(
-                lambda: any(n.rec.leases[-1:] and n.rec.leases[-1].epoch == 2 for n in c.nodes)
+                lambda: any(n.rec.leases[-1:] and n.rec.leases[-1].epoch > epoch for n in c.nodes)
             )
             while len(seen) < 2:
                 seen.append((await stream.receive()).new)
@@ -159,11 +173,14 @@ async def test_refused_fencing_blocks_the_takeover_until_it_succeeds(net: Net) -
         await wait_for(c.settled)
         b = await c.add("b")
         await wait_for(lambda: b.state is ha.State.STANDBY)
+        assert a.elector.lease is not None
+        epoch = a.elector.lease.epoch
         b.rec.refuse_fence = 2
         await c.crash(a)
         await wait_for(lambda: bool(b.rec.leases))
         fences = [e for e in c.history.events if e.kind == "fence"]
-        assert len(fences) == 3 and b.rec.leases[0].epoch == 2
+        assert len(fences) == 3 and b.rec.leases[0].epoch > epoch
+        assert {f.epoch for f in fences} == {epoch}
 
 
 async def test_hanging_hooks_are_bounded(net: Net) -> None:
@@ -178,34 +195,37 @@ async def test_hanging_hooks_are_bounded(net: Net) -> None:
 
 
 async def test_corrupt_breadcrumb_is_handed_to_fencing_as_is(net: Net) -> None:
+    """A breadcrumb left with no node (a crash) is fenced even when nobody can read it."""
     raw = b"\x00\xff not a breadcrumb"
     async with cluster(net) as c:
         async with c.probe() as seed:
-            await seed.create("/svc/breadcrumb", raw, makepath=True)
+            await seed.create("/svc/b/x_1", raw, makepath=True)
         await c.add("a")
         await wait_for(c.settled)
         [fence] = [e for e in c.history.events if e.kind == "fence"]
         assert bytes.fromhex(fence.detail["raw"]) == raw and fence.detail["old"] is None
+        async with c.probe() as probe:  # fenced, then cleared
+            await wait_for_async(lambda: probe.exists("/svc/b/x_1"), None)
 
 
-async def test_corrupt_epoch_is_a_clear_fatal_error(net: Net) -> None:
+async def test_foreign_names_in_the_queue_are_ignored(net: Net) -> None:
     async with cluster(net) as c:
         async with c.probe() as seed:
-            await seed.create("/svc/epoch", b"seven", makepath=True)
+            await seed.create("/svc/n/not-a-queue-node", b"?", makepath=True)
         a = await c.add("a")
-        await a.done.wait()
-        assert isinstance(a.error, ElectionFailed)
-        assert "/svc/epoch" in str(a.error) and "seven" in str(a.error)
+        await wait_for(lambda: a.state is ha.State.ACTIVE)
 
 
-async def test_foreign_lock_node_makes_standby(net: Net) -> None:
+async def test_foreign_queue_node_ahead_makes_standby(net: Net) -> None:
+    """A node no contender of ours made, first in the queue, leads as far as we can tell."""
     async with cluster(net) as c:
         seed = await c.stack.enter_async_context(c.probe())
-        await seed.create("/svc/lock", b"\xfe\xfeforeign", makepath=True)
+        await seed.create("/svc/n/zz_1_0000000000", b"\xfe\xfeforeign", makepath=True)
         a = await c.add("a")
         await wait_for(lambda: a.state is ha.State.STANDBY)
-        await seed.delete("/svc/lock")
+        await seed.delete("/svc/n/zz_1_0000000000")
         await wait_for(lambda: a.state is ha.State.ACTIVE)
+        assert not [e for e in c.history.events if e.kind == "fence"]  # it had no breadcrumb
 
 
 async def test_transient_faults_are_retried(net: Net) -> None:
@@ -242,7 +262,8 @@ async def test_epoch_superseded_report_fences_the_active(net: Net) -> None:
         # it may be FENCED and ACTIVE again quicker than a poll: wait for the new lease
         await wait_for(lambda: a.elector.lease not in (None, lease))
         assert not lease.valid
-        assert a.elector.lease is not None and a.elector.lease.epoch == 2
+        # FENCED left the queue: the next term is a new node, a greater token
+        assert a.elector.lease is not None and a.elector.lease.epoch > lease.epoch
         assert ("active", "fenced") in [
             (e.detail["old"], e.detail["new"]) for e in c.history.events if e.kind == "transition"
         ]
@@ -265,14 +286,21 @@ async def test_fenced_writes_fail_after_a_new_epoch(net: Net) -> None:
         assert info.value.index == 0
 
 
-async def test_breadcrumb_carries_identity_epoch_and_data(net: Net) -> None:
+async def test_breadcrumb_carries_identity_and_data_and_the_node_the_token(net: Net) -> None:
     async with cluster(net) as c:
-        await c.add("a", data=b"http://a:8080")
+        a = await c.add("a", data=b"http://a:8080")
         await wait_for(c.settled)
+        lease = a.elector.lease
+        assert lease is not None
         async with c.probe() as probe:
-            raw, _ = await probe.get("/svc/breadcrumb")
-            assert decode_breadcrumb(raw) == Breadcrumb(b"a", 1, b"http://a:8080")
-            assert (await probe.get("/svc/epoch"))[0] == b"1"
+            [ticket] = await probe.children("/svc/b")
+            raw, crumb_stat = await probe.get(f"/svc/b/{ticket}")
+            assert decode_breadcrumb(raw) == Breadcrumb(b"a", None, b"http://a:8080")
+            holder, stat = await probe.get(lease.node)
+            assert holder == b"a" and stat.ephemeral_owner == lease.session_id
+            # made by one transaction: one creation order, the token
+            assert stat.created == crumb_stat.created == lease.epoch
+            assert lease.node.startswith(f"/svc/n/{ticket}_")
 
 
 async def test_journal_and_task_group_start(tmp_path: Path) -> None:
@@ -280,7 +308,8 @@ async def test_journal_and_task_group_start(tmp_path: Path) -> None:
     name = f"journal-{uuid.uuid4().hex}"  # a cluster of its own (ids of dead objects recur)
     async with MemoryDriver(name) as driver, anyio.create_task_group() as tg:
         elector = ha.Elector(driver, "/svc", b"a", journal=str(path), timing=FAST)
-        started = await tg.start(elector.run, Recorder("a", History()))
+        rec = Recorder("a", History())
+        started = await tg.start(elector.run, rec)
         assert started is elector
         await wait_for(lambda: elector.state is ha.State.ACTIVE)
         elector.quit()
@@ -289,7 +318,7 @@ async def test_journal_and_task_group_start(tmp_path: Path) -> None:
         ("neutral", "active"),
         ("active", "neutral"),
     ]
-    assert records[0]["epoch"] == 1 and records[0]["identity"] == "a"
+    assert records[0]["epoch"] == rec.leases[0].epoch and records[0]["identity"] == "a"
     assert elector.statistics().transitions == {"active->neutral": 1, "neutral->active": 1}
     MemoryCluster.drop(name)
 
@@ -389,26 +418,26 @@ class LateReads(MemoryDriver):
 
     def __init__(self, cluster: str, session_timeout: float) -> None:
         super().__init__(cluster, session_timeout=session_timeout)
-        self.after_lock_read: MemoryDriver | None = None  # deletes the lock after our read
+        self.after_read: tuple[str, MemoryDriver] | None = None  # deletes a node after a read
 
-    async def get(self, path: str) -> tuple[bytes, Stat]:
-        answer = await super().get(path)
-        if path == "/svc/lock" and self.after_lock_read is not None:
-            other, self.after_lock_read = self.after_lock_read, None
-            await other.delete(path)  # its holder's session ends: we get DELETED now
+    async def exists(self, path: str) -> Stat | None:
+        answer = await super().exists(path)
+        if self.after_read is not None and path == self.after_read[0]:
+            (_, other), self.after_read = self.after_read, None
+            await other.delete(path)  # its owner's session ends: we get DELETED now
         return answer
 
 
-async def test_a_lock_deleted_while_its_owner_is_being_read_is_not_missed() -> None:
+async def test_a_leader_deleted_while_its_node_is_being_read_is_not_missed() -> None:
     name = f"late-reads-{uuid.uuid4().hex}"
     try:
         async with MemoryDriver(name) as holder, anyio.create_task_group() as tg:
-            await holder.create("/svc/lock", b"holder", ephemeral=True, makepath=True)
+            await holder.create("/svc/n/h_1_0000000000", b"h", ephemeral=True, makepath=True)
             async with LateReads(name, session_timeout=2.0) as driver:
-                driver.after_lock_read = holder
+                driver.after_read = ("/svc/n/h_1_0000000000", holder)
                 elector = ha.Elector(driver, "/svc", "a", timing=FAST)
                 await tg.start(elector.run, Recorder("a", History()))
-                # the lock is gone: nothing stands between a and leadership
+                # the leader is gone: nothing stands between a and leadership
                 await wait_for(lambda: elector.state is ha.State.ACTIVE, within=3.0)
                 elector.quit()
     finally:
@@ -468,7 +497,12 @@ async def test_sqlite_write_lock_held_elsewhere_stops_the_active_until_released(
         await c.fault("unstall", a)
         await wait_for(c.settled)
         [leader] = c.active()
-        assert leader.elector.lease is not None and leader.elector.lease.epoch > lease.epoch
+        assert leader.elector.lease is not None
+        # a new leader has a greater token; a, if its session lived, keeps its node and token
+        if leader is a:
+            assert leader.elector.lease.epoch >= lease.epoch
+        else:
+            assert leader.elector.lease.epoch > lease.epoch
 
 
 class _TaskGroupContender(Recorder):
@@ -486,6 +520,20 @@ class _TaskGroupContender(Recorder):
         async with anyio.create_task_group() as tg:
             tg.start_soon(child)
             await anyio.sleep_forever()
+
+
+async def _created(c: object, path: str) -> int:
+    async with c.probe() as probe:  # type: ignore[attr-defined]
+        stat = await probe.exists(path)
+    assert stat is not None
+    return stat.created
+
+
+async def wait_for_async(read: object, expected: object, within: float = 5.0) -> None:
+    """Poll the coroutine function ``read`` until it returns ``expected``."""
+    with anyio.fail_after(within):
+        while await read() != expected:  # type: ignore[operator]
+            await anyio.sleep(0.01)
 
 
 async def test_a_group_of_cancellation_and_error_from_become_active() -> None:
