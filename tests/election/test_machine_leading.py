@@ -1,0 +1,264 @@
+"""The pure machine once it leads or loses contact: one test per rule, P9-P14 of
+``machine.py`` (losing authority, contact lost, reconnect, expiry, quitting)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ha.election import events as ev
+from ha.election.machine import Machine, Phase, State
+from ha.election.nodes import ticket_for
+from tests.election.machine_support import (
+    L_TICKET,
+    LEADER,
+    ME,
+    S1,
+    S2,
+    TOKEN,
+    active,
+    joined,
+    kinds,
+    mine,
+    node_of,
+    queued,
+    standby,
+)
+
+# --- losing authority (P9) ---------------------------------------------------------------------
+
+
+def test_our_node_deleted_while_active_stops_first_and_keeps_the_breadcrumb() -> None:
+    mach = active()
+    ticket, node = mach.ticket or "", mine(mach)
+    effects = mach.handle(ev.NodeDeleted(S1, node))
+    assert effects == [
+        ev.StopActive("our node was deleted"),
+        ev.Leave(S1, ticket, node, True),
+        ev.Report(State.ACTIVE, State.FENCED, None, "our node was deleted"),
+        ev.WaitBackoff(1, mach.backoff_token),
+    ]
+    assert mach.phase is Phase.FENCED and mach.epoch is None
+    effects = mach.handle(ev.BackoffElapsed(mach.backoff_token))
+    assert effects[0] == ev.Join(S1, ticket_for(ME, "2"))
+    assert effects[1] == ev.Report(State.FENCED, State.NEUTRAL, None, "backoff elapsed")
+
+
+def test_a_refused_fenced_write_is_fenced() -> None:
+    mach = active()
+    assert mach.handle(ev.Superseded(S1, TOKEN - 1)) == []  # an older lease's report
+    assert mach.handle(ev.ActiveFailed(S1, TOKEN - 1, "old")) == []
+    effects = mach.handle(ev.Superseded(S1, TOKEN))
+    assert kinds(effects) == ["StopActive", "Leave", "Report", "WaitBackoff"]
+    assert mach.state is State.FENCED
+
+
+def test_session_expiry_while_active_stops_work_before_reporting_fenced() -> None:
+    mach = active()
+    effects = mach.handle(ev.SessionExpired(S1))
+    assert effects == [
+        ev.StopActive("session expired"),
+        ev.Report(State.ACTIVE, State.FENCED, None, "session expired"),
+        ev.WaitBackoff(1, mach.backoff_token),
+    ]  # no Leave: the node went with the session
+    mach.handle(ev.Connected(S2))
+    assert mach.handle(ev.BackoffElapsed(mach.backoff_token))[0] == ev.Join(S2, ticket_for(ME, "2"))
+
+
+def test_a_new_session_without_word_of_the_old_one_is_an_expiry() -> None:
+    mach = active()
+    effects = mach.handle(ev.Connected(S2))
+    assert kinds(effects) == ["StopActive", "Report", "WaitBackoff"]
+    assert mach.session == S2 and mach.state is State.FENCED
+
+
+def test_our_node_deleted_while_standby_leaves_and_backs_off() -> None:
+    mach = standby()
+    ticket, node = mach.ticket or "", mine(mach)
+    effects = mach.handle(ev.NodeDeleted(S1, node))
+    assert effects[0] == ev.Leave(S1, ticket, node, False)
+    assert kinds(effects) == ["Leave", "Report", "NotifyNeutral", "WaitBackoff"]
+
+
+# --- contact lost (P10, P11, P12) ---------------------------------------------------------------
+
+
+def test_disconnect_stops_an_active_at_once_by_default() -> None:
+    mach = active()
+    effects = mach.handle(ev.Disconnected(S1))
+    assert kinds(effects) == ["StopActive", "Report", "NotifyNeutral"]
+    assert mach.phase is Phase.OFFLINE and mach.epoch is None
+    assert mach.handle(ev.Reconnected(S1)) == [ev.ListQueue(S1, mach.ticket or "", TOKEN)]
+    # still first: read the breadcrumbs and act again under the same token
+    assert kinds(queued(mach, holder=ME)) == ["ReadCrumbs"]
+    assert mach.handle(ev.CrumbsRead(S1, ()))[0] == ev.StartActive(S1, TOKEN, mine(mach))
+
+
+def test_hold_policy_keeps_leading_through_a_blip() -> None:
+    mach = active(hold=True)
+    assert mach.handle(ev.Disconnected(S1)) == []
+    assert mach.phase is Phase.DETACHED and mach.state is State.ACTIVE
+    assert mach.handle(ev.Reconnected(S1)) == [ev.ListQueue(S1, mach.ticket or "", TOKEN)]
+    assert mach.phase is Phase.VERIFYING
+    assert queued(mach, holder=ME) == []
+    assert mach.phase is Phase.ACTIVE and mach.epoch == TOKEN
+
+
+def test_hold_policy_stops_at_the_deadline() -> None:
+    mach = active(hold=True)
+    mach.handle(ev.Disconnected(S1))
+    effects = mach.handle(ev.DeadlineExpired(S1))
+    assert kinds(effects) == ["StopActive", "Report", "NotifyNeutral"]
+    assert mach.phase is Phase.OFFLINE
+
+
+def test_the_deadline_with_contact_stops_then_lists_the_queue() -> None:
+    mach = active(hold=True)
+    effects = mach.handle(ev.DeadlineExpired(S1))
+    assert kinds(effects) == ["StopActive", "ListQueue", "Report", "NotifyNeutral"]
+    assert mach.phase is Phase.LISTING
+
+
+@pytest.mark.parametrize("answer", ["behind", "gone"])
+def test_hold_policy_fenced_when_no_longer_first(answer: str) -> None:
+    mach = active(hold=True)
+    mach.handle(ev.Disconnected(S1))
+    mach.handle(ev.Reconnected(S1))
+    ticket, node = mach.ticket or "", mine(mach)
+    if answer == "behind":
+        effects = queued(mach, LEADER)
+    else:
+        effects = mach.handle(ev.NotQueued(S1))
+    assert kinds(effects) == ["StopActive", "Leave", "Report", "WaitBackoff"]
+    assert effects[1] == ev.Leave(S1, ticket, node, True)
+    assert mach.state is State.FENCED
+
+
+def test_after_a_reconnect_what_the_watches_said_is_forgotten() -> None:
+    """P11: watch order holds within a connection only; a graceful exit seen before the
+    blip is confirmed by reading the breadcrumbs."""
+    mach = standby()
+    mach.handle(ev.CrumbDeleted(S1, L_TICKET))  # graceful evidence, before the blip
+    assert kinds(mach.handle(ev.Disconnected(S1))) == ["Report", "NotifyNeutral"]
+    assert mach.handle(ev.NodeDeleted(S1, LEADER)) == []  # offline: not acted on
+    assert mach.handle(ev.Reconnected(S1)) == [ev.ListQueue(S1, mach.ticket or "", TOKEN)]
+    assert (mach.crumb, mach.crumb_gone, mach.strays) == (None, False, True)
+    # the listing still shows the leader; its deletion then comes before the watch answer
+    assert queued(mach, LEADER) == [ev.Watch(S1, LEADER, True)]
+    effects = mach.handle(ev.NodeDeleted(S1, LEADER))
+    assert effects == [ev.ReadCrumbs(S1, mach.ticket or "", TOKEN)]
+
+
+def test_a_leader_gone_during_the_blip_is_read_for() -> None:
+    mach = standby()
+    mach.handle(ev.CrumbDeleted(S1, L_TICKET))
+    mach.handle(ev.Disconnected(S1))
+    mach.handle(ev.Reconnected(S1))
+    assert kinds(queued(mach)) == ["ReadCrumbs"]
+
+
+def test_session_expired_while_standby_waits_for_the_next_session() -> None:
+    """P12: the node went with the session: no Leave, a new ticket in the new session."""
+    mach = standby()
+    effects = mach.handle(ev.SessionExpired(S1))
+    assert kinds(effects) == ["Report", "NotifyNeutral"]
+    assert mach.phase is Phase.CONNECTING and mach.ticket is None
+    assert mach.handle(ev.Connected(S2)) == [ev.Join(S2, ticket_for(ME, "2"))]
+
+
+def test_a_node_given_up_out_of_contact_is_left_once_contact_is_back() -> None:
+    mach = active(hold=True)
+    ticket, node = mach.ticket or "", mine(mach)
+    mach.handle(ev.Disconnected(S1))
+    effects = mach.handle(ev.ActiveFailed(S1, TOKEN, "boom"))
+    assert kinds(effects) == ["StopActive", "Report", "NotifyNeutral", "WaitBackoff"]
+    assert mach.unleft == (ticket, node, True)
+    assert mach.handle(ev.BackoffElapsed(mach.backoff_token)) == []  # no contact: wait for it
+    assert mach.phase is Phase.OFFLINE
+    effects = mach.handle(ev.Reconnected(S1))
+    assert effects == [ev.Leave(S1, ticket, node, True), ev.Join(S1, ticket_for(ME, "2"))]
+    assert mach.unleft is None
+
+
+def test_a_node_given_up_out_of_contact_goes_with_an_expired_session() -> None:
+    mach = active(hold=True)
+    mach.handle(ev.Disconnected(S1))
+    mach.handle(ev.Superseded(S1, TOKEN))
+    assert mach.unleft is not None
+    mach.handle(ev.SessionExpired(S1))
+    assert mach.unleft is None
+    assert mach.handle(ev.Connected(S2)) == []  # FENCED: the backoff decides
+
+
+def test_stale_session_inputs_are_ignored() -> None:
+    """P1: a late answer or watch of a dead session never moves us."""
+    mach = active()
+    mach.handle(ev.SessionExpired(S1))
+    mach.handle(ev.Connected(S2))
+    mach.handle(ev.BackoffElapsed(mach.backoff_token))
+    node = node_of(mach.ticket or "", 3)
+    for event in (
+        ev.Queued(S1, node, 1, (), ME),
+        ev.NotQueued(S1),
+        ev.NodeDeleted(S1, node),
+        ev.CrumbsRead(S1, ()),
+        ev.OperationFailed(S1, "join", "boom", False),
+        ev.Disconnected(S1),
+        ev.SessionExpired(S1),
+    ):
+        assert mach.handle(event) == [], event
+    assert mach.phase is Phase.JOINING
+
+
+# --- quitting (P13, P14) -------------------------------------------------------------------------
+
+
+def test_quit_from_active_stops_then_resigns() -> None:
+    mach = active()
+    ticket, node = mach.ticket or "", mine(mach)
+    assert mach.handle(ev.QuitRequested()) == [
+        ev.StopActive("quit"),
+        ev.Resign(S1, ticket, node),
+        ev.Report(State.ACTIVE, State.NEUTRAL, None, "quit"),
+        ev.Finish(),
+    ]
+    assert mach.phase is Phase.DONE and mach.handle(ev.Joined()) == []
+
+
+def test_quit_with_a_fence_keeps_the_breadcrumb() -> None:
+    mach = active()
+    ticket, node = mach.ticket or "", mine(mach)
+    effects = mach.handle(ev.QuitRequested(need_fence=True))
+    assert effects == [
+        ev.StopActive("quit"),
+        ev.Leave(S1, ticket, node, True),
+        ev.Report(State.ACTIVE, State.NEUTRAL, None, "quit (fence requested)"),
+        ev.Finish(),
+    ]
+
+
+@pytest.mark.parametrize("need_fence", [False, True])
+def test_quit_while_standby_leaves_node_and_breadcrumb(need_fence: bool) -> None:
+    mach = standby()
+    ticket, node = mach.ticket or "", mine(mach)
+    effects = mach.handle(ev.QuitRequested(need_fence))
+    assert effects[0] == ev.Leave(S1, ticket, node, False)
+    assert kinds(effects) == ["Leave", "Report", "Finish"]
+
+
+def test_quit_while_joining_leaves_by_ticket() -> None:
+    mach = joined()
+    ticket = mach.ticket or ""
+    assert kinds(mach.handle(ev.QuitRequested())) == ["Leave", "Finish"]
+    assert mach.handle(ev.Queued(S1, node_of(ticket, 3), TOKEN, (), ME)) == []  # too late
+
+
+def test_quit_out_of_contact_leaves_the_node_to_the_runner() -> None:
+    mach = active(hold=True)
+    ticket, node = mach.ticket or "", mine(mach)
+    mach.handle(ev.Disconnected(S1))
+    assert kinds(mach.handle(ev.QuitRequested())) == ["StopActive", "Report", "Finish"]
+    assert mach.unleft == (ticket, node, True)  # work ran, contact lost: keep the breadcrumb
+
+
+def test_quit_before_joining_just_finishes() -> None:
+    assert Machine(ME).handle(ev.QuitRequested()) == [ev.Finish()]
