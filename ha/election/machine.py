@@ -369,7 +369,8 @@ class Machine:
 
     def _on_QuitRequested(self, event: ev.QuitRequested) -> list[ev.Effect]:
         leading = self.phase in LEADING
-        effects = self._stop_if_leading("quit")
+        stop = self._stop_if_leading("quit")
+        leave: list[ev.Effect]
         if (
             leading
             and not event.need_fence
@@ -378,16 +379,17 @@ class Machine:
             and self.ticket is not None
             and self.node is not None
         ):
-            effects.append(ev.Resign(self.session, self.ticket, self.node))  # P13
+            leave = [ev.Resign(self.session, self.ticket, self.node)]  # P13
             self._forget_queue()
         else:
-            effects += self._leave(keep_crumb=leading)
+            leave = self._leave(keep_crumb=leading)
         self.epoch = None
+        # the report comes once the work has stopped (P14) and before we leave the queue: a
+        # successor may act as soon as our node is gone, and is told after us
         effects = self._go(
-            Phase.DONE, "quit (fence requested)" if event.need_fence else "quit", effects
+            Phase.DONE, "quit (fence requested)" if event.need_fence else "quit", stop
         )
-        effects.append(ev.Finish())
-        return effects
+        return [*effects, *leave, ev.Finish()]
 
     # --- handlers: connection ---------------------------------------------------------------
 

@@ -285,21 +285,30 @@ class ElectionNodes:
         (the machine skips fencing our own identity but clears them)."""
         tickets: list[str] = []
         entries: list[QueueEntry] = []
+        errors: list[Exception] = []
 
+        # as in watch(): the children never raise
         async def list_crumbs() -> None:
             nonlocal tickets
             try:
                 tickets = await driver.children(self.crumbs)
             except NoNode:
                 pass
+            except Exception as exc:
+                errors.append(exc)
 
         async def list_queue() -> None:
             nonlocal entries
-            entries = await self.entries(driver)
+            try:
+                entries = await self.entries(driver)
+            except Exception as exc:
+                errors.append(exc)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(list_crumbs)
             tg.start_soon(list_queue)
+        if errors:
+            raise errors[0]
         owned = {e.ticket for e in entries} | {ticket}
         found: list[tuple[int, str, bytes]] = []
 
@@ -308,6 +317,9 @@ class ElectionNodes:
                 raw, stat = await driver.get(self.crumb(t))
             except NoNode:
                 return
+            except Exception as exc:
+                errors.append(exc)
+                return
             if stat.created < token:
                 found.append((stat.created, t, with_epoch(raw, stat.created)))
 
@@ -315,6 +327,8 @@ class ElectionNodes:
             for t in tickets:
                 if t not in owned:
                     tg.start_soon(read, t)
+        if errors:
+            raise errors[0]
         found.sort()
         return CrumbsRead(session, tuple((t, raw) for _, t, raw in found))
 
