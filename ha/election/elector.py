@@ -65,7 +65,7 @@ class Elector:
         "driver", "path", "identity", "data", "timing", "nodes",
         "_journal_spec", "_reporting", "_rng", "_machine", "_state", "_lease", "_send",
         "_leadership", "_backoff_at", "_closed",
-        "_quit_pending", "_fencing", "_unleft", "_watched",
+        "_quit_pending", "_fencing", "_unleft", "_left", "_watched",
     )  # fmt: skip
 
     def __init__(
@@ -114,6 +114,7 @@ class Elector:
         self._fencing: tuple[str, str] | None = None
         # a Leave not done yet (failed, or asked while out of contact): retried after a quit
         self._unleft: ev.Leave | None = None
+        self._left: str | None = None  # the ticket of the last Leave done
         # the node paths we watch: our node, the node below ours and its breadcrumb
         self._watched: dict[str, Subscription] = {}
 
@@ -390,7 +391,7 @@ class Elector:
                 if not await self._quietly("resign", nodes.resign(driver, ticket, node)):
                     self._unleft = ev.Leave(session, ticket, node, True)
             case ev.Leave():
-                await self._leave(effect)
+                return await self._leave(effect)
             case ev.NotifyStandby():
                 await self._hook(contender, "become_standby")
             case ev.NotifyNeutral():
@@ -445,16 +446,18 @@ class Elector:
             return False
         return True
 
-    async def _leave(self, effect: ev.Leave) -> None:
+    async def _leave(self, effect: ev.Leave) -> ev.Left | None:
         """Leave the queue (``nodes.leave``); a failure is kept, to retry after a quit."""
         call = self.nodes.leave(
             self.driver, effect.ticket, effect.node, keep_crumb=effect.keep_crumb
         )
-        if await self._quietly("leave the queue", call):
-            if self._unleft is not None and self._unleft.ticket == effect.ticket:
-                self._unleft = None
-        else:
+        if not await self._quietly("leave the queue", call):
             self._unleft = effect
+            return None
+        if self._unleft is not None and self._unleft.ticket == effect.ticket:
+            self._unleft = None
+        self._left = effect.ticket
+        return ev.Left(effect.session, effect.ticket)
 
     async def _release_after_quit(self) -> None:
         """After a quit, keep trying to leave the queue while our session may live.
@@ -467,9 +470,9 @@ class Elector:
         the driver ends it).
         """
         machine = self._machine
-        if machine.unleft is not None and machine.session is not None:
-            self._unleft = ev.Leave(machine.session, *machine.unleft)
-            machine.unleft = None
+        unleft, machine.unleft = machine.unleft, None
+        if unleft is not None and machine.session is not None and unleft[0] != self._left:
+            self._unleft = ev.Leave(machine.session, *unleft)
         pending = self._unleft
         if pending is None or pending.session != machine.session:
             return

@@ -38,6 +38,7 @@ __all__ = (
     "Join",
     "Joined",
     "Leave",
+    "Left",
     "ListQueue",
     "NodeDeleted",
     "NotQueued",
@@ -162,6 +163,14 @@ class CrumbDeleted:
 
 
 @dataclass(frozen=True, slots=True)
+class Left:
+    """Leave's answer: the node of ``ticket`` is gone from the queue (or never was in it)."""
+
+    session: int
+    ticket: str
+
+
+@dataclass(frozen=True, slots=True)
 class CrumbsRead:
     """ReadCrumbs' answer: the breadcrumbs left below our node, oldest first, each as
     (ticket, what the fence hook gets)."""
@@ -239,6 +248,7 @@ Input = (
     | PredecessorGone
     | NodeDeleted
     | CrumbDeleted
+    | Left
     | CrumbsRead
     | FenceSucceeded
     | FenceFailed
@@ -346,7 +356,7 @@ class Resign:
 @dataclass(frozen=True, slots=True)
 class Leave:
     """Delete our node (found by ticket if ``node`` is None), and our breadcrumb unless
-    ``keep_crumb`` (best effort)."""
+    ``keep_crumb``; answer Left (nothing if it failed: the machine sends it again)."""
 
     session: int
     ticket: str

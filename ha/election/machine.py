@@ -175,6 +175,7 @@ HANDLED: dict[type[ev.Input], frozenset[Phase]] = {
     ev.PredecessorGone: frozenset({Phase.WATCHING, Phase.REQUEUING}),
     ev.NodeDeleted: QUEUED | LEADING,
     ev.CrumbDeleted: WAITING,
+    ev.Left: LIVE,
     # taking over (P6, P7)
     ev.CrumbsRead: frozenset({Phase.READING}),
     ev.FenceSucceeded: frozenset({Phase.FENCING}),
@@ -245,8 +246,9 @@ class Machine:
         self.crumb_gone = False
         self.strays = True
         self.departed: str | None = None  # a node below ours that left while others remain
-        # a node we gave up while out of contact: left as soon as contact is back, for a
-        # node of ours that nobody deletes would stand in the queue while our session lives
+        # a node we gave up, until its Leave is answered: sent again before each join and
+        # whenever a listing still shows it, for a node of ours that nobody deletes would
+        # stand in the queue while our session lives (first, it would block everyone)
         self.unleft: tuple[str, str | None, bool] | None = None
         self.to_fence: list[bytes] = []  # breadcrumbs still to fence before acting
         self.to_clear: tuple[str, ...] = ()  # their tickets, deleted once active
@@ -311,9 +313,7 @@ class Machine:
         """The Leave of a node given up, once there is contact to send it."""
         if self.unleft is None or self.session is None or not self.connected:
             return []
-        ticket, node, keep_crumb = self.unleft
-        self.unleft = None
-        return [ev.Leave(self.session, ticket, node, keep_crumb)]
+        return [ev.Leave(self.session, *self.unleft)]
 
     def _join(self, cause: str) -> list[ev.Effect]:
         if self.session is None or not self.connected:
@@ -457,6 +457,10 @@ class Machine:
                 return self._lost("no longer first in the queue")
             return self._go(Phase.ACTIVE, "still first in the queue")
         effects: list[ev.Effect] = []
+        if self.unleft is not None and any(
+            e is not None and e.ticket == self.unleft[0] for e in map(parse_entry, event.below)
+        ):
+            effects += self._left()  # our own node given up is still ahead of us
         if self.departed is not None and _lower_lives(self.departed, event.below):
             departed = parse_entry(self.departed)
             assert departed is not None
@@ -496,6 +500,11 @@ class Machine:
             return self._fail("our node was deleted")  # from outside; we never acted on it
         if self.phase in WAITING:
             return self._predecessor_gone(event.node)
+        return []
+
+    def _on_Left(self, event: ev.Left) -> list[ev.Effect]:
+        if self.unleft is not None and self.unleft[0] == event.ticket:
+            self.unleft = None
         return []
 
     def _on_CrumbDeleted(self, event: ev.CrumbDeleted) -> list[ev.Effect]:
