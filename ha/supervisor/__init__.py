@@ -320,6 +320,9 @@ class Supervisor:
         env["HA_IDENTITY"] = self.settings.identity
         if lease is not None:
             env["HA_EPOCH"] = str(lease.epoch)  # a fencing token for COMMAND's own writes
+            # the leader's queue node: a transaction that checks it exists lands only while
+            # this leader leads (the node is never created again)
+            env["HA_NODE"] = lease.node
         return env
 
     # --- failover requests --------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """COMMAND for ``ha run`` in the supervised chaos rounds: acts on the witness until stopped.
 
 It has no lease: the supervisor must stop it before anyone else can take over. Its fenced writes
-use a fence of its own making from ``HA_EPOCH`` (the epoch node must still read that epoch; the
-transaction checks the node's version), as a program run by ``ha run`` would.
+use a fence of its own making from ``HA_NODE`` (the leader's queue node must still exist; the
+transaction checks it), with ``HA_EPOCH`` as its token, as a program run by ``ha run`` would.
 
     ha run /svc --id a -- python tests/chaos/command.py WITNESS_FILE ANYIO_BACKEND
 """
@@ -25,21 +25,19 @@ from tests.support.witness import Witness
 
 async def main(witness_file: str) -> None:
     identity, epoch = os.environ["HA_IDENTITY"], int(os.environ["HA_EPOCH"])
-    election, url = os.environ["HA_ELECTION"], os.environ["HA_URL"]
+    election, url, node = os.environ["HA_ELECTION"], os.environ["HA_URL"], os.environ["HA_NODE"]
     witness = Witness(witness_file, identity)
     while True:  # the backend may be busy or cut off: COMMAND must not exit for that
         try:
             async with ha.connect(url) as driver:
-                raw, stat = await driver.get(f"{election}/epoch")
-                if int(raw) != epoch:
+                if await driver.exists(node) is None:
                     await anyio.sleep_forever()  # already superseded: never act
                 lease = ha.Lease(
                     election,
                     identity.encode(),
                     epoch,
                     driver.session_id or 0,
-                    f"{election}/epoch",
-                    stat.version,
+                    node,
                     lambda: True,  # no lease: acting is the supervisor's call
                 )
                 while True:

@@ -26,11 +26,25 @@ if __name__ == "__main__":  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import ha
+import ha.election.nodes
 from ha.drivers.base import Driver
 from ha.errors import Unavailable
 from tests.support.witness import Witness
 
 ELECTION = "/svc"
+
+
+async def leader_epoch(driver: Driver) -> int | None:
+    """The token of the queue's first node, read from outside: the epoch in force by now
+    (every older leader's node is gone). None when the queue is empty."""
+    nodes = ha.election.nodes.ElectionNodes(ELECTION)
+    entries = await nodes.entries(driver)
+    if not entries:
+        return None
+    stat = await driver.exists(nodes.node(entries[0].name))
+    return None if stat is None else stat.created
+
+
 TIMING = ha.Timing(
     backoff=ha.Backoff(initial=0.01, maximum=0.2), hook_timeout=1.0, fence_timeout=2.0
 )

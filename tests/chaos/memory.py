@@ -21,7 +21,7 @@ from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.errors import HAError
 from ha.testing import faults
 from tests.chaos import SPAN, Fault, RoundResult, choose, schedule
-from tests.chaos.contender import ELECTION, TIMING, ChaosContender
+from tests.chaos.contender import ELECTION, TIMING, ChaosContender, leader_epoch
 from tests.support.witness import Witness, landed, prepare, read_lines, verdict
 
 SESSION = 0.5
@@ -90,8 +90,9 @@ class MemoryRound:
         async with MemoryDriver(self.cluster, session_timeout=5.0) as d:
             while True:
                 try:
-                    raw, _ = await d.get(f"{ELECTION}/epoch")
-                    self.epochs.append((time.monotonic(), int(raw)))
+                    epoch = await leader_epoch(d)
+                    if epoch is not None:
+                        self.epochs.append((time.monotonic(), epoch))
                 except HAError:
                     pass
                 await anyio.sleep(0.05)

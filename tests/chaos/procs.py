@@ -21,7 +21,7 @@ import anyio.abc
 import ha
 from ha.errors import HAError
 from tests.chaos import SPAN, Fault, RoundResult, choose, schedule
-from tests.chaos.contender import ELECTION
+from tests.chaos.contender import ELECTION, leader_epoch
 from tests.support.witness import landed, prepare, verdict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -269,9 +269,10 @@ class Fleet:
             try:
                 async with ha.connect(self.env.observer_url()) as d:
                     while True:
-                        with contextlib.suppress(HAError, ValueError):
-                            raw, _ = await d.get(f"{ELECTION}/epoch")
-                            self.epochs.append((time.monotonic(), int(raw)))
+                        with contextlib.suppress(HAError):
+                            epoch = await leader_epoch(d)
+                            if epoch is not None:
+                                self.epochs.append((time.monotonic(), epoch))
                         await anyio.sleep(0.05)
             except HAError:
                 await anyio.sleep(0.2)
