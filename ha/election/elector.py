@@ -65,7 +65,7 @@ class Elector:
         "driver", "path", "identity", "data", "timing", "nodes",
         "_journal_spec", "_reporting", "_rng", "_machine", "_state", "_lease", "_send",
         "_leadership", "_backoff_at", "_closed",
-        "_quit_pending", "_fencing", "_unleft", "_left", "_watched",
+        "_quit_pending", "_fencing", "_unleft", "_watched",
     )  # fmt: skip
 
     def __init__(
@@ -113,8 +113,7 @@ class Elector:
         # the last refused fence: (old active's identity, error); None after success
         self._fencing: tuple[str, str] | None = None
         # a Leave not done yet (failed, or asked while out of contact): retried after a quit
-        self._unleft: ev.Leave | None = None
-        self._left: str | None = None  # the ticket of the last Leave done
+        self._unleft: dict[str, ev.Leave] = {}  # by ticket
         # the node paths we watch: our node, the node below ours and its breadcrumb
         self._watched: dict[str, Subscription] = {}
 
@@ -389,7 +388,7 @@ class Elector:
                 await self._leadership.stop(cause)
             case ev.Resign(session, ticket, node):
                 if not await self._quietly("resign", nodes.resign(driver, ticket, node)):
-                    self._unleft = ev.Leave(session, ticket, node, True)
+                    self._unleft[ticket] = ev.Leave(session, ticket, node, True)
             case ev.Leave():
                 return await self._leave(effect)
             case ev.NotifyStandby():
@@ -452,11 +451,10 @@ class Elector:
             self.driver, effect.ticket, effect.node, keep_crumb=effect.keep_crumb
         )
         if not await self._quietly("leave the queue", call):
-            self._unleft = effect
+            self._unleft[effect.ticket] = effect
             return None
-        if self._unleft is not None and self._unleft.ticket == effect.ticket:
-            self._unleft = None
-        self._left = effect.ticket
+        self._unleft.pop(effect.ticket, None)
+        self._machine.unleft.pop(effect.ticket, None)  # also after the loop has ended
         return ev.Left(effect.session, effect.ticket)
 
     async def _release_after_quit(self) -> None:
@@ -469,18 +467,17 @@ class Elector:
         timeout. Bounded by two session timeouts of failing tries, then said loudly (closing
         the driver ends it).
         """
-        machine = self._machine
-        unleft, machine.unleft = machine.unleft, None
-        if unleft is not None and machine.session is not None and unleft[0] != self._left:
-            self._unleft = ev.Leave(machine.session, *unleft)
-        pending = self._unleft
-        if pending is None or pending.session != machine.session:
-            return
+        machine, session = self._machine, self._machine.session
+        for ticket, (node, keep_crumb) in machine.unleft.items():
+            if session is not None and ticket not in self._unleft:
+                self._unleft[ticket] = ev.Leave(session, ticket, node, keep_crumb)
+        machine.unleft = {}
+        self._unleft = {t: e for t, e in self._unleft.items() if e.session == session}
         timeout = self.driver.session_timeout
         give_up = anyio.current_time() + 2 * timeout
         delay = 0.05
-        while self._unleft is pending:
-            if self.driver.session_id != pending.session or self._closed:
+        while self._unleft:
+            if self.driver.session_id != session or self._closed:
                 return
             now = anyio.current_time()
             if not self.driver.connected and now > self.driver.last_contact + timeout:
@@ -493,8 +490,9 @@ class Elector:
                 )
                 return
             if self.driver.connected:
-                await self._leave(pending)
-                if self._unleft is not pending:
+                for effect in list(self._unleft.values()):
+                    await self._leave(effect)
+                if not self._unleft:
                     return
             log.info("%s: quit: our node may still be in the queue; trying again", self.path)
             await anyio.sleep(delay)

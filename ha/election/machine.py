@@ -249,7 +249,8 @@ class Machine:
         # a node we gave up, until its Leave is answered: sent again before each join and
         # whenever a listing still shows it, for a node of ours that nobody deletes would
         # stand in the queue while our session lives (first, it would block everyone)
-        self.unleft: tuple[str, str | None, bool] | None = None
+        # (by ticket: node, keep_crumb; several when joins fail in a row)
+        self.unleft: dict[str, tuple[str | None, bool]] = {}
         self.to_fence: list[bytes] = []  # breadcrumbs still to fence before acting
         self.to_clear: tuple[str, ...] = ()  # their tickets, deleted once active
 
@@ -305,15 +306,15 @@ class Machine:
     def _leave(self, *, keep_crumb: bool) -> list[ev.Effect]:
         """Delete our node if we may have one (and our breadcrumb unless kept), forget it."""
         if self.ticket is not None and self.session is not None:
-            self.unleft = (self.ticket, self.node, keep_crumb)
+            self.unleft[self.ticket] = (self.node, keep_crumb)
         self._forget_queue()
         return self._left()
 
     def _left(self) -> list[ev.Effect]:
         """The Leave of a node given up, once there is contact to send it."""
-        if self.unleft is None or self.session is None or not self.connected:
+        if self.session is None or not self.connected:
             return []
-        return [ev.Leave(self.session, *self.unleft)]
+        return [ev.Leave(self.session, t, *rest) for t, rest in self.unleft.items()]
 
     def _join(self, cause: str) -> list[ev.Effect]:
         if self.session is None or not self.connected:
@@ -429,7 +430,7 @@ class Machine:
 
     def _on_SessionExpired(self, event: ev.SessionExpired) -> list[ev.Effect]:
         self.session, self.connected = None, False  # P12
-        self.unleft = None  # went with the session
+        self.unleft = {}  # went with the session
         if self.phase in LEADING:
             return self._lost("session expired")
         self._forget_queue()
@@ -457,8 +458,8 @@ class Machine:
                 return self._lost("no longer first in the queue")
             return self._go(Phase.ACTIVE, "still first in the queue")
         effects: list[ev.Effect] = []
-        if self.unleft is not None and any(
-            e is not None and e.ticket == self.unleft[0] for e in map(parse_entry, event.below)
+        if self.unleft and any(
+            e is not None and e.ticket in self.unleft for e in map(parse_entry, event.below)
         ):
             effects += self._left()  # our own node given up is still ahead of us
         if self.departed is not None and _lower_lives(self.departed, event.below):
@@ -503,8 +504,7 @@ class Machine:
         return []
 
     def _on_Left(self, event: ev.Left) -> list[ev.Effect]:
-        if self.unleft is not None and self.unleft[0] == event.ticket:
-            self.unleft = None
+        self.unleft.pop(event.ticket, None)
         return []
 
     def _on_CrumbDeleted(self, event: ev.CrumbDeleted) -> list[ev.Effect]:
