@@ -25,7 +25,6 @@ class FormatResult:
     epoch: int | None = None  # the live leader's epoch (its node is kept)
     # always False: the token is a node's creation order, there is no counter to reset (the
     # field stays for the callers that print it)
-    epoch_reset: bool = False
     holder: bytes | None = None  # a live leader left in place (with force)
 
 

@@ -160,7 +160,8 @@ def run(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def status(opts: Options, path: str, as_json: bool) -> None:
-    """Show the active of the election at PATH, its epoch, breadcrumb and members.
+    """Show the election at PATH: its queue in order (the leader first, with its epoch, then
+    the standbys in the order they would take over), leftover breadcrumbs and members.
 
     Exit code 0 when an active exists, 3 when none.
 
@@ -278,7 +279,8 @@ def failover(
     """Hand the lead over gracefully: the active cedes and a standby takes over.
 
     The active's `ha run` stops its COMMAND, leaves without fencing and stays out for the
-    cooling period; with --to, the other standbys step aside so the chosen one takes over.
+    cooling period, then joins the queue again at its back; with --to, it cedes once the
+    chosen one is next in the queue, and the standbys ahead of it join again behind it.
     Refused when no standby could take over (unless --force); fails when the new active
     does not stay active for --confirm seconds (e.g. its COMMAND exits at once).
     Exit code 3 when there is no active.
@@ -368,15 +370,15 @@ def failover(
 @click.option(
     "--force",
     is_flag=True,
-    help="Clear what no live process holds (a stale lock, old members, failover requests)"
-    " even while an active runs; its lock, the breadcrumb and the epoch counter stay.",
+    help="Clear what no live process holds (queue nodes of no session, old members, failover"
+    " requests) even while an active runs; live contenders' nodes and every breadcrumb stay.",
 )
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_obj
 def format_(opts: Options, path: str, force: bool, yes: bool) -> None:
     """Create the election at PATH, or with --force clear it (like `zkfc -formatZK`).
 
-    Without --force it only creates missing nodes and refuses while the lock is held.
+    Without --force it only creates missing nodes and refuses while a contender is queued.
 
     \b
     Examples:
@@ -388,7 +390,7 @@ def format_(opts: Options, path: str, force: bool, yes: bool) -> None:
         if found.exists:
             what = []
             if found.holder is not None:
-                what.append(f"leaves the lock of {admin.text(found.holder)!r} if it is live")
+                what.append(f"leaves the node of {admin.text(found.holder)!r} if it is live")
             detail = "; ".join(what) or "the election holds nothing"
             if not sys.stdin.isatty():
                 raise Failure(
@@ -402,11 +404,9 @@ def format_(opts: Options, path: str, force: bool, yes: bool) -> None:
         parts.append(f"cleared {', '.join(result.removed)}")
     if result.holder is not None:
         parts.append(
-            f"{admin.text(result.holder)!r} holds the lock and stays active"
+            f"{admin.text(result.holder)!r} leads and stays active"
             " (stop it, or `ha failover`, to end its term)"
         )
-    if result.epoch_reset:
-        parts.append("the epoch was unreadable: reset to 0")
-    elif result.epoch is not None:
+    if result.epoch is not None:
         parts.append(f"epoch {result.epoch} kept")
     click.echo(f"{path}: {'; '.join(parts)}")

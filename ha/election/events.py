@@ -109,13 +109,16 @@ class SessionExpired:
 @dataclass(frozen=True, slots=True)
 class Queued:
     """Join's or ListQueue's answer: our node, its token, the nodes below it (lowest first)
-    and the identity of the lowest node in the queue (the leader, maybe us)."""
+    and the identity of the lowest node in the queue (the leader, maybe us). ``strays``:
+    breadcrumbs may lie about that no live node owns (False only when the breadcrumbs were
+    listed beside the queue and every one belongs to a node in it)."""
 
     session: int
     node: str
     token: int
     below: tuple[str, ...]
     holder: bytes
+    strays: bool = True
 
 
 @dataclass(frozen=True, slots=True)

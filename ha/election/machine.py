@@ -30,7 +30,9 @@ P6  Graceful handover: the leader resigns by deleting its breadcrumb, then its n
 P7  Crash: the leader's node gone and its breadcrumb left: fence it (read while watching),
     then ACTIVE. With stray breadcrumbs (leaders that crashed in a row), or with what we knew
     lost (first in the queue after a listing, a reconnect), read every breadcrumb older than
-    our node whose node is gone and fence each, oldest first (Hadoop's ``fenceOldActive``;
+    our node whose node is gone and fence each, oldest first (a listing of the queue that
+    shows us first, beside a listing of the breadcrumbs all owned by its nodes, shows that
+    there are none) (Hadoop's ``fenceOldActive``;
     one naming our own identity is ours from before). Once active, they are deleted, best
     effort: a later leader fencing one again is safe.
 P8  Any failure on the way to ACTIVE leaves the queue (node and breadcrumb: we never acted)
@@ -297,6 +299,7 @@ class Machine:
     def _forget_queue(self) -> None:
         """Our node is gone or given up: the next join starts afresh (P2)."""
         self.ticket = self.node = self.token = None
+        self.to_fence, self.to_clear = [], ()  # an earlier takeover's, never carried over
         self._forget_below()
 
     def _forget_below(self) -> None:
@@ -469,6 +472,8 @@ class Machine:
         self._forget_below()
         self.below = event.below
         if not event.below:
+            if not event.strays:  # P7: no breadcrumb left by anyone: nobody to fence
+                return [*effects, *self._won("first in the queue, nobody to fence")]
             return self._first("first in the queue", effects)
         cause = "queued" if self.phase is Phase.JOINING else "listed"
         effects.append(ev.Watch(event.session, event.below[-1], len(event.below) == 1))

@@ -202,9 +202,36 @@ class ElectionNodes:
     ) -> Queued | NotQueued:
         """Where our node (by ticket) stands: the names below it, and its token.
 
-        ``token`` is the one already known (None: read the node's creation order once).
+        ``token`` is the one already known (None: read the node's creation order once). The
+        breadcrumbs are listed beside the queue, in the same round trip: a contender that finds
+        itself first, with every breadcrumb owned by a node of this listing, has nobody to
+        fence (a breadcrumb left by a leader is never owned: its node does not come back).
         """
-        entries = await self.entries(driver)
+        entries: list[QueueEntry] = []
+        tickets: list[str] | None = None
+        errors: list[Exception] = []
+
+        async def list_queue() -> None:
+            nonlocal entries
+            try:
+                entries = await self.entries(driver)
+            except Exception as exc:
+                errors.append(exc)
+
+        async def list_crumbs() -> None:
+            nonlocal tickets
+            try:
+                tickets = await driver.children(self.crumbs)
+            except NoNode:
+                tickets = []
+            except Exception as exc:  # the queue's answer is worth having all the same
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(list_queue)
+            tg.start_soon(list_crumbs)
+        if errors and not (tickets is None and len(errors) == 1 and entries):
+            raise errors[0]
         index = next((i for i, e in enumerate(entries) if e.ticket == ticket), None)
         if index is None:
             return NotQueued(session)
@@ -216,7 +243,9 @@ class ElectionNodes:
             token = stat.created
         below = tuple(e.name for e in entries[:index])
         holder = entries[0].identity if entries else b""
-        return Queued(session, entry.name, token, below, holder)
+        owned = {e.ticket for e in entries}
+        strays = tickets is None or any(t not in owned for t in tickets)
+        return Queued(session, entry.name, token, below, holder, strays)
 
     async def watch(
         self, driver: Driver, session: int, predecessor: str, first: bool

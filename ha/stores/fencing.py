@@ -1,10 +1,10 @@
 """Fenced writes: every write of a store is one transaction that starts with the lease's check.
 
-The leader's ``Lease`` names the epoch node and the version this leader wrote to it. A store
-write is ``lease.transaction(driver, ops)``, i.e. ``[*lease.fence_ops(), *ops]`` as one
-transaction: the backend applies it only while the epoch node still has that version, so once a
-newer leader has bumped the epoch, a late write of the old one fails at the fence and changes
-nothing (Kafka's controller epoch, Flink's leader-session-guarded writes). A failure at a fence
+The leader's ``Lease`` names this leader's queue node (``ha/election/nodes.py``). A store write
+is ``lease.transaction(driver, ops)``, i.e. ``[*lease.fence_ops(), *ops]`` as one transaction:
+the backend applies it only while that node exists, so once the leader is deposed (its node
+gone, which is what lets the next one lead), a late write of the old one fails at the fence and
+changes nothing (Kafka's controller epoch, Flink's leader-session-guarded writes). A failure at a fence
 op becomes ``Fenced`` and is reported to the elector through ``lease.report_fenced()``; a
 failure at a later op is re-raised as ``TransactionFailed`` indexed from the caller's first op.
 """

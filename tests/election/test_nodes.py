@@ -188,7 +188,8 @@ async def test_join_creates_node_and_breadcrumb_in_one_transaction(driver: Drive
     assert crumb.ephemeral_owner is None  # the breadcrumb outlives the session
     assert decode_breadcrumb(raw) == Breadcrumb(ME, None, b"data-me")
     assert crumb.created == node.created == token  # one transaction: one creation number
-    assert await NODES.find(driver, sid, ticket, None) == ev.Queued(sid, name, token, (), ME)
+    # every breadcrumb is owned by a node in the queue: nobody to fence
+    assert await NODES.find(driver, sid, ticket, None) == ev.Queued(sid, name, token, (), ME, False)
 
 
 @pytest.mark.anyio
@@ -206,11 +207,14 @@ async def test_find_tells_the_nodes_below_and_the_leader(driver: Driver) -> None
     _, middle, _ = await join(driver, THIRD)
     ticket, name, token = await join(driver, ME)
     queued = await NODES.find(driver, sid, ticket, None)
-    assert queued == ev.Queued(sid, name, token, (leader, middle), OTHER)
+    assert queued == ev.Queued(sid, name, token, (leader, middle), OTHER, False)
     # the token, once known, is not read again: the answer carries the one given
     assert await NODES.find(driver, sid, ticket, 5) == ev.Queued(
-        sid, name, 5, (leader, middle), OTHER
+        sid, name, 5, (leader, middle), OTHER, False
     )
+    # a breadcrumb no live node owns (a crash's): strays
+    await driver.create(NODES.crumb("crashed_1"), b"?")
+    assert (await NODES.find(driver, sid, ticket, 5)).strays  # type: ignore[union-attr]
     assert await NODES.find(driver, sid, ticket_for(ME, "2"), None) == ev.NotQueued(sid)
 
 

@@ -1,0 +1,38 @@
+"""P7's short way: a listing that shows us first, with every breadcrumb owned by a node of that
+listing, has nobody to fence, so the machine acts on it without reading the breadcrumbs."""
+
+from __future__ import annotations
+
+from ha.election import events as ev
+from ha.election.machine import Phase, State
+
+from .machine_support import OTHER, S1, TOKEN, joined, kinds, mine
+
+
+def test_first_with_no_stray_breadcrumb_acts_at_once() -> None:
+    mach = joined()
+    effects = mach.handle(ev.Queued(S1, mine(mach), TOKEN, (), OTHER, False))
+    assert effects[0] == ev.StartActive(S1, TOKEN, mine(mach))
+    assert "ReadCrumbs" not in kinds(effects) and "FenceOldActive" not in kinds(effects)
+    assert mach.phase is Phase.ACTIVE and mach.state is State.ACTIVE and mach.epoch == TOKEN
+
+
+def test_first_with_strays_reads_the_breadcrumbs() -> None:
+    mach = joined()
+    effects = mach.handle(ev.Queued(S1, mine(mach), TOKEN, (), OTHER, True))
+    assert effects[-1] == ev.ReadCrumbs(S1, mach.ticket or "", TOKEN)
+    assert mach.phase is Phase.READING
+
+
+def test_a_standby_whose_predecessor_left_acts_on_the_listing() -> None:
+    """The node below ours was not the leader's: when it goes, one listing (queue and
+    breadcrumbs together) is enough to lead, as Curator's LeaderLatch needs one getChildren."""
+    mach = joined()
+    below = ("other%3A2_a_0000000001", "third%3A3_b_0000000002")
+    mach.handle(ev.Queued(S1, mine(mach), TOKEN, below, OTHER, False))
+    mach.handle(ev.Watching(S1, below[-1], None, True))
+    assert mach.phase is Phase.STANDBY
+    relist = mach.handle(ev.NodeDeleted(S1, below[-1]))
+    assert relist == [ev.ListQueue(S1, mach.ticket or "", TOKEN)]
+    effects = mach.handle(ev.Queued(S1, mine(mach), TOKEN, (), OTHER, False))
+    assert kinds(effects)[0] == "StartActive" and mach.phase is Phase.ACTIVE
