@@ -88,7 +88,63 @@ def test_a_failed_join_leaves_by_ticket_and_backs_off() -> None:
     effects = mach.handle(ev.OperationFailed(S1, "join", "timed out", True))
     assert effects == [ev.Leave(S1, ticket, None, False), ev.WaitBackoff(1, mach.backoff_token)]
     assert mach.phase is Phase.BACKOFF and mach.ticket is None
+    assert mach.handle(ev.Left(S1, ticket)) == []
     assert mach.handle(ev.BackoffElapsed(mach.backoff_token)) == [ev.Join(S1, ticket_for(ME, "2"))]
+
+
+def test_a_leave_not_answered_is_sent_again_before_the_next_join() -> None:
+    """Found by the cluster property test: a Leave that timed out (a frozen backend) left our
+    old node first in the queue, in our own live session, and we queued behind it forever."""
+    mach = joined()
+    ticket = mach.ticket or ""
+    mach.handle(ev.OperationFailed(S1, "join", "timed out", True))
+    leave = ev.Leave(S1, ticket, None, False)
+    assert mach.handle(ev.BackoffElapsed(mach.backoff_token)) == [
+        leave,
+        ev.Join(S1, ticket_for(ME, "2")),
+    ]
+    # the listing still shows it ahead of us: leave it again
+    effects = mach.handle(
+        ev.Queued(S1, ticket_for(ME, "2") + "_0000000009", 9, (f"{ticket}_0000000003",), ME)
+    )
+    assert effects[0] == leave
+    mach.handle(ev.Left(S1, ticket))
+    assert mach.unleft == {}
+
+
+def test_a_leave_is_sent_again_before_every_join_until_its_own_answer_comes() -> None:
+    """Only Left of that ticket, in our session, ends the repeats: another ticket's answer or a
+    dead session's says nothing about our node."""
+    mach = joined()
+    ticket = mach.ticket or ""
+    leave = ev.Leave(S1, ticket, None, False)
+    mach.handle(ev.OperationFailed(S1, "join", "timed out", True))
+    assert mach.handle(ev.BackoffElapsed(mach.backoff_token))[0] == leave
+    for answer in (ev.Left(S1, L_TICKET), ev.Left(S2, ticket), ev.Left(S1, mach.ticket or "")):
+        assert mach.handle(answer) == []
+        assert mach.unleft == {ticket: (None, False)}
+    # the second join's reply lost, and it had not applied: join again, leaving first
+    mach.handle(ev.Disconnected(S1))
+    assert kinds(mach.handle(ev.Reconnected(S1))) == ["Leave", "ListQueue"]
+    assert mach.handle(ev.NotQueued(S1)) == [leave, ev.Join(S1, ticket_for(ME, "3"))]
+    # listed without the old node below ours: nothing to leave there
+    assert queued(mach, LEADER) == [ev.Watch(S1, LEADER, True)]
+    assert mach.handle(ev.Left(S1, ticket)) == [] and mach.unleft == {}
+    mach.handle(ev.Disconnected(S1))
+    assert kinds(mach.handle(ev.Reconnected(S1))) == ["ListQueue"]
+    assert mach.handle(ev.NotQueued(S1)) == [ev.Join(S1, ticket_for(ME, "4"))]
+
+
+def test_two_nodes_given_up_in_a_row_are_both_left_again() -> None:
+    """Two joins failing in a row on an unreachable backend: the first node is not forgotten."""
+    mach = joined()
+    first_ticket = mach.ticket or ""
+    mach.handle(ev.OperationFailed(S1, "join", "timed out", True))  # its Leave is lost
+    mach.handle(ev.BackoffElapsed(mach.backoff_token))  # sent again: lost again
+    mach.handle(ev.OperationFailed(S1, "join", "timed out", True))
+    effects = mach.handle(ev.BackoffElapsed(mach.backoff_token))
+    assert ev.Leave(S1, first_ticket, None, False) in effects
+    assert effects[-1] == ev.Join(S1, ticket_for(ME, "3"))
 
 
 # --- the queue (P4, P5) ------------------------------------------------------------------------
@@ -275,6 +331,7 @@ def test_a_refused_fence_leaves_the_queue_and_backs_off() -> None:
     effects = mach.handle(ev.FenceFailed(S1, "refused"))
     assert effects == [ev.Leave(S1, ticket, node, False), ev.WaitBackoff(1, mach.backoff_token)]
     assert mach.phase is Phase.BACKOFF and mach.state is State.NEUTRAL and mach.ticket is None
+    assert mach.handle(ev.Left(S1, ticket)) == [] and mach.unleft == {}
     token = mach.backoff_token
     assert mach.handle(ev.BackoffElapsed(token - 1)) == []  # an older timer
     assert mach.handle(ev.BackoffElapsed(token)) == [ev.Join(S1, ticket_for(ME, "2"))]
@@ -288,6 +345,8 @@ def test_transient_failures_are_retried_then_fatal() -> None:
     for attempt in (1, 2):
         effects = mach.handle(ev.OperationFailed(S1, "join", "boom", True))
         assert effects[-1] == ev.WaitBackoff(attempt, mach.backoff_token)
+        assert isinstance(effects[0], ev.Leave)
+        mach.handle(ev.Left(S1, effects[0].ticket))
         mach.handle(ev.BackoffElapsed(mach.backoff_token))
     effects = mach.handle(ev.OperationFailed(S1, "join", "boom", True))
     assert kinds(effects) == ["Leave", "NotifyFatal", "Finish"]
@@ -335,6 +394,7 @@ def test_become_active_failing_every_term_backs_off_longer_then_is_fatal() -> No
         backoff = effects[-1]
         assert isinstance(backoff, ev.WaitBackoff)
         attempts.append(backoff.attempt)
+        assert mach.handle(ev.Left(S1, ticket)) == []
         assert kinds(mach.handle(ev.BackoffElapsed(mach.backoff_token))) == ["Join"]
     assert attempts == [1, 2, 3] and mach.phase is Phase.FAILED
 
@@ -354,6 +414,7 @@ def test_refused_fences_back_off_longer_each_time_then_are_fatal() -> None:
         [leave, backoff] = refused(mach, OLD_CRUMB)
         assert isinstance(leave, ev.Leave) and isinstance(backoff, ev.WaitBackoff)
         attempts.append(backoff.attempt)
+        mach.handle(ev.Left(S1, leave.ticket))
         mach.handle(ev.BackoffElapsed(mach.backoff_token))
     assert attempts == [1, 2, 3]
     assert kinds(refused(mach, OLD_CRUMB)) == ["Leave", "NotifyFatal", "Finish"]

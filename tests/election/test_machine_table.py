@@ -4,6 +4,8 @@ random, duplicated, reordered and stale inputs."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,7 +52,17 @@ def test_every_phase_handles_every_input(phase: Phase, cls: type[ev.Input]) -> N
 
 
 def snapshot(mach: Machine) -> dict[str, object]:
-    return {name: getattr(mach, name) for name in Machine.__slots__ if name != "nonce"}
+    # copies: a handler may change a list or dict in place
+    return {name: copy.copy(getattr(mach, name)) for name in Machine.__slots__ if name != "nonce"}
+
+
+def placed(phase: Phase, cls: type[ev.Input]) -> Iterator[tuple[Machine, ev.Input]]:
+    """The diagram's situations, and for Left a node given up under the answer's ticket in the
+    machine's session: Left moves no phase, its whole work is to end the Leave's repeats."""
+    for mach, event in situations(phase, cls):
+        if isinstance(event, ev.Left) and mach.session is not None:
+            mach.unleft = {event.ticket: (None, False)}
+        yield mach, event
 
 
 @pytest.mark.parametrize("cls", ev.INPUT_TYPES, ids=lambda c: c.__name__)
@@ -60,7 +72,7 @@ def test_an_input_outside_the_table_changes_nothing(cls: type[ev.Input]) -> None
     for phase in Phase:
         if phase in m.HANDLED[cls]:
             continue
-        for mach, event in situations(phase, cls):
+        for mach, event in placed(phase, cls):
             before = snapshot(mach)
             assert mach.handle(event) == [], (phase, event)
             assert snapshot(mach) == before, (phase, event)
@@ -72,7 +84,7 @@ def test_every_phase_in_the_table_can_act_on_its_input(cls: type[ev.Input]) -> N
     assert m.HANDLED[cls], cls
     assert not m.HANDLED[cls] & {Phase.DONE, Phase.FAILED}
     for phase in m.HANDLED[cls]:
-        for mach, event in situations(phase, cls):
+        for mach, event in placed(phase, cls):
             before = snapshot(mach)
             if mach.handle(event) or snapshot(mach) != before:
                 break
@@ -136,8 +148,14 @@ class MachineModel(RuleBasedStateMachine):
       strays, and either L's breadcrumb was seen gone (that answer's crumb None, or a
       CrumbDeleted of L's ticket acted on) or the breadcrumb read was ours or was fenced;
     - FenceOldActive is only ever handed a breadcrumb the machine was told of, never ours;
-    - ClearCrumbs only follows a StartActive; Resign and Leave(keep_crumb=False) only while
-      no scope is open (a breadcrumb goes only once the work has stopped);
+    - ClearCrumbs only follows a StartActive; Resign, and Leave(keep_crumb=False) of the
+      node the scope was opened on, only while no scope is open (a breadcrumb goes only once
+      the work has stopped; an older node given up and left again is not the scope's);
+    - every node given up is left until its Leave is answered: while a Leave is owed (sent,
+      or in the machine's ``unleft``, with no Left of its ticket acted on in that session),
+      the machine keeps it in ``unleft``, sends it before every Join in that session, and
+      again when a listing shows its node below ours. The runner answers a Leave with Left,
+      or not at all (a leave that failed), or late;
     - DropCrumb (P5) only for a node below which a live node was just listed.
     """
 
@@ -146,6 +164,8 @@ class MachineModel(RuleBasedStateMachine):
         self.mach = Machine(ME, max_retries=3)
         self.state = State.NEUTRAL
         self.scope_open = False
+        self.scope_ticket: str | None = None
+        self.owed: dict[str, ev.Leave] = {}  # by ticket: the Leaves sent again until answered
         self.finished = False
         self.forget()
 
@@ -192,6 +212,9 @@ class MachineModel(RuleBasedStateMachine):
         if cls is ev.CrumbDeleted:
             tickets = [L_TICKET, M_TICKET, mach.ticket or MY_OLD_TICKET]
             return ev.CrumbDeleted(sid, data.draw(st.sampled_from(tickets)))
+        if cls is ev.Left:
+            tickets = [*self.owed, MY_OLD_TICKET, L_TICKET, mach.ticket or MY_OLD_TICKET]
+            return ev.Left(sid, data.draw(st.sampled_from(tickets)))
         if cls is ev.CrumbsRead:
             mask = data.draw(st.lists(st.booleans(), min_size=len(LEFT), max_size=len(LEFT)))
             return ev.CrumbsRead(sid, tuple(c for c, keep in zip(LEFT, mask, strict=True) if keep))
@@ -226,6 +249,16 @@ class MachineModel(RuleBasedStateMachine):
         self.feed(data.draw(st.sampled_from(self.likely(data))))
 
     def likely(self, data: st.DataObject) -> list[ev.Input]:
+        # a Leave owed is answered, or not (that leave failed), or another one is (a late
+        # answer for a node given up before): choices among the others
+        answers: list[ev.Input] = []
+        if self.owed:
+            owed = data.draw(st.sampled_from(sorted(self.owed.values(), key=str)))
+            late = data.draw(st.sampled_from([MY_OLD_TICKET, self.mach.ticket or L_TICKET]))
+            answers = [ev.Left(owed.session, owed.ticket), ev.Left(owed.session, late)]
+        return self.likely_in_phase(data) + answers
+
+    def likely_in_phase(self, data: st.DataObject) -> list[ev.Input]:
         mach, sid = self.mach, self.mach.session or S1
         own = node_of(mach.ticket or MY_OLD_TICKET, 3)
         if mach.phase in WAITING and mach.below:
@@ -240,7 +273,9 @@ class MachineModel(RuleBasedStateMachine):
                 ev.NodeDeleted(sid, node),
             ]
         if mach.phase in (Phase.JOINING, Phase.LISTING, Phase.REQUEUING, Phase.VERIFYING):
-            below = data.draw(st.sampled_from(BELOW))
+            # a node of ours given up may still stand below ours
+            given_up = tuple((node_of(t, 0), LEADER) for t in self.owed)
+            below = data.draw(st.sampled_from(BELOW + given_up))
             return [ev.Queued(sid, own, TOKEN, below, OTHER if below else ME), ev.NotQueued(sid)]
         if mach.phase is Phase.READING:
             mask = data.draw(st.lists(st.booleans(), min_size=len(LEFT), max_size=len(LEFT)))
@@ -275,16 +310,28 @@ class MachineModel(RuleBasedStateMachine):
         mach = self.mach
         session = getattr(event, "session", None)
         acted = mach.phase in m.HANDLED[type(event)] and session == mach.session
+        owed, listing = dict(self.owed), acted and mach.phase is not Phase.VERIFYING
         was_connected, old_session = mach.connected, mach.session
         effects = mach.handle(event)
         if self.finished:
             assert effects == []
             return
         self.state = check_effects(mach, self.state, effects)
+        if isinstance(event, ev.Queued) and listing and owed:
+            for ticket in {e.ticket for e in map(parse_entry, event.below) if e} & set(owed):
+                assert owed[ticket] in effects, f"{owed[ticket]} still listed, not sent again"
         self.learn(event, acted, was_connected, old_session)
         for i, effect in enumerate(effects):
-            self.check(event, effect, effects[i - 1] if i else None)
+            self.check(event, effect, effects[:i])
         assert self.scope_open == (mach.phase in m.LEADING), (mach.phase, effects)
+        if mach.session is not None:
+            for ticket, (node, keep_crumb) in mach.unleft.items():
+                # a node given up out of contact: no Leave yet
+                self.owed.setdefault(ticket, ev.Leave(mach.session, ticket, node, keep_crumb))
+        if not self.finished:
+            for ticket, leave in self.owed.items():
+                assert ticket in mach.unleft, f"{leave} dropped unanswered on {event}"
+                assert mach.unleft[ticket] == (leave.node, leave.keep_crumb), mach.unleft
 
     def learn(
         self, event: ev.Input, acted: bool, was_connected: bool, old_session: int | None
@@ -292,8 +339,13 @@ class MachineModel(RuleBasedStateMachine):
         """Record what the machine was told, as far as it acted on it (the table says so)."""
         if isinstance(event, ev.Connected) and old_session not in (None, event.session):
             self.forget()  # a new session: the old one's knowledge is void
+            self.owed = {}  # and its nodes went with it
         if not acted:
             return
+        if isinstance(event, ev.SessionExpired):
+            self.owed = {}
+        if isinstance(event, ev.Left):
+            self.owed.pop(event.ticket, None)
         if isinstance(event, ev.Disconnected | ev.SessionExpired) or (
             isinstance(event, ev.Reconnected) and not was_connected
         ):
@@ -313,9 +365,15 @@ class MachineModel(RuleBasedStateMachine):
         elif isinstance(event, ev.FenceFailed):
             self.fencing = None
 
-    def check(self, event: ev.Input, effect: ev.Effect, previous: ev.Effect | None) -> None:
+    def check(self, event: ev.Input, effect: ev.Effect, before: list[ev.Effect]) -> None:
+        previous = before[-1] if before else None
         match effect:
-            case ev.Join() | ev.ListQueue():
+            case ev.Join(session=session):
+                self.forget()
+                for leave in self.owed.values():
+                    if leave.session == session:
+                        assert leave in before, f"joined before leaving {leave}: {before}"
+            case ev.ListQueue():
                 self.forget()
             case ev.Watch(node=node, first=first):
                 self.forget()
@@ -327,16 +385,25 @@ class MachineModel(RuleBasedStateMachine):
                 told = [r for _, r in self.crumbs_read or ()] + [self.watched or b""]
                 assert raw in told and must_fence(raw), (raw, told)
                 self.fencing = raw
-            case ev.StartActive():
+            case ev.StartActive(node=node):
                 assert not self.scope_open, "two leadership scopes at once"
                 self.check_fenced()
                 self.scope_open = True
+                entry = parse_entry(node)
+                assert entry is not None
+                self.scope_ticket = entry.ticket
             case ev.ClearCrumbs():
                 assert isinstance(previous, ev.StartActive), previous
             case ev.StopActive():
                 self.scope_open = False
-            case ev.Resign() | ev.Leave(keep_crumb=False):
+            case ev.Resign():
                 assert not self.scope_open, f"breadcrumb deleted while the work runs: {effect}"
+            case ev.Leave(keep_crumb=keep_crumb, ticket=ticket):
+                self.owed[ticket] = effect
+                if not keep_crumb and self.scope_open:
+                    assert ticket != self.scope_ticket, (
+                        f"breadcrumb deleted while the work runs: {effect}"
+                    )
             case ev.DropCrumb(ticket=ticket):
                 assert isinstance(event, ev.Queued), event
                 [gone] = [seq(n) for n, t in TICKET_OF.items() if t == ticket]
