@@ -422,12 +422,12 @@ class Machine:
 
     def _on_Reconnected(self, event: ev.Reconnected) -> list[ev.Effect]:
         self.connected = True
+        if self.phase in (Phase.DETACHED, Phase.OFFLINE) and self.ticket is None:
+            return self._join("reconnected")  # we had not joined (it sends what is unleft)
         effects = self._left()
         if self.phase not in (Phase.DETACHED, Phase.OFFLINE):
             return effects
         self._forget_below()  # P11: what the watches said is not to be trusted now
-        if self.ticket is None:  # we had not joined: join now
-            return effects + self._join("reconnected")
         phase = Phase.VERIFYING if self.phase is Phase.DETACHED else Phase.LISTING
         return self._list(phase, "reconnected", effects)
 

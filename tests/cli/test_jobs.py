@@ -412,7 +412,7 @@ def test_a_job_manager_runs_a_submitted_job(tmp_path: Path, env: dict[str, str])
     text = log.read_text()
     assert code == 0, text
     assert "Traceback" not in text
-    assert re.search(r"^\S+ jm-1 active epoch=1$", text, re.M), text
+    assert re.search(r"^\S+ jm-1 active epoch=\d+$", text, re.M), text
     assert re.search(r"^\S+ jm-1 job_finished job=s1 outcome=succeeded ", text, re.M), text
     records = [json.loads(line) for line in journal.read_text().splitlines()]
     assert records and records[0]["identity"] == "jm-1"
