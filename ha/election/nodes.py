@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 from urllib.parse import quote, unquote_to_bytes
 
 import anyio
@@ -206,32 +207,9 @@ class ElectionNodes:
         breadcrumbs are listed beside the queue, in the same round trip: a contender that finds
         itself first, with every breadcrumb owned by a node of this listing, has nobody to
         fence (a breadcrumb left by a leader is never owned: its node does not come back).
+        A failed listing of the breadcrumbs only leaves that unknown (``strays``).
         """
-        entries: list[QueueEntry] = []
-        tickets: list[str] | None = None
-        errors: list[Exception] = []
-
-        async def list_queue() -> None:
-            nonlocal entries
-            try:
-                entries = await self.entries(driver)
-            except Exception as exc:
-                errors.append(exc)
-
-        async def list_crumbs() -> None:
-            nonlocal tickets
-            try:
-                tickets = await driver.children(self.crumbs)
-            except NoNode:
-                tickets = []
-            except Exception as exc:  # the queue's answer is worth having all the same
-                errors.append(exc)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(list_queue)
-            tg.start_soon(list_crumbs)
-        if errors and not (tickets is None and len(errors) == 1 and entries):
-            raise errors[0]
+        entries, tickets = await concurrently(self.entries(driver), _unknown(self._tickets(driver)))
         index = next((i for i, e in enumerate(entries) if e.ticket == ticket), None)
         if index is None:
             return NotQueued(session)
@@ -258,53 +236,23 @@ class ElectionNodes:
         """
         entry = parse_entry(predecessor)
         assert entry is not None
-        node_stat: Stat | None = None
-        crumb: tuple[bytes, Stat] | None = None
-        tickets: list[str] = []
-        live: list[QueueEntry] = []
-        errors: list[Exception] = []
-
-        # children never raise: an error beside a cancellation (the op's timeout) would leave
-        # the task group as a BaseExceptionGroup that nothing above can handle (trio)
-        async def read_node() -> None:
-            nonlocal node_stat
-            try:
-                node_stat = await driver.exists(self.node(predecessor))
-            except Exception as exc:
-                errors.append(exc)
-
-        async def read_crumb() -> None:
-            nonlocal crumb
-            try:
-                crumb = await driver.get(self.crumb(entry.ticket))
-            except NoNode:
-                pass
-            except Exception as exc:
-                errors.append(exc)
-
-        async def list_crumbs() -> None:
-            nonlocal tickets, live
-            try:
-                tickets = await driver.children(self.crumbs)
-                live = await self.entries(driver)
-            except NoNode:
-                pass
-            except Exception as exc:
-                errors.append(exc)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(read_node)
-            if first:
-                tg.start_soon(read_crumb)
-                tg.start_soon(list_crumbs)
-        if errors:
-            raise errors[0]
+        node_stat: Stat | None
+        if not first:
+            node_stat = await driver.exists(self.node(predecessor))
+            if node_stat is None:
+                return PredecessorGone(session, predecessor)
+            return Watching(session, predecessor, None, True)
+        node_stat, crumb, tickets, live = await concurrently(
+            driver.exists(self.node(predecessor)),
+            _absent(driver.get(self.crumb(entry.ticket))),
+            self._tickets(driver),
+            self.entries(driver),
+        )
         if node_stat is None:
             return PredecessorGone(session, predecessor)
         raw = None if crumb is None else with_epoch(crumb[0], node_stat.created)
         owned = {e.ticket for e in live}
-        strays = any(t not in owned for t in tickets) if first else True
-        return Watching(session, predecessor, raw, strays)
+        return Watching(session, predecessor, raw, any(t not in owned for t in tickets))
 
     async def read_crumbs(
         self, driver: Driver, session: int, ticket: str, token: int
@@ -312,54 +260,23 @@ class ElectionNodes:
         """The breadcrumbs a new leader must fence: those older than its own node (token)
         whose node is gone, oldest first, each as its fence hook gets it; ours are included
         (the machine skips fencing our own identity but clears them)."""
-        tickets: list[str] = []
-        entries: list[QueueEntry] = []
-        errors: list[Exception] = []
-
-        # as in watch(): the children never raise
-        async def list_crumbs() -> None:
-            nonlocal tickets
-            try:
-                tickets = await driver.children(self.crumbs)
-            except NoNode:
-                pass
-            except Exception as exc:
-                errors.append(exc)
-
-        async def list_queue() -> None:
-            nonlocal entries
-            try:
-                entries = await self.entries(driver)
-            except Exception as exc:
-                errors.append(exc)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(list_crumbs)
-            tg.start_soon(list_queue)
-        if errors:
-            raise errors[0]
+        tickets, entries = await concurrently(self._tickets(driver), self.entries(driver))
         owned = {e.ticket for e in entries} | {ticket}
-        found: list[tuple[int, str, bytes]] = []
-
-        async def read(t: str) -> None:
-            try:
-                raw, stat = await driver.get(self.crumb(t))
-            except NoNode:
-                return
-            except Exception as exc:
-                errors.append(exc)
-                return
-            if stat.created < token:
-                found.append((stat.created, t, with_epoch(raw, stat.created)))
-
-        async with anyio.create_task_group() as tg:
-            for t in tickets:
-                if t not in owned:
-                    tg.start_soon(read, t)
-        if errors:
-            raise errors[0]
-        found.sort()
+        unowned = [t for t in tickets if t not in owned]
+        crumbs = await concurrently(*(_absent(driver.get(self.crumb(t))) for t in unowned))
+        found = sorted(
+            (stat.created, t, with_epoch(raw, stat.created))
+            for t, got in zip(unowned, crumbs, strict=True)
+            if got is not None
+            for raw, stat in [got]
+            if stat.created < token
+        )
         return CrumbsRead(session, tuple((t, raw) for _, t, raw in found))
+
+    async def _tickets(self, driver: Driver) -> list[str]:
+        """The breadcrumbs' names (tickets); [] when there are none yet."""
+        got: list[str] | None = await _absent(driver.children(self.crumbs))
+        return got or []
 
     # --- writes -------------------------------------------------------------------------------
 
@@ -443,3 +360,48 @@ class ElectionNodes:
             await driver.delete(self.crumb(ticket))
         except NoNode:
             pass
+
+
+# --- concurrent reads ----------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+async def concurrently(*calls: Awaitable[Any]) -> list[Any]:
+    """Await ``calls`` at once (one round trip for several reads); their results, in order.
+
+    The first error is raised once every call has ended. No child raises: an error beside a
+    cancellation (the op's timeout) would leave the task group as a BaseExceptionGroup that
+    nothing above can handle (trio).
+    """
+    results: list[Any] = [None] * len(calls)
+    errors: list[Exception] = []
+
+    async def run(index: int, call: Awaitable[Any]) -> None:
+        try:
+            results[index] = await call
+        except Exception as exc:
+            errors.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        for index, call in enumerate(calls):
+            tg.start_soon(run, index, call)
+    if errors:
+        raise errors[0]
+    return results
+
+
+async def _absent(call: Awaitable[T]) -> T | None:
+    """``call``'s answer, or None for a node that does not exist."""
+    try:
+        return await call
+    except NoNode:
+        return None
+
+
+async def _unknown(call: Awaitable[T]) -> T | None:
+    """``call``'s answer, or None when it failed (what it would have told stays unknown)."""
+    try:
+        return await call
+    except Exception:
+        return None
