@@ -286,8 +286,12 @@ class Elector:
 
     def _on_node(self, event: NodeEvent) -> None:
         sid = self._machine.session
-        if sid is not None and event.kind is NodeEventKind.DELETED:
+        if sid is None:
+            return
+        if event.kind is NodeEventKind.DELETED:
             self._feed(ev.NodeDeleted(sid, event.path.rsplit("/", 1)[1]))
+        elif event.kind is NodeEventKind.CHANGED:
+            self._feed(ev.NodeChanged(sid, event.path.rsplit("/", 1)[1]))
 
     def _on_crumb(self, event: NodeEvent) -> None:
         sid = self._machine.session
@@ -382,6 +386,9 @@ class Elector:
                 self._lease = self._leadership.start(tg, contender, session, epoch, node)
             case ev.ClearCrumbs(session, node, tickets):
                 await self._quietly("clear breadcrumbs", nodes.clear(driver, node, tickets))
+            case ev.Announce(session, node):
+                announce = driver.set(nodes.node(node), self.identity)
+                await self._quietly("announce", announce)
             case ev.DropCrumb(session, ticket):
                 await self._quietly("drop a breadcrumb", nodes.drop_crumb(driver, ticket))
             case ev.StopActive(cause):

@@ -19,6 +19,7 @@ if typing.TYPE_CHECKING:
 
 __all__ = (
     "ActiveFailed",
+    "Announce",
     "BackoffElapsed",
     "ClearCrumbs",
     "Connected",
@@ -40,6 +41,7 @@ __all__ = (
     "Leave",
     "Left",
     "ListQueue",
+    "NodeChanged",
     "NodeDeleted",
     "NotQueued",
     "NotifyFatal",
@@ -158,6 +160,14 @@ class NodeDeleted:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeChanged:
+    """A watch: a queue node's data was written (its owner announced that it leads)."""
+
+    session: int
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
 class CrumbDeleted:
     """A watch: the breadcrumb of ``ticket`` was deleted."""
 
@@ -250,6 +260,7 @@ Input = (
     | Watching
     | PredecessorGone
     | NodeDeleted
+    | NodeChanged
     | CrumbDeleted
     | Left
     | CrumbsRead
@@ -330,6 +341,15 @@ class ClearCrumbs:
     session: int
     node: str
     tickets: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Announce:
+    """Write our node's data again (best effort, no answer): the contender just behind us,
+    which may not know we lead, looks again and watches us as the leader."""
+
+    session: int
+    node: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,6 +439,7 @@ Effect = (
     | FenceOldActive
     | StartActive
     | ClearCrumbs
+    | Announce
     | DropCrumb
     | StopActive
     | Resign

@@ -20,7 +20,9 @@ P3  The token is our node's creation order, fixed when we join: it grows from on
     fenced writes check that our node lives; it is never created again (the ticket is new),
     so a deposed leader's writes fail once its node is gone.
 P4  Lead = no lower node. Behind others, watch only the node just below ours (no herd), and
-    for the leader's node its breadcrumb too: STANDBY.
+    for the leader's node its breadcrumb too: STANDBY. A new leader writes its node once
+    (Announce): the contender just behind it, which watched it as one among others, lists the
+    queue again and watches it as the leader's, so that its exit costs no listing then.
 P5  The node below ours deleted: if it was the only one below (the leader), we are first now,
     for no lower node can ever appear; otherwise list the queue again. When a lower node still
     lives, the deleted one never led: its breadcrumb is dropped unfenced.
@@ -176,6 +178,7 @@ HANDLED: dict[type[ev.Input], frozenset[Phase]] = {
     ev.Watching: frozenset({Phase.WATCHING, Phase.REQUEUING}),
     ev.PredecessorGone: frozenset({Phase.WATCHING, Phase.REQUEUING}),
     ev.NodeDeleted: QUEUED | LEADING,
+    ev.NodeChanged: frozenset({Phase.STANDBY}),
     ev.CrumbDeleted: WAITING,
     ev.Left: LIVE,
     # taking over (P6, P7)
@@ -512,6 +515,14 @@ class Machine:
         self.unleft.pop(event.ticket, None)
         return []
 
+    def _on_NodeChanged(self, event: ev.NodeChanged) -> list[ev.Effect]:
+        if len(self.below) > 1 and event.node == self.below[-1]:
+            # P4: the node below ours announced that it leads: list again, to watch it (and
+            # its breadcrumb) as the leader's, before it can leave
+            self._forget_below()
+            return self._list(Phase.REQUEUING, "the node below ours leads")
+        return []
+
     def _on_CrumbDeleted(self, event: ev.CrumbDeleted) -> list[ev.Effect]:
         if len(self.below) == 1:
             entry = parse_entry(self.below[0])
@@ -588,6 +599,7 @@ class Machine:
         if self.to_clear:
             effects.append(ev.ClearCrumbs(self.session, self.node, self.to_clear))
             self.to_clear = ()
+        effects.append(ev.Announce(self.session, self.node))  # P4: tell the one behind us
         return self._go(Phase.ACTIVE, cause, effects)
 
     # --- handlers: leading ------------------------------------------------------------------

@@ -57,10 +57,11 @@ def queued(mach: Machine, *below: str, holder: bytes = OTHER) -> list[ev.Effect]
 
 def won(mach: Machine, cause: str, *clear: str) -> list[ev.Effect]:
     """What taking over returns (call it before the input): act first, then clear what was
-    fenced, then tell (P14)."""
+    fenced, announce it to the contender behind (P4), then tell (P14)."""
     start: list[ev.Effect] = [ev.StartActive(S1, TOKEN, mine(mach))]
     if clear:
         start.append(ev.ClearCrumbs(S1, mine(mach), clear))
+    start.append(ev.Announce(S1, mine(mach)))
     return [*start, ev.Report(mach.reported, State.ACTIVE, TOKEN, cause)]
 
 

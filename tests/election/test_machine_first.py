@@ -36,3 +36,28 @@ def test_a_standby_whose_predecessor_left_acts_on_the_listing() -> None:
     assert relist == [ev.ListQueue(S1, mach.ticket or "", TOKEN)]
     effects = mach.handle(ev.Queued(S1, mine(mach), TOKEN, (), OTHER, False))
     assert kinds(effects)[0] == "StartActive" and mach.phase is Phase.ACTIVE
+
+
+def test_a_leader_announcing_itself_is_watched_as_the_leader() -> None:
+    """P4: the node below ours writes its data once it leads: we list again and watch it (and
+    its breadcrumb) as the leader's, so that its crash or exit then costs no listing."""
+    mach = joined()
+    below = ("other%3A2_a_0000000001", "third%3A3_b_0000000002")
+    mach.handle(ev.Queued(S1, mine(mach), TOKEN, below, OTHER, False))
+    mach.handle(ev.Watching(S1, below[-1], None, True))
+    assert mach.handle(ev.NodeChanged(S1, below[0])) == []  # not the node we watch
+    relist = mach.handle(ev.NodeChanged(S1, below[-1]))
+    assert relist == [ev.ListQueue(S1, mach.ticket or "", TOKEN)]
+    assert mach.state is State.STANDBY  # still standby while it looks
+    effects = mach.handle(ev.Queued(S1, mine(mach), TOKEN, below[1:], OTHER, False))
+    assert effects == [ev.Watch(S1, below[-1], True)]
+    # once watched as the leader's, its announcement changes nothing
+    mach.handle(ev.Watching(S1, below[-1], b"crumb", False))
+    assert mach.handle(ev.NodeChanged(S1, below[-1])) == []
+
+
+def test_a_new_leader_announces_itself_after_it_starts() -> None:
+    mach = joined()
+    effects = mach.handle(ev.Queued(S1, mine(mach), TOKEN, (), OTHER, False))
+    assert kinds(effects)[:2] == ["StartActive", "Announce"]
+    assert effects[1] == ev.Announce(S1, mine(mach))

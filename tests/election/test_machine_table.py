@@ -209,6 +209,8 @@ class MachineModel(RuleBasedStateMachine):
             return ev.PredecessorGone(sid, data.draw(st.sampled_from([LEADER, MIDDLE])))
         if cls is ev.NodeDeleted:
             return ev.NodeDeleted(sid, node)
+        if cls is ev.NodeChanged:
+            return ev.NodeChanged(sid, node)
         if cls is ev.CrumbDeleted:
             tickets = [L_TICKET, M_TICKET, mach.ticket or MY_OLD_TICKET]
             return ev.CrumbDeleted(sid, data.draw(st.sampled_from(tickets)))
@@ -271,6 +273,7 @@ class MachineModel(RuleBasedStateMachine):
                 ev.CrumbDeleted(sid, TICKET_OF[node]),
                 ev.CrumbDeleted(sid, data.draw(st.sampled_from(other))),
                 ev.NodeDeleted(sid, node),
+                ev.NodeChanged(sid, node),  # it announced that it leads
             ]
         if mach.phase in (Phase.JOINING, Phase.LISTING, Phase.REQUEUING, Phase.VERIFYING):
             # a node of ours given up may still stand below ours
