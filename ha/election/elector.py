@@ -289,6 +289,7 @@ class Elector:
         if sid is None:
             return
         if event.kind is NodeEventKind.DELETED:
+            self._unwatch(event.path)
             self._feed(ev.NodeDeleted(sid, event.path.rsplit("/", 1)[1]))
         elif event.kind is NodeEventKind.CHANGED:
             self._feed(ev.NodeChanged(sid, event.path.rsplit("/", 1)[1]))
@@ -296,7 +297,16 @@ class Elector:
     def _on_crumb(self, event: NodeEvent) -> None:
         sid = self._machine.session
         if sid is not None and event.kind is NodeEventKind.DELETED:
+            self._unwatch(event.path)
             self._feed(ev.CrumbDeleted(sid, event.path.rsplit("/", 1)[1]))
+
+    def _unwatch(self, path: str) -> None:
+        """A queue node or breadcrumb, once deleted, never comes back (its ticket is never
+        used again): stop watching it at once, so that the driver does not arm its watch again
+        (on ZooKeeper, a request on the way to a handover)."""
+        sub = self._watched.pop(path, None)
+        if sub is not None:
+            sub.close()
 
     def _watch(self, *paths: tuple[str, Callable[[NodeEvent], None]], keep: str = "") -> None:
         """Watch exactly ``paths`` (and ``keep`` if watched): subscriptions to other paths
