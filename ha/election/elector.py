@@ -11,6 +11,7 @@ hooks, timers, the leadership scope and the reports. Where the rest lives:
   it relies on is written there.
 - ``reporting.py``: where each public transition goes (log, journal, listeners, streams,
   counts) and the records ``statistics()`` returns.
+- ``watching.py``: the queue nodes it watches; their events become the machine's inputs.
 """
 
 from __future__ import annotations
@@ -30,9 +31,6 @@ from ..drivers.base import (
     ConnectionEvent,
     ConnectionState,
     Driver,
-    NodeEvent,
-    NodeEventKind,
-    Subscription,
     validate_path,
 )
 from ..errors import ConfigurationError, CorruptData, DriverError, ElectionFailed, SessionExpired
@@ -43,9 +41,10 @@ from .journal import JournalWriter, Transition
 from .leadership import Leadership
 from .lease import Lease
 from .machine import State
-from .nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, identity_bytes, parse_entry
+from .nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, identity_bytes
 from .reporting import ElectorStatistics, FencingStatistics, Reporting, TransitionStream
 from .timing import Timing
+from .watching import QueueWatches
 
 __all__ = ("Elector",)
 
@@ -65,7 +64,7 @@ class Elector:
         "driver", "path", "identity", "data", "timing", "nodes",
         "_journal_spec", "_reporting", "_rng", "_machine", "_state", "_lease", "_send",
         "_leadership", "_backoff_at", "_closed",
-        "_quit_pending", "_fencing", "_unleft", "_watched",
+        "_quit_pending", "_fencing", "_unleft", "_watches",
     )  # fmt: skip
 
     def __init__(
@@ -112,10 +111,8 @@ class Elector:
         self._quit_pending: ev.QuitRequested | None = None
         # the last refused fence: (old active's identity, error); None after success
         self._fencing: tuple[str, str] | None = None
-        # a Leave not done yet (failed, or asked while out of contact): retried after a quit
-        self._unleft: dict[str, ev.Leave] = {}  # by ticket
-        # the node paths we watch: our node, the node below ours and its breadcrumb
-        self._watched: dict[str, Subscription] = {}
+        self._unleft: dict[str, ev.Leave] = {}  # Leaves that failed, retried after a quit
+        self._watches = QueueWatches(driver, self.nodes, lambda: self._machine.session, self._feed)
 
     # --- public -------------------------------------------------------------------------------
 
@@ -229,9 +226,9 @@ class Elector:
                         await self._release_after_quit()
                     tg.cancel_scope.cancel()
         finally:
-            for sub in [*subs, *self._watched.values()]:
+            for sub in subs:
                 sub.close()
-            self._watched.clear()
+            self._watches.close()
             with anyio.CancelScope(shield=True):
                 await self._leadership.stop("elector stopped")
                 if self._machine.phase not in (m.Phase.DONE, m.Phase.FAILED):
@@ -283,40 +280,6 @@ class Elector:
             ConnectionState.EXPIRED: ev.SessionExpired,
         }
         self._feed(mapping[event.state](sid))
-
-    def _on_node(self, event: NodeEvent) -> None:
-        sid = self._machine.session
-        if sid is None:
-            return
-        if event.kind is NodeEventKind.DELETED:
-            self._unwatch(event.path)
-            self._feed(ev.NodeDeleted(sid, event.path.rsplit("/", 1)[1]))
-        elif event.kind is NodeEventKind.CHANGED:
-            self._feed(ev.NodeChanged(sid, event.path.rsplit("/", 1)[1]))
-
-    def _on_crumb(self, event: NodeEvent) -> None:
-        sid = self._machine.session
-        if sid is not None and event.kind is NodeEventKind.DELETED:
-            self._unwatch(event.path)
-            self._feed(ev.CrumbDeleted(sid, event.path.rsplit("/", 1)[1]))
-
-    def _unwatch(self, path: str) -> None:
-        """A queue node or breadcrumb, once deleted, never comes back (its ticket is never
-        used again): stop watching it at once, so that the driver does not arm its watch again
-        (on ZooKeeper, a request on the way to a handover)."""
-        sub = self._watched.pop(path, None)
-        if sub is not None:
-            sub.close()
-
-    def _watch(self, *paths: tuple[str, Callable[[NodeEvent], None]], keep: str = "") -> None:
-        """Watch exactly ``paths`` (and ``keep`` if watched): subscriptions to other paths
-        are closed. Subscribing before reading is what makes a change after the read seen."""
-        wanted = {path for path, _ in paths} | {keep}
-        for path in [p for p in self._watched if p not in wanted]:
-            self._watched.pop(path).close()
-        for path, callback in paths:
-            if path not in self._watched:
-                self._watched[path] = self.driver.subscribe(path, callback)
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -378,14 +341,7 @@ class Elector:
                 find = nodes.find(driver, session, ticket, token)
                 return self._queued(await self._op("list queue", session, find))
             case ev.Watch(session, node, first):
-                mine = self._machine.node
-                own = nodes.node(mine) if mine else ""
-                below = [(nodes.node(node), self._on_node)]
-                if first:
-                    entry = parse_entry(node)
-                    assert entry is not None
-                    below.append((nodes.crumb(entry.ticket), self._on_crumb))
-                self._watch(*below, keep=own)
+                self._watches.below(node, first, self._machine.node)
                 return await self._op("watch", session, nodes.watch(driver, session, node, first))
             case ev.ReadCrumbs(session, ticket, token):
                 read = nodes.read_crumbs(driver, session, ticket, token)
@@ -430,7 +386,7 @@ class Elector:
     def _queued(self, found: ev.Input | None) -> ev.Input | None:
         """Watch our own node as soon as we know it (its deletion ends our place)."""
         if isinstance(found, ev.Queued):
-            self._watch((self.nodes.node(found.node), self._on_node))
+            self._watches.own(found.node)
         return found
 
     async def _op(

@@ -57,141 +57,29 @@ P13 ``quit(need_fence=False)`` from ACTIVE stops the work, then resigns (P6); wi
 P14 A report of the public state is an effect placed after the stop of the leadership scope:
     nobody is told "not active" while the old scope may still run.
 
-Theory of operation. ``Phase`` is where the machine is, ``PUBLIC`` maps it to the ``State`` a
-contender is told, ``LEGAL`` lists the public changes allowed. ``HANDLED`` declares, for every
-input, the phases that act on it; ``handle`` looks the pair up before any handler runs, and an
-input outside the table changes nothing. That is the machine's answer to stale and irrelevant
-input, in one place: the answer to an effect of a phase already left, a watch that fires after
-we moved on, a duplicate, a timer of an older backoff. Connection facts are recorded in every
-live phase; DONE and FAILED act on nothing. Inside the table a handler may still find nothing
-to do (a node that is not the one watched, an older backoff's token).
-``python -m ha.election.diagram`` draws the phases from the table.
+The phases, the public states and the table of which phases act on each input are in
+``phases.py`` (with the theory of operation); ``python -m ha.election.diagram`` draws them.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 
 from . import events as ev
-from .nodes import decode_breadcrumb, parse_entry, ticket_for
+from .nodes import decode_breadcrumb, lower_lives, parse_entry, ticket_for
+from .phases import HANDLED, LEADING, LEGAL, PUBLIC, WAITING, Phase, State
 
 __all__ = (
     "HANDLED",
     "LEADING",
     "LEGAL",
     "PUBLIC",
+    "WAITING",
     "Machine",
     "Phase",
     "State",
 )
 
-
-class State(enum.Enum):
-    """What the contender has been told (ARCHITECTURE.md's table)."""
-
-    NEUTRAL = "neutral"
-    STANDBY = "standby"
-    ACTIVE = "active"
-    FENCED = "fenced"
-
-
-class Phase(enum.Enum):
-    """Where the machine is; several phases show as one public State."""
-
-    IDLE = "idle"  # not joined
-    CONNECTING = "connecting"  # joined, waiting for a session
-    JOINING = "joining"  # Join in flight
-    LISTING = "listing"  # ListQueue in flight (after a lost reply, a reconnect, a deadline)
-    WATCHING = "watching"  # Watch in flight, not yet standby
-    STANDBY = "standby"  # behind others, watching the node below ours
-    REQUEUING = "requeuing"  # standby whose predecessor left: ListQueue or Watch in flight
-    READING = "reading"  # first in the queue: ReadCrumbs in flight (P7)
-    FENCING = "fencing"  # FenceOldActive in flight
-    ACTIVE = "active"
-    DETACHED = "detached"  # active, contact lost, holding on (hold_on_disconnect)
-    VERIFYING = "verifying"  # active, reconnected, listing the queue
-    OFFLINE = "offline"  # contact lost, not active: wait for it to come back
-    BACKOFF = "backoff"  # waiting before joining again after a failure
-    FENCED = "fenced"  # lost authority while active; waiting before joining again
-    DONE = "done"  # quit
-    FAILED = "failed"  # fatal error
-
-
-# every phase shows as NEUTRAL but these
-PUBLIC: dict[Phase, State] = {phase: State.NEUTRAL for phase in Phase} | {
-    Phase.STANDBY: State.STANDBY,
-    Phase.REQUEUING: State.STANDBY,
-    Phase.ACTIVE: State.ACTIVE,
-    Phase.DETACHED: State.ACTIVE,
-    Phase.VERIFYING: State.ACTIVE,
-    Phase.FENCED: State.FENCED,
-}
-
-LEADING = frozenset({Phase.ACTIVE, Phase.DETACHED, Phase.VERIFYING})
-
-# The legal changes of the public state (ARCHITECTURE.md safety property 6).
-LEGAL = frozenset(
-    {
-        (State.NEUTRAL, State.STANDBY),
-        (State.NEUTRAL, State.ACTIVE),
-        (State.STANDBY, State.NEUTRAL),
-        (State.STANDBY, State.ACTIVE),
-        (State.ACTIVE, State.NEUTRAL),
-        (State.ACTIVE, State.STANDBY),
-        (State.ACTIVE, State.FENCED),
-        (State.FENCED, State.NEUTRAL),
-        (State.FENCED, State.STANDBY),
-    }
-)
-
-
-# --- the table: which phases act on each input --------------------------------------------------
-
-LIVE = frozenset(Phase) - {Phase.DONE, Phase.FAILED}
-# phases with a node of ours in the queue (or a join that may have made one)
-QUEUED = frozenset(
-    {
-        Phase.JOINING,
-        Phase.LISTING,
-        Phase.WATCHING,
-        Phase.STANDBY,
-        Phase.REQUEUING,
-        Phase.READING,
-        Phase.FENCING,
-    }
-)
-WAITING = frozenset({Phase.WATCHING, Phase.STANDBY, Phase.REQUEUING})
-
-HANDLED: dict[type[ev.Input], frozenset[Phase]] = {
-    # lifecycle and connection: recorded in every live phase
-    ev.Joined: frozenset({Phase.IDLE}),
-    ev.QuitRequested: LIVE,
-    ev.Connected: LIVE,
-    ev.Disconnected: LIVE,
-    ev.Reconnected: LIVE,
-    ev.SessionExpired: LIVE,
-    ev.DeadlineExpired: LEADING,
-    # the queue (P2, P4, P5, P11)
-    ev.Queued: frozenset({Phase.JOINING, Phase.LISTING, Phase.REQUEUING, Phase.VERIFYING}),
-    ev.NotQueued: frozenset({Phase.LISTING, Phase.REQUEUING, Phase.VERIFYING}),
-    ev.Watching: frozenset({Phase.WATCHING, Phase.REQUEUING}),
-    ev.PredecessorGone: frozenset({Phase.WATCHING, Phase.REQUEUING}),
-    ev.NodeDeleted: QUEUED | LEADING,
-    ev.NodeChanged: frozenset({Phase.STANDBY}),
-    ev.CrumbDeleted: WAITING,
-    ev.Left: LIVE,
-    # taking over (P6, P7)
-    ev.CrumbsRead: frozenset({Phase.READING}),
-    ev.FenceSucceeded: frozenset({Phase.FENCING}),
-    ev.FenceFailed: frozenset({Phase.FENCING}),
-    # leading (P9)
-    ev.ActiveFailed: LEADING,
-    ev.Superseded: LEADING,
-    # failures and time (P8): a failure while waiting anyway, or while offline, is no news
-    ev.BackoffElapsed: frozenset({Phase.BACKOFF, Phase.FENCED}),
-    ev.OperationFailed: LIVE - {Phase.IDLE, Phase.BACKOFF, Phase.FENCED, Phase.OFFLINE},
-}
 
 # --- the machine -------------------------------------------------------------------------------
 
@@ -468,7 +356,7 @@ class Machine:
             e is not None and e.ticket in self.unleft for e in map(parse_entry, event.below)
         ):
             effects += self._left()  # our own node given up is still ahead of us
-        if self.departed is not None and _lower_lives(self.departed, event.below):
+        if self.departed is not None and lower_lives(self.departed, event.below):
             departed = parse_entry(self.departed)
             assert departed is not None
             effects.append(ev.DropCrumb(event.session, departed.ticket))  # P5: never led
@@ -636,14 +524,6 @@ def _counter() -> Callable[[], str]:
     """Nonces 1, 2, 3... (hex): enough where one process joins (tests, the diagram)."""
     count = iter(range(1, 1 << 62))
     return lambda: f"{next(count):x}"
-
-
-def _lower_lives(departed: str, below: tuple[str, ...]) -> bool:
-    """Whether a node below ``departed`` still lives: then ``departed`` never led (P5)."""
-    gone = parse_entry(departed)
-    return gone is not None and any(
-        e is not None and e.seq < gone.seq for e in map(parse_entry, below)
-    )
 
 
 def _who(identity: bytes) -> str:

@@ -50,6 +50,7 @@ __all__ = (
     "decode_breadcrumb",
     "encode_breadcrumb",
     "identity_bytes",
+    "lower_lives",
     "parse_entry",
     "ticket_for",
 )
@@ -152,6 +153,14 @@ def in_order(names: Sequence[str]) -> list[QueueEntry]:
     entries = [e for e in map(parse_entry, names) if e is not None]
     entries.sort(key=lambda e: e.seq)
     return entries
+
+
+def lower_lives(departed: str, below: tuple[str, ...]) -> bool:
+    """Whether a node below ``departed`` still lives: then ``departed`` never led (machine.py, P5)."""
+    gone = parse_entry(departed)
+    return gone is not None and any(
+        e is not None and e.seq < gone.seq for e in map(parse_entry, below)
+    )
 
 
 # --- the nodes -----------------------------------------------------------------------------------
