@@ -3,8 +3,8 @@
 A supervisor claims its node before taking part (``claim_member``), rewrites it on every state
 change (``write_member``) and deletes it on the way out (``remove_member``); the backend removes
 it when the supervisor's session ends. A node of another live session means a second supervisor
-with the same identity, which is refused: two contenders with one identity would both take the
-lock as theirs.
+with the same identity, which is refused: two contenders with one identity would skip fencing
+each other (a breadcrumb naming our own identity is taken for ours).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ still run. A failure of ``become_active`` is reported to the machine as ``Active
 Timing assumption (see ``ha/drivers/base.py``): the backend expires a session no earlier than
 ``session_timeout`` after the last contact. The watchdog cancels the scope at
 ``driver.last_contact + deadline_ratio * session_timeout`` unless contact was made since, so
-the work stops before the lock can pass on even if the elector's loop is stuck in a slow call.
+the work stops before leadership can pass on even if the elector's loop is stuck in a slow call.
 The lease's ``stop_deadline()`` is the same deadline, on ``time.monotonic()``.
 """
 

@@ -1,6 +1,6 @@
 """Fenced metadata stores: what a new leader needs to recover (Flink's HA stores).
 
-Every write is one backend transaction that first checks the writer's epoch node
+Every write is one backend transaction that first checks the writer's queue node
 (``lease.fence_ops()``), so a deposed leader's late write fails with ``Fenced`` and changes
 nothing (see ``fencing``). Reads need no lease: open a store with ``lease=None`` to read only.
 Stored bytes that do not decode raise ``CorruptData`` naming the path; they are never replaced
