@@ -37,7 +37,8 @@ P7  Crash: the leader's node gone and its breadcrumb left: fence it (read while 
     there are none) (Hadoop's ``fenceOldActive``;
     one naming our own identity is ours from before). Once active, they are deleted, best
     effort: a later leader fencing one again is safe.
-P8  Any failure on the way to ACTIVE leaves the queue (node and breadcrumb: we never acted)
+P8  Any failure on the way to ACTIVE leaves the queue (node, and breadcrumb if this ticket
+    never acted: once it has, only a resign (P13) deletes it, whatever happens after)
     and backs off (exponential, capped, jittered by the runner); consecutive failures past
     ``max_retries`` are fatal (Hadoop's ``NUM_RETRIES``). Progress resets the count, except for
     refused fences and failing ``become_active``: those count until a fence succeeds or a term
@@ -95,7 +96,7 @@ class Machine:
         "identity", "max_retries", "hold_on_disconnect", "nonce", "phase", "session",
         "connected", "reported", "failures", "active_failures", "fence_failures",
         "fence_target", "backoff_token", "holder", "epoch", "ticket", "node", "token",
-        "below", "crumb", "crumb_gone", "strays", "departed", "to_fence", "to_clear",
+        "below", "crumb", "crumb_gone", "strays", "departed", "to_fence", "to_clear", "acted",
         "unleft",
     )  # fmt: skip
 
@@ -144,6 +145,7 @@ class Machine:
         # stand in the queue while our session lives (first, it would block everyone)
         # (by ticket: node, keep_crumb; several when joins fail in a row)
         self.unleft: dict[str, tuple[str | None, bool]] = {}
+        self.acted = False  # this ticket's term has started: its breadcrumb stays (P8, P9)
         self.to_fence: list[bytes] = []  # breadcrumbs still to fence before acting
         self.to_clear: tuple[str, ...] = ()  # their tickets, deleted once active
 
@@ -190,6 +192,7 @@ class Machine:
     def _forget_queue(self) -> None:
         """Our node is gone or given up: the next join starts afresh (P2)."""
         self.ticket = self.node = self.token = None
+        self.acted = False
         self.to_fence, self.to_clear = [], ()  # an earlier takeover's, never carried over
         self._forget_below()
 
@@ -198,9 +201,10 @@ class Machine:
         self.departed = None
 
     def _leave(self, *, keep_crumb: bool) -> list[ev.Effect]:
-        """Delete our node if we may have one (and our breadcrumb unless kept), forget it."""
+        """Delete our node if we may have one (and our breadcrumb unless kept, or unless this
+        ticket ever acted: only a resign says that nobody needs fencing), forget it."""
         if self.ticket is not None and self.session is not None:
-            self.unleft[self.ticket] = (self.node, keep_crumb)
+            self.unleft[self.ticket] = (self.node, keep_crumb or self.acted)
         self._forget_queue()
         return self._left()
 
@@ -483,12 +487,17 @@ class Machine:
         self._progress()
         self.epoch = self.token
         self.holder = self.identity
-        effects: list[ev.Effect] = [ev.StartActive(self.session, self.token, self.node)]
+        self.acted = True
+        # the report comes right after the start, before any call to the backend: a run
+        # cancelled during one (a crash) must not leave a term started and never reported
+        effects = self._go(
+            Phase.ACTIVE, cause, [ev.StartActive(self.session, self.token, self.node)]
+        )
         if self.to_clear:
             effects.append(ev.ClearCrumbs(self.session, self.node, self.to_clear))
             self.to_clear = ()
         effects.append(ev.Announce(self.session, self.node))  # P4: tell the one behind us
-        return self._go(Phase.ACTIVE, cause, effects)
+        return effects
 
     # --- handlers: leading ------------------------------------------------------------------
 

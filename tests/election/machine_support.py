@@ -56,13 +56,15 @@ def queued(mach: Machine, *below: str, holder: bytes = OTHER) -> list[ev.Effect]
 
 
 def won(mach: Machine, cause: str, *clear: str) -> list[ev.Effect]:
-    """What taking over returns (call it before the input): act first, then clear what was
-    fenced, announce it to the contender behind (P4), then tell (P14)."""
-    start: list[ev.Effect] = [ev.StartActive(S1, TOKEN, mine(mach))]
+    """What taking over returns (call it before the input): act first, tell (P14), then
+    clear what was fenced and announce it to the contender behind (P4)."""
+    effects: list[ev.Effect] = [
+        ev.StartActive(S1, TOKEN, mine(mach)),
+        ev.Report(mach.reported, State.ACTIVE, TOKEN, cause),
+    ]
     if clear:
-        start.append(ev.ClearCrumbs(S1, mine(mach), clear))
-    start.append(ev.Announce(S1, mine(mach)))
-    return [*start, ev.Report(mach.reported, State.ACTIVE, TOKEN, cause)]
+        effects.append(ev.ClearCrumbs(S1, mine(mach), clear))
+    return [*effects, ev.Announce(S1, mine(mach))]
 
 
 def first(mach: Machine) -> Machine:

@@ -59,5 +59,31 @@ def test_a_leader_announcing_itself_is_watched_as_the_leader() -> None:
 def test_a_new_leader_announces_itself_after_it_starts() -> None:
     mach = joined()
     effects = mach.handle(ev.Queued(S1, mine(mach), TOKEN, (), OTHER, False))
-    assert kinds(effects)[:2] == ["StartActive", "Announce"]
-    assert effects[1] == ev.Announce(S1, mine(mach))
+    # reported before any call to the backend (a crash there must not hide the term)
+    assert kinds(effects)[:3] == ["StartActive", "Report", "Announce"]
+    assert effects[2] == ev.Announce(S1, mine(mach))
+
+
+def test_a_ticket_that_acted_keeps_its_breadcrumb_on_a_later_failure() -> None:
+    """Found by the cluster property test (disconnect, then a transient fault): a leader that
+    lost contact, stopped, and then failed to list the queue deleted its breadcrumb with its
+    node, so its successor took over unfenced. Only a resign says nobody needs fencing."""
+    mach = joined()
+    mach.handle(ev.Queued(S1, mine(mach), TOKEN, (), OTHER, False))
+    ticket, node = mach.ticket or "", mine(mach)
+    assert mach.phase is Phase.ACTIVE
+    mach.handle(ev.Disconnected(S1))
+    mach.handle(ev.Reconnected(S1))  # lists the queue again
+    effects = mach.handle(ev.OperationFailed(S1, "list queue", "boom", True))
+    assert ev.Leave(S1, ticket, node, True) in effects  # keep_crumb
+
+
+def test_a_start_is_reported_before_any_call_to_the_backend() -> None:
+    """Found by the cluster property test (a crash while taking over): a run cancelled during
+    the call after StartActive left a term started and never reported ACTIVE."""
+    mach = joined()
+    mach.handle(ev.Queued(S1, "x_1_0000000001", TOKEN, (), OTHER, True))
+    mach.handle(ev.CrumbsRead(S1, (("old_1", b"foreign"),)))
+    effects = mach.handle(ev.FenceSucceeded(S1))
+    assert kinds(effects)[:2] == ["StartActive", "Report"]
+    assert kinds(effects)[2:] == ["ClearCrumbs", "Announce"]

@@ -396,7 +396,8 @@ class MachineModel(RuleBasedStateMachine):
                 assert entry is not None
                 self.scope_ticket = entry.ticket
             case ev.ClearCrumbs():
-                assert isinstance(previous, ev.StartActive), previous
+                # right after the start and its report (P14), before any other call
+                assert isinstance(previous, ev.Report) and self.scope_open, previous
             case ev.StopActive():
                 self.scope_open = False
             case ev.Resign():
