@@ -198,6 +198,10 @@ def test_watch_prints_one_line_per_leader_change(hosts: Hosts, tmp_path: Path) -
         wait_until(lambda: (tmp_path / "watch.log").read_text().strip(), "the first line")
         hosts.start("a")
         epoch_a = hosts.settled()["epoch"]
+        # ha watch polls the queue while nobody leads (drivers have no child watches): let it
+        # see a lead before a quits, or a term shorter than its poll goes unseen
+        log = tmp_path / "watch.log"
+        wait_until(lambda: len(log.read_text().splitlines()) >= 2, "the second line")
         hosts.procs["a"].send_signal(signal.SIGTERM)
         assert watch.wait(timeout=30) == 0
     finally:
