@@ -219,7 +219,11 @@ async def test_crashed_supervisor_is_fenced_with_its_breadcrumb(tmp_path: Path) 
         assert epoch_a is not None and child_pid(tmp_path, "a") == pid_a
         assert (tmp_path / "a.pid").read_text().split()[1] == str(epoch_a)  # HA_EPOCH
         await a.crash()  # a's scope is cancelled: its COMMAND is stopped; its breadcrumb stays
-        await wait_until(lambda: fence_log.exists(), "the fence command")
+        # open() creates the file before the line is written: wait for a whole line
+        await wait_until(
+            lambda: fence_log.exists() and fence_log.read_text().endswith("\n"),
+            "the fence command's first line",
+        )
         assert not alive(pid_a)
         env = [__import__("json").loads(line) for line in fence_log.read_text().splitlines()]
         first = env[0]
