@@ -417,8 +417,13 @@ class _ZooKeeperFaults(Faults):
     cannot: ClassVar[dict[str, str]] = {"partition": _NO_SILENCE, "heal": _NO_SILENCE}
 
 
+class _EtcdFaults(Faults):
+    backend = "etcd"
+    hooks: ClassVar[dict[str, str]] = {fault: "_" + fault for fault in _FAULTS}  # EtcdDriver's
+
+
 def faults(driver: Driver) -> Faults:
-    """The faults of ``driver``'s client (memory, sqlite or zookeeper; see ``Faults``).
+    """The faults of ``driver``'s client (memory, sqlite, zookeeper or etcd; see ``Faults``).
 
     ``UnsupportedFault`` for a driver of another backend, whose faults ha.testing cannot reach.
     """
@@ -435,4 +440,9 @@ def faults(driver: Driver) -> Faults:
 
         if isinstance(driver, ZooKeeperDriver):
             return _ZooKeeperFaults(driver)
+    if name == "etcd":
+        from .drivers.etcd import EtcdDriver
+
+        if isinstance(driver, EtcdDriver):
+            return _EtcdFaults(driver)
     raise UnsupportedFault(name, "inject faults", f"ha.testing knows no faults of {driver!r}")

@@ -17,9 +17,10 @@ pytest_plugins = [
     "tests.support.backends.memory",
     "tests.support.backends.sqlite",
     "tests.support.backends.zookeeper",
+    "tests.support.backends.etcd",
 ]
 
-BACKENDS = ["memory", "sqlite", "zookeeper"]
+BACKENDS = ["memory", "sqlite", "zookeeper", "etcd"]
 
 
 @pytest.fixture(scope="session", params=["asyncio", "trio"])

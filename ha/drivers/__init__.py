@@ -20,6 +20,7 @@ SCHEMES: dict[str, tuple[str, str, str | None]] = {
     "memory": ("ha.drivers.memory", "MemoryDriver", None),
     "sqlite": ("ha.drivers.sqlite", "SqliteDriver", None),
     "zk": ("ha.drivers.zookeeper", "ZooKeeperDriver", "zookeeper"),
+    "etcd": ("ha.drivers.etcd", "EtcdDriver", "etcd"),
 }
 
 

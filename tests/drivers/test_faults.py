@@ -29,6 +29,7 @@ SUPPORTED = {
     "memory": set(ALL) | {"fail_next"},
     "sqlite": {"crash", "expire", "freeze", "thaw", "fail_next"},
     "zookeeper": {"crash", "expire", "disconnect", "reconnect", "freeze", "thaw", "fail_next"},
+    "etcd": set(ALL) | {"fail_next"},
 }
 
 

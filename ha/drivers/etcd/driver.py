@@ -1,0 +1,211 @@
+"""The etcd driver: ``etcd://h1:2379,h2:2379/prefix?session_timeout=5``, through etcd's gateway.
+
+The node operations: reads are one etcd transaction of range requests (a node, its
+incarnation record and its children's count, at one revision); writes and transactions go
+through ``mapping`` (read, decide, write if nothing moved), on the session of ``session`` with
+the events of ``watches`` and the test hooks of ``faults``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from typing import Any, Self
+
+import anyio
+
+from ...errors import (
+    ConfigurationError,
+    ConnectionLost,
+    NodeExists,
+    NoNode,
+    NotEmpty,
+    SessionExpired,
+    TransactionFailed,
+)
+from .._input import checked_op, node_data
+from ..base import (
+    Capabilities,
+    Create,
+    Delete,
+    Op,
+    SessionKind,
+    SetData,
+    Stat,
+    parent_of,
+    post_order,
+    validate_path,
+)
+from .faults import FaultHooks
+from .keys import unb64
+from .mapping import Node, Reads, Snapshot, get, node_of, plan
+from .settings import Settings, parse_url
+
+__all__ = ("EtcdDriver",)
+
+ATTEMPTS = 50  # reads and writes of one transaction, while other clients keep moving its keys
+
+
+class EtcdDriver(FaultHooks):
+    """A lease on an etcd cluster and the nodes under a key prefix. Build with ``from_url``."""
+
+    capabilities = Capabilities(
+        name="etcd",
+        cross_process=True,
+        cross_host=True,
+        durable=True,
+        push_watches=True,
+        sessions=SessionKind.LEASE,
+    )
+
+    def __init__(self, hosts: str = "127.0.0.1:2379", *, prefix: str = "", **options: Any):
+        super().__init__(Settings.check(hosts, prefix, **options))
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        """``etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PREFIX][?OPTION=VALUE&...]``.
+
+        Options (also as keywords, which win over the URL): session_timeout, connect_timeout,
+        op_timeout (seconds); user, password; TLS: tls (https), ca, cert, key.
+        """
+        netloc, prefix, values = parse_url(url, options)
+        return cls(netloc, prefix=prefix, **values)
+
+    # --- reads ------------------------------------------------------------------------------
+
+    async def _node(self, path: str) -> tuple[Node | None, int]:
+        """The node at ``path`` (None: absent) and its number of children, at one revision."""
+        validate_path(path)
+        start, end = self.space.children(path)
+        requests = [get(start, end, count_only=True)]
+        if path != "/":
+            requests += [get(self.space.node(path)), get(self.space.incarnation(path))]
+        _, replies = await self._ranges(requests)
+        count = int(replies[0].get("count") or 0)
+        if path == "/":
+            return Node(b"", 0, 0, 0, 0.0, 0), count
+        kv, record = ((r.get("kvs") or [None])[0] for r in replies[1:])
+        return node_of(path, kv, record), count
+
+    async def get(self, path: str) -> tuple[bytes, Stat]:
+        node, count = await self._node(path)
+        if node is None:
+            raise NoNode(path)
+        return node.data, node.stat(count)
+
+    async def exists(self, path: str) -> Stat | None:
+        node, count = await self._node(path)
+        return None if node is None else node.stat(count)
+
+    async def children(self, path: str) -> list[str]:
+        validate_path(path)
+        start, end = self.space.children(path)
+        requests = [get(start, end, keys_only=True)]
+        if path != "/":
+            requests.append(get(self.space.node(path), keys_only=True))
+        _, replies = await self._ranges(requests)
+        if path != "/" and not replies[1].get("kvs"):
+            raise NoNode(path)
+        keys = (
+            self.space.name_of(unb64(kv.get("key")), start) for kv in replies[0].get("kvs") or []
+        )
+        return sorted(keys)
+
+    # --- writes -----------------------------------------------------------------------------
+
+    async def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        op = checked_op(Create(path, node_data(data), ephemeral, sequential))
+        try:
+            created = await self._one(op)
+        except NoNode as exc:
+            if not makepath or exc.path != parent_of(path):
+                raise
+            await self._make_parents(path)
+            created = await self._one(op)
+        assert isinstance(created, str)
+        return created
+
+    async def _make_parents(self, path: str) -> None:
+        parts = path.split("/")[1:-1]
+        for depth in range(1, len(parts) + 1):
+            try:
+                await self._one(Create("/" + "/".join(parts[:depth])))
+            except NodeExists:
+                pass
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
+        stat = await self._one(checked_op(SetData(path, node_data(data), version)))
+        assert isinstance(stat, Stat)
+        return stat
+
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        validate_path(path)
+        if path == "/":
+            raise ConfigurationError("the root node cannot be deleted")
+        if not recursive:
+            await self._one(Delete(path, version))
+            return
+        # the subtree in one transaction, children first; listed again if it grew meanwhile
+        for _attempt in range(10):
+            below = await post_order(self, path)
+            if not below:
+                raise NoNode(path)
+            ops: list[Op] = [*(Delete(p) for p in below[:-1]), Delete(path, version)]
+            try:
+                await self.transaction(ops)
+                return
+            except TransactionFailed as exc:
+                last = exc.index == len(ops) - 1
+                if last and not isinstance(exc.cause, NotEmpty):
+                    raise exc.cause from None
+        raise NotEmpty(path)
+
+    async def _one(self, op: Op) -> str | Stat | None:
+        try:
+            return (await self._apply([op]))[0]
+        except TransactionFailed as exc:
+            raise exc.cause from None
+
+    async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
+        checked = [checked_op(op) for op in ops]
+        return await self._apply(checked) if checked else []
+
+    async def _apply(self, ops: list[Op]) -> list[str | Stat | None]:
+        """Read what ``ops`` depend on, decide, and write if nothing moved (see ``mapping``)."""
+        reads = Reads.of(ops, self.space)
+        for attempt in range(ATTEMPTS):
+            lease = self._lease
+            if not lease and any(isinstance(op, Create) and op.ephemeral for op in ops):
+                raise SessionExpired("the etcd driver has no session now (it is opening one)")
+            revision, replies = await self._ranges(reads.requests(self.space))
+            snap = Snapshot.of(reads, self.space, revision, replies)
+            outcome = plan(ops, snap, self.space, lease, time.time())
+            if not outcome.writes:  # checks only: they held at that revision
+                return outcome.results
+            body = {"compare": outcome.compares, "success": outcome.writes}
+            reply = await self._operation("kv/txn", body)
+            if reply.get("succeeded"):
+                done = int((reply.get("header") or {}).get("revision") or 0)
+                return [_created_at(result, done) for result in outcome.results]
+            for key in outcome.assumed:  # a sequential name is taken: read it next time
+                reads.key(key)
+            await anyio.sleep(random.uniform(0, 0.002 * attempt))
+        raise ConnectionLost(f"etcd: the nodes of a transaction kept changing ({ATTEMPTS} tries)")
+
+
+def _created_at(result: str | Stat | None, revision: int) -> str | Stat | None:
+    """A Stat of a node created by the transaction, with its number (known only now)."""
+    if isinstance(result, Stat) and result.created == 0:
+        return Stat(
+            result.version, result.ephemeral_owner, result.mtime, result.num_children, revision
+        )
+    return result

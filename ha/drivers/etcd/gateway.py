@@ -1,0 +1,207 @@
+"""etcd's v3 API through its JSON gateway (``POST /v3/...``), with httpx, on asyncio and trio.
+
+No grpc and no asyncio bridge: httpx runs on anyio, so the driver runs under trio as well.
+Keys and values travel in base64, int64 fields as strings, and zero values are left out of
+replies (``succeeded``, ``TTL``, a PUT event's ``type``). etcd's errors come back as
+``{"error", "message", "code"}`` with a gRPC code, mapped here onto ``ha.errors``.
+
+Endpoints: requests go to the current endpoint; one that refuses the connection (nothing was
+sent) is left for the next at once. Any other failure (a reply that did not come in time, a
+connection dropped mid-request) is ``ConnectionLost`` with the outcome unknown, and the next
+request tries the next endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+
+from ...errors import AccessDenied, ConnectionLost, DriverError, SessionExpired
+from .settings import Settings
+
+__all__ = ("Compacted", "Gateway", "translate")
+
+log = logging.getLogger("ha.drivers.etcd")
+
+# gRPC status codes etcd answers with
+_CANCELLED, _DEADLINE, _NOT_FOUND, _DENIED, _EXHAUSTED = 1, 4, 5, 7, 8
+_OUT_OF_RANGE, _UNAVAILABLE, _UNAUTHENTICATED = 11, 14, 16
+
+
+class Compacted(DriverError):
+    """The revision asked for was compacted away (a watch or a read must start again)."""
+
+
+def translate(code: int, message: str, where: str = "") -> DriverError:
+    """The ``ha.errors`` counterpart of an etcd error (its gRPC code and message)."""
+    text = message.removeprefix("etcdserver: ")
+    if code == _NOT_FOUND and "lease" in text:
+        return SessionExpired(f"the etcd session's lease is gone ({text})")
+    if code == _DENIED:
+        return AccessDenied(f"etcd denied the request{where} ({text}): check the user's roles")
+    if code == _UNAUTHENTICATED:
+        return AccessDenied(f"etcd rejected the credentials ({text})")
+    if code == _OUT_OF_RANGE and "compacted" in text:
+        return Compacted(f"etcd revision compacted ({text})")
+    if code in (_CANCELLED, _DEADLINE, _EXHAUSTED, _UNAVAILABLE):
+        return ConnectionLost(f"etcd could not serve the request ({text})")
+    return DriverError(f"etcd refused the request{where}: {text} (code {code})")
+
+
+class Gateway:
+    """One httpx client to the endpoints of one etcd cluster."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._current = 0  # index of the endpoint to try first
+        self._client: httpx.AsyncClient | None = None
+        self._token: str | None = None  # etcd's auth token, with user/password
+
+    @property
+    def endpoint(self) -> str:
+        return self.settings.endpoints[self._current]
+
+    def open(self) -> None:
+        opts = self.settings.options
+        verify: ssl.SSLContext | bool = True
+        if self.settings.secure:
+            verify = ssl.create_default_context(cafile=opts.ca)
+            if opts.cert is not None:
+                verify.load_cert_chain(opts.cert, opts.key)
+        self._client = httpx.AsyncClient(
+            verify=verify,
+            timeout=None,  # each call has its own deadline (anyio's, around the whole call)
+            trust_env=False,  # no proxy from the environment between a session and etcd
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+        )
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
+
+    async def call(self, method: str, body: dict[str, Any], within: float) -> dict[str, Any]:
+        """``POST /v3/<method>`` with ``body``; the decoded reply, or an ``ha.errors`` error
+        (``ConnectionLost`` if no reply came ``within`` seconds)."""
+        endpoint = self.endpoint
+        try:
+            with anyio.fail_after(within):
+                return await self._call(method, body)
+        except TimeoutError:
+            self._rotate()
+            raise ConnectionLost(f"no reply from etcd at {endpoint} within {within:g} s") from None
+
+    async def _call(
+        self, method: str, body: dict[str, Any], *, again: bool = True
+    ) -> dict[str, Any]:
+        client = self._client
+        if client is None:
+            raise ConnectionLost("the etcd driver is not started (or closed)")
+        if self._token is None and self.settings.options.user is not None:
+            await self._authenticate()
+        content = json.dumps(body).encode()
+        response = None
+        for _ in self.settings.endpoints:
+            try:
+                response = await client.post(
+                    f"{self.endpoint}/v3/{method}", content=content, headers=self._headers()
+                )
+                break
+            except httpx.ConnectError:  # nothing was sent: the next endpoint may answer
+                self._rotate()
+            except httpx.TransportError as exc:
+                self._rotate()
+                raise ConnectionLost(f"lost contact with etcd ({type(exc).__name__})") from exc
+        if response is None:
+            raise ConnectionLost(f"could not reach etcd at {self.settings.where}")
+        reply = _decode(response.content)
+        if response.status_code == 200 and "code" not in reply:
+            return reply
+        error = _error_of(reply, response.status_code)
+        if again and isinstance(error, AccessDenied) and "token" in str(error):
+            self._token = None  # expired: authenticate once more
+            return await self._call(method, body, again=False)
+        raise error
+
+    async def _authenticate(self) -> None:
+        opts = self.settings.options
+        self._token = ""  # the authenticate request itself goes without one
+        try:
+            reply = await self._call(
+                "auth/authenticate", {"name": opts.user, "password": opts.password}, again=False
+            )
+        except BaseException:
+            self._token = None
+            raise
+        self._token = str(reply.get("token") or "")
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": self._token} if self._token else {}
+
+    def _rotate(self) -> None:
+        self._current = (self._current + 1) % len(self.settings.endpoints)
+
+    @asynccontextmanager
+    async def stream(self, method: str, body: dict[str, Any]) -> AsyncIterator[Any]:
+        """``POST /v3/<method>`` answered by a stream of messages (a watch): yields the
+        response and an async iterator of its decoded messages; an error message raises.
+
+        To end the stream early, close the response from another task (the reader then gets
+        ``ConnectionLost``): cancelling the reader instead would leave httpx's generators
+        unfinished, which trio reports when they are collected."""
+        client = self._client
+        if client is None:
+            raise ConnectionLost("the etcd driver is not started (or closed)")
+        if self._token is None and self.settings.options.user is not None:
+            await self._authenticate()
+        url = f"{self.endpoint}/v3/{method}"
+        try:
+            async with client.stream(
+                "POST", url, content=json.dumps(body).encode(), headers=self._headers()
+            ) as response:
+                if response.status_code != 200:
+                    raise _error_of(_decode(await response.aread()), response.status_code)
+                async with aclosing(_messages(response)) as messages:
+                    yield response, messages
+        except httpx.TransportError as exc:
+            self._rotate()
+            raise ConnectionLost(f"lost the etcd watch stream ({type(exc).__name__})") from exc
+
+
+async def _messages(response: httpx.Response) -> AsyncGenerator[dict[str, Any], None]:
+    async with aclosing(response.aiter_lines()) as lines:  # type: ignore[type-var]
+        async for line in lines:
+            if not line.strip():
+                continue
+            message = _decode(line.encode())
+            if "error" in message and "result" not in message:
+                raise _error_of(message, 200)
+            yield message.get("result") or {}
+
+
+def _decode(raw: bytes) -> dict[str, Any]:
+    try:
+        reply = json.loads(raw)
+    except ValueError:
+        raise ConnectionLost(f"etcd sent a reply that is not JSON: {raw[:80]!r}") from None
+    if not isinstance(reply, dict):
+        raise ConnectionLost(f"etcd sent an unexpected reply: {raw[:80]!r}")
+    return reply
+
+
+def _error_of(reply: dict[str, Any], status: int) -> DriverError:
+    error = reply.get("error")
+    if isinstance(error, dict):  # a stream's error message (grpc-gateway v1)
+        code = int(error.get("grpc_code") or error.get("code") or 0)
+        return translate(code, str(error.get("message") or ""))
+    code = int(reply.get("code") or 0)
+    message = str(reply.get("message") or error or f"HTTP {status}")
+    return translate(code, message)

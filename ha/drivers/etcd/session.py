@@ -1,0 +1,244 @@
+"""The etcd driver's session: one lease, kept alive, and the connection states it goes through.
+
+Session = a lease. ``start`` grants one (``session_id`` is its ID) for the session timeout
+rounded up to whole seconds; etcd may grant more (its minimum TTL), and the granted TTL is the
+session timeout from then on. A background loop sends a keepalive every third of it, each
+bounded by a third of it too.
+
+Timing: etcd's leader expires a lease TTL seconds after it last renewed it, checked every
+500 ms (so up to half a second later, never earlier), and it renews on a keepalive's arrival.
+``last_contact`` is therefore the time a keepalive was *sent*, once its reply shows the lease
+still alive (a TTL): never later than the server's renewal. A grant is dated the same way.
+Other requests do not renew a lease and never move ``last_contact``.
+
+States: a keepalive that fails (no reply in time, connection refused) -> DISCONNECTED, and the
+loop tries again every tenth of the timeout; the next one answered with a TTL -> RECONNECTED.
+A reply without a TTL means etcd no longer has the lease -> EXPIRED, then a new grant ->
+CONNECTED with the new ID. ``aclose`` revokes the lease, so the ephemeral nodes go at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import anyio
+
+from ..._background import BackgroundTask
+from ...errors import ConnectionLost, DriverError, SessionExpired, Unavailable
+from .._faults import Injected
+from ..base import ConnectionEvent, ConnectionState, Driver
+from .gateway import Gateway
+from .keys import KeySpace
+from .settings import Settings
+
+__all__ = ("EtcdSession",)
+
+log = logging.getLogger("ha.drivers.etcd")
+
+
+class EtcdSession(Driver):
+    """A lease on one etcd cluster, renewed in the background."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+        self.space = KeySpace(settings.prefix)
+        self._gateway = Gateway(settings)
+        self._requested_timeout = settings.options.session_timeout
+        self._session_timeout = settings.options.session_timeout
+        self._lease = 0  # the current lease's ID; 0: none (not started, or between two)
+        self._task: BackgroundTask | None = None
+        self._closing = False
+        self._wake = anyio.Event()  # renew now (an operation failed, a fault was lifted)
+        self._start_revision = 0  # the store's revision when the session began
+        # faults (faults.py): errors and a gate for operations; the client cut off, its
+        # network silenced (an event set on heal), or its process gone
+        self._injected = Injected()
+        self._cut = False
+        self._partitioned: anyio.Event | None = None
+        self._crashed = False
+
+    # --- requests ---------------------------------------------------------------------------
+
+    async def _request(
+        self, method: str, body: dict[str, Any], within: float | None = None
+    ) -> dict[str, Any]:
+        """One request to etcd, as the client's faults let it through."""
+        within = within or self.settings.op_timeout
+        if self._task is None or self._crashed:
+            raise ConnectionLost("the etcd driver is not started (or closed)")
+        if self._cut:
+            raise ConnectionLost("the etcd driver is disconnected")
+        if self._partitioned is not None:  # silence: no reply comes until heal
+            partition = self._partitioned
+            with anyio.move_on_after(within):
+                await partition.wait()
+            if not partition.is_set():
+                raise ConnectionLost(f"no reply from etcd within {within:g} s")
+        return await self._gateway.call(method, body, within)
+
+    async def _ranges(
+        self, requests: list[dict[str, Any]], revision: int = 0, *, own: bool = False
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """Several reads at one revision (``revision``, or now): the revision and each read's
+        reply. In transactions of at most 100 (etcd's default limit is 128 operations).
+        ``own``: the driver's own reads (the watch's), which operations' faults leave alone."""
+        send = self._request if own else self._operation
+        replies: list[dict[str, Any]] = []
+        for first in range(0, len(requests), 100):
+            batch = requests[first : first + 100]
+            if revision:
+                batch = [
+                    {"request_range": {**r["request_range"], "revision": str(revision)}}
+                    for r in batch
+                ]
+            reply = await send("kv/txn", {"success": batch})
+            revision = revision or int((reply.get("header") or {}).get("revision") or 0)
+            replies += [r.get("response_range") or {} for r in reply.get("responses") or []]
+        return revision, replies
+
+    async def _operation(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A request made for a node operation (not the session's own)."""
+        await self._injected.wait_thawed()
+        self._injected.raise_next()
+        try:
+            return await self._request(method, body)
+        except (ConnectionLost, SessionExpired):
+            self._wake.set()  # let the session loop find out what happened, now
+            raise
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._task is not None or self._closing:
+            raise RuntimeError("driver already started")
+        self._gateway.open()
+        self._task = BackgroundTask(self._run, name=f"etcd session at {self.settings.where}")
+        connect_timeout = self.settings.options.connect_timeout
+        try:
+            with anyio.move_on_after(connect_timeout):
+                while True:
+                    try:
+                        await self._grant()
+                        break
+                    except ConnectionLost:
+                        await anyio.sleep(0.1)
+            if not self._lease:
+                raise Unavailable(
+                    f"could not reach etcd at {self.settings.where} within"
+                    f" {connect_timeout:g} s (connect_timeout)"
+                )
+        except BaseException:
+            self._task = None
+            await self._gateway.aclose()
+            raise
+        self._task.start()
+        self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._lease))
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._closing = True
+        await self._quiesce()
+        await task.stop()
+        lease, had_session = self._lease, self._session_id is not None
+        self._lease, self._session_id, self._connected = 0, None, False
+        if lease and not self._crashed:
+            try:  # its ephemeral nodes go with it, at once
+                with anyio.CancelScope(shield=True):
+                    await self._gateway.call(
+                        "lease/revoke", {"ID": str(lease)}, self.settings.op_timeout
+                    )
+            except DriverError as exc:
+                log.warning("could not revoke the etcd lease %x: %s", lease, exc)
+        await self._gateway.aclose()
+        self._closed()
+        if had_session and not self._crashed:
+            self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
+
+    async def _run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch_loop)
+            await self._renew_loop()
+
+    async def _watch_loop(self) -> None:
+        """Hook: the node events' loop (watches.py)."""
+
+    async def _quiesce(self) -> None:
+        """Hook: the background tasks are about to be cancelled."""
+
+    def _closed(self) -> None:
+        """Hook: the driver is closed."""
+
+    def _restart_watch(self) -> None:
+        """Hook: contact is back (or a new session began): the watch should start afresh."""
+
+    # --- the session ------------------------------------------------------------------------
+
+    async def _grant(self) -> None:
+        """Open a session: a new lease (CONNECTED is the caller's to report)."""
+        sent = anyio.current_time()
+        ttl = max(1, math.ceil(self._requested_timeout))
+        reply = await self._request("lease/grant", {"TTL": ttl})
+        lease, granted = int(reply.get("ID") or 0), int(reply.get("TTL") or 0)
+        if not lease or granted <= 0:
+            raise ConnectionLost(f"etcd granted no lease: {reply.get('error') or reply}")
+        if granted > self._requested_timeout:
+            log.warning(
+                "etcd granted a lease TTL of %d s for a session timeout of %g s",
+                granted,
+                self._requested_timeout,
+            )
+        self._session_timeout = float(granted)
+        self._lease = self._session_id = lease
+        self._start_revision = int((reply.get("header") or {}).get("revision") or 0)
+        self._last_contact = sent
+        self._connected = True
+
+    async def _renew_loop(self) -> None:
+        while True:
+            wait = self._session_timeout / (3 if self._connected else 10)
+            with anyio.move_on_after(wait):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+            if not self._lease:
+                try:
+                    await self._grant()
+                except DriverError:
+                    continue
+                self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._lease))
+                self._restart_watch()
+            else:
+                await self._renew()
+
+    async def _renew(self) -> None:
+        lease = self._lease
+        sent = anyio.current_time()
+        try:
+            reply = await self._request(
+                "lease/keepalive", {"ID": str(lease)}, self._session_timeout / 3
+            )
+        except DriverError:
+            self._lost_contact()
+            return
+        if lease != self._lease:
+            return
+        if int((reply.get("result") or {}).get("TTL") or 0) <= 0:
+            # etcd no longer has the lease: the session is over with its ephemeral nodes
+            self._lease, self._session_id, self._connected = 0, None, False
+            self._emit(ConnectionEvent(ConnectionState.EXPIRED, lease))
+            self._wake.set()  # a new session at once
+            return
+        self._last_contact = max(self._last_contact, sent)
+        if not self._connected:
+            self._connected = True
+            self._emit(ConnectionEvent(ConnectionState.RECONNECTED, lease))
+            self._restart_watch()
+
+    def _lost_contact(self) -> None:
+        if self._connected:
+            self._connected = False
+            self._emit(ConnectionEvent(ConnectionState.DISCONNECTED, self._session_id))

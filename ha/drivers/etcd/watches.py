@@ -1,0 +1,271 @@
+"""Node events from one etcd watch on the driver's whole prefix, never losing one.
+
+One stream (``POST /v3/watch``) covers every key of the driver, from the revision the session
+began at; a reader task takes its messages, a second task turns them into events for the
+subscribed paths, in etcd's order. A PUT of a node's key at version 1 is CREATED, a DELETE is
+DELETED, any other PUT CHANGED, but a PUT that came with a new incarnation record in the same
+revision re-created the node in place: DELETED then CREATED (see ``keys.Incarnation``).
+
+When the stream breaks, or contact comes back after a loss (a stream may hang silently through
+a partition: etcd's gateway sends no heartbeat), the reader starts again from the revision
+after the last one it read. If that revision was compacted away, or etcd cancels the watch
+for any reason, every subscribed path is read again and compared with what was last known of
+it (its creation and its last write): the difference becomes the events, coalesced but never
+lost. What is known of a path starts with a read at the revision its events had reached when
+it was subscribed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ...errors import ConnectionLost, DriverError
+from ..base import NodeEvent, NodeEventKind
+from .gateway import Compacted
+from .keys import Incarnation, b64, kv_int, unb64
+from .mapping import Reads, Snapshot, get, node_of
+from .session import EtcdSession
+
+__all__ = ("Watches",)
+
+log = logging.getLogger("ha.drivers.etcd")
+
+CREATED, CHANGED, DELETED = NodeEventKind.CREATED, NodeEventKind.CHANGED, NodeEventKind.DELETED
+# what is known of a subscribed path: (created, last write's revision), None (absent), or
+# _UNKNOWN until its first read
+Seen = tuple[int, int] | None
+_UNKNOWN: Any = object()
+
+
+class Watches(EtcdSession):
+    """The prefix's watch, read and turned into the subscribed paths' events."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._seen: dict[str, Any] = {}  # subscribed path -> Seen, or _UNKNOWN
+        self._read_revision = 0  # the last revision the reader received
+        self._done_revision = 0  # the last revision whose events were delivered
+        self._inbox: MemoryObjectSendStream[tuple[str, Any]] | None = None
+        self._stop_stream = anyio.Event()  # set: close the current watch stream
+        self._stream_ended = anyio.Event()  # set while no stream is being read
+        self._stream_ended.set()
+        self._resynced = anyio.Event()
+
+    # --- subscriptions ----------------------------------------------------------------------
+
+    def _watch_started(self, path: str) -> None:
+        self._seen[path] = _UNKNOWN
+        if self._inbox is not None:
+            self._inbox.send_nowait(("subscribed", path))
+
+    def _watch_stopped(self, path: str) -> None:
+        self._seen.pop(path, None)
+
+    def _restart_watch(self) -> None:
+        self._stop_stream.set()
+
+    async def _quiesce(self) -> None:
+        """End the watch stream before the tasks are cancelled (see Gateway.stream)."""
+        self._stop_stream.set()
+        with anyio.move_on_after(1):
+            await self._stream_ended.wait()
+
+    def _closed(self) -> None:
+        self._inbox = None
+
+    # --- the two tasks ----------------------------------------------------------------------
+
+    async def _watch_loop(self) -> None:
+        self._read_revision = self._done_revision = self._start_revision
+        send, receive = anyio.create_memory_object_stream[tuple[str, Any]](math.inf)
+        self._inbox = send
+        for path in self._seen:  # subscribed before the session began
+            send.send_nowait(("subscribed", path))
+        async with anyio.create_task_group() as tg, send, receive:
+            tg.start_soon(self._reader, send)
+            await self._deliverer(receive)
+
+    async def _reader(self, send: MemoryObjectSendStream[tuple[str, Any]]) -> None:
+        while True:
+            self._stop_stream = anyio.Event()
+            if self._cut or self._partitioned is not None:
+                await anyio.sleep(0.05)
+                continue
+            resync = False
+            self._stream_ended = anyio.Event()
+            try:
+                resync = await self._read_stream(send)
+            except Compacted:
+                resync = True
+            except DriverError as exc:
+                log.debug("etcd watch stream ended: %s", exc)
+            finally:
+                self._stream_ended.set()
+            if resync:
+                self._resynced = anyio.Event()
+                await send.send(("resync", None))
+                await self._resynced.wait()
+            else:
+                await anyio.sleep(0.05)
+
+    async def _read_stream(self, send: MemoryObjectSendStream[tuple[str, Any]]) -> bool:
+        """Read one watch stream until it ends; True if etcd cancelled it (compaction)."""
+        start, end = self.space.start, self.space.end
+        request = {
+            "create_request": {
+                "key": b64(start),
+                "range_end": b64(end),
+                "start_revision": str(self._read_revision + 1),
+                "progress_notify": True,
+            }
+        }
+        response: Any = None
+        error: DriverError | None = None
+
+        async def closer() -> None:  # the way to end a stream early (see Gateway.stream)
+            await self._stop_stream.wait()
+            if response is not None:
+                await response.aclose()
+
+        async with anyio.create_task_group() as tg:  # errors caught inside: not grouped
+            tg.start_soon(closer)
+            try:
+                async with self._gateway.stream("watch", request) as (response, messages):
+                    return await self._messages(messages, send)
+            except DriverError as exc:
+                error = exc
+            finally:
+                tg.cancel_scope.cancel()
+        raise error or ConnectionLost("the etcd watch stream ended")
+
+    async def _messages(self, messages: Any, send: MemoryObjectSendStream[tuple[str, Any]]) -> bool:
+        async for message in messages:
+            if message.get("canceled"):
+                log.info("etcd cancelled the watch: %s", message)
+                return True
+            events = message.get("events") or []
+            if events:
+                self._read_revision = max(kv_int(e["kv"], "mod_revision") for e in events)
+                await send.send(("events", events))
+            elif not message.get("created"):  # a progress notice: all events until now
+                revision = kv_int(message.get("header") or {}, "revision")
+                self._read_revision = max(self._read_revision, revision)
+                await send.send(("progress", revision))
+        return False
+
+    async def _deliverer(self, receive: MemoryObjectReceiveStream[tuple[str, Any]]) -> None:
+        async for kind, item in receive:
+            if kind == "events":
+                self._deliver(item)
+            elif kind == "progress":
+                self._done_revision = max(self._done_revision, item)
+            elif kind == "subscribed":
+                await self._first_read(item)
+            else:
+                await self._resync()
+                self._resynced.set()
+
+    # --- events -----------------------------------------------------------------------------
+
+    def _deliver(self, events: list[dict[str, Any]]) -> None:
+        reborn = set()  # (path, revision): the node was re-created in place then
+        for event in events:
+            kv = event["kv"]
+            where = self.space.path_of(unb64(kv.get("key")))
+            if where and where[0] == "incarnation" and event.get("type") != "DELETE":
+                try:
+                    record = Incarnation.decode(where[1], unb64(kv.get("value")))
+                except DriverError:
+                    continue
+                if not record.created:
+                    reborn.add((where[1], kv_int(kv, "mod_revision")))
+        for event in events:
+            kv = event["kv"]
+            revision = kv_int(kv, "mod_revision")
+            self._done_revision = max(self._done_revision, revision)
+            where = self.space.path_of(unb64(kv.get("key")))
+            if where is None or where[0] != "node" or where[1] not in self._seen:
+                continue
+            path, before = where[1], self._seen[where[1]]
+            if event.get("type") == "DELETE":
+                kinds, now = [DELETED], None
+            elif kv_int(kv, "version") == 1:
+                kinds, now = [CREATED], (revision, revision)
+            elif (path, revision) in reborn:
+                kinds, now = [DELETED, CREATED], (revision, revision)
+            else:
+                known = before if isinstance(before, tuple) else None
+                created = known[0] if known else kv_int(kv, "create_revision")
+                kinds, now = [CHANGED], (created, revision)
+            if before is not _UNKNOWN:
+                self._seen[path] = now
+            for kind in kinds:
+                self._emit(NodeEvent(path, kind))
+
+    async def _read(self, paths: list[str], revision: int) -> tuple[int, list[Seen]]:
+        """What etcd holds at ``paths`` at ``revision`` (0: now), and the revision read."""
+        reads = Reads()
+        for path in paths:
+            reads.node(path, self.space)
+        requests = reads.requests(self.space) or [get(self.space.start, count_only=True)]
+        revision, replies = await self._ranges(requests, revision, own=True)
+        snap = Snapshot.of(reads, self.space, revision, replies)
+        seen: list[Seen] = []
+        for path in paths:
+            kv = snap.kvs[self.space.node(path)]
+            node = node_of(path, kv, snap.kvs[self.space.incarnation(path)])
+            seen.append(None if node is None or kv is None else (node.created, _mod(kv)))
+        return revision, seen
+
+    async def _first_read(self, path: str) -> None:
+        """What is known of a newly subscribed path: as of the events delivered so far."""
+        while self._seen.get(path) is _UNKNOWN:
+            try:
+                try:
+                    _, (seen,) = await self._read([path], self._done_revision)
+                except Compacted:  # far behind: from now (a change meanwhile may go unseen)
+                    _, (seen,) = await self._read([path], 0)
+            except DriverError:
+                await anyio.sleep(0.05)
+                continue
+            if self._seen.get(path) is _UNKNOWN:
+                self._seen[path] = seen
+
+    async def _resync(self) -> None:
+        """Read every subscribed path again and report what changed since it was last known."""
+        while True:
+            paths = list(self._seen)
+            try:
+                revision, found = await self._read(paths, 0)
+            except DriverError:
+                await anyio.sleep(0.05)
+                continue
+            break
+        for path, now in zip(paths, found, strict=True):
+            before = self._seen.get(path, _UNKNOWN)
+            if path not in self._seen:
+                continue
+            self._seen[path] = now
+            if before is _UNKNOWN or before == now:
+                continue
+            if before is None:
+                kinds = [CREATED]
+            elif now is None:
+                kinds = [DELETED]
+            elif before[0] != now[0]:
+                kinds = [DELETED, CREATED]
+            else:
+                kinds = [CHANGED]
+            for kind in kinds:
+                self._emit(NodeEvent(path, kind))
+        self._read_revision = self._done_revision = revision
+
+
+def _mod(kv: dict[str, Any]) -> int:
+    return kv_int(kv, "mod_revision")

@@ -1,0 +1,239 @@
+"""etcd for the tests: Debian's etcd-server (3.4) run as plain processes on loopback ports.
+
+Fixtures:
+
+- ``etcd_server`` (session): one single-member cluster, started once, killed at the end.
+- ``etcd_backend``: a ``tests.support.backends.Backend`` on that server, with a fresh key
+  prefix per test.
+- ``etcd_server_factory``: private servers a test may kill, restart, pause (SIGSTOP) or
+  compact at will.
+
+Timers: ``--heartbeat-interval 10 --election-timeout 100``, so that a server is ready in about
+0.1 s and grants leases of 1 s (its smallest TTL is 1.5 election timeouts, rounded up). Each
+server's data directory (etcd preallocates 64 MB of WAL) is a temporary directory removed when
+the server is dropped.
+
+Tests are skipped, with the reason, only when the ``etcd`` binary is missing; a server that is
+installed but does not start is an error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.backends.zookeeper import free_port
+
+__all__ = (
+    "EtcdBackend",
+    "EtcdServer",
+    "etcd_backend",
+    "etcd_server",
+    "etcd_server_factory",
+    "missing_reason",
+)
+
+
+def missing_reason() -> str | None:
+    """Why etcd cannot run here, or None if it can."""
+    if shutil.which("etcd") is None:
+        return "the etcd binary is not installed (apt-get install etcd-server)"
+    return None
+
+
+class EtcdServer:
+    """One single-member etcd cluster: its process and its data directory.
+
+    ``stop()`` kills it (SIGKILL, like a crash); ``start()`` brings it back on the same data
+    (keys survive; etcd renews every lease to its full TTL on restart). ``pause()`` and
+    ``resume()`` freeze and thaw the process (SIGSTOP, SIGCONT). ``remove()`` stops it and
+    deletes its directory.
+    """
+
+    def __init__(self) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="ha-etcd-"))
+        self.port, self.peer_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = self.directory / "etcd.log"
+        self.name = f"m{self.port}"
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self, timeout: float = 30.0) -> None:
+        if self.running:
+            return
+        client, peer = f"http://{self.hosts}", f"http://127.0.0.1:{self.peer_port}"
+        command = [
+            "etcd",
+            *("--name", self.name, "--data-dir", str(self.directory / "data")),
+            *("--listen-client-urls", client, "--advertise-client-urls", client),
+            *("--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer),
+            *("--initial-cluster", f"{self.name}={peer}", "--initial-cluster-state", "new"),
+            *("--listen-metrics-urls", f"http://127.0.0.1:{self.metrics_port}"),
+            *("--heartbeat-interval", "10", "--election-timeout", "100"),
+            "--log-level=warn",
+        ]
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        self.wait_ready(timeout)
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.hosts}/health", timeout=0.5) as reply:
+                return bool(json.load(reply).get("health") == "true")
+        except (OSError, ValueError):
+            return False
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise RuntimeError(f"etcd exited; see {self.log}:\n{self._log_tail()}")
+            if self.healthy():
+                return
+            time.sleep(0.02)
+        raise RuntimeError(f"etcd on port {self.port} not healthy after {timeout} s")
+
+    def stop(self) -> None:
+        """Kill the process by pid and reap it."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+    def pause(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGCONT)
+
+    def remove(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.resume()  # a stopped process would not die of SIGKILL until continued
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def call(self, method: str, body: dict[str, Any]) -> Any:
+        """A request to the JSON gateway, from the test's thread (``compact``, ``revoke``)."""
+        request = urllib.request.Request(
+            f"http://{self.hosts}/v3/{method}", data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return json.load(reply)
+
+    def revision(self) -> int:
+        return int(self.call("kv/range", {"key": "AA=="})["header"]["revision"])
+
+    def compact(self) -> int:
+        """Compact the history up to now; the revision compacted at."""
+        revision = self.revision()
+        self.call("kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    def _log_tail(self) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
+        except OSError:
+            return ""
+
+
+def _start() -> EtcdServer:
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"etcd tests need a local etcd: {reason}")
+    server = EtcdServer()
+    try:
+        server.start()
+    except BaseException:
+        server.remove()
+        raise
+    return server
+
+
+# one server per test session, even if a module imports the fixture while the plugin is loaded
+_shared: EtcdServer | None = None
+
+
+@pytest.fixture(scope="session")
+def etcd_server() -> Iterator[EtcdServer]:
+    global _shared
+    if _shared is not None and _shared.running:
+        yield _shared
+        return
+    server = _shared = _start()
+    try:
+        yield server
+    finally:
+        server.remove()
+        _shared = None
+
+
+@pytest.fixture
+def etcd_server_factory() -> Iterator[Any]:
+    """``factory()`` starts a private server; all are killed and removed after the test."""
+    servers: list[EtcdServer] = []
+
+    def factory() -> EtcdServer:
+        server = _start()
+        servers.append(server)
+        return server
+
+    yield factory
+    for server in servers:
+        server.remove()
+
+
+_prefixes = itertools.count()
+
+
+class EtcdBackend:
+    """The ``Backend`` of tests/support/backends: one server, a fresh key prefix per test."""
+
+    name = "etcd"
+    cross_process = True
+
+    def __init__(self, server: EtcdServer, hosts: str | None = None) -> None:
+        self.server = server
+        self.hosts = hosts or server.hosts
+        self.prefix = f"/ha-test-{uuid.uuid4().hex[:8]}-{next(_prefixes)}"
+
+    def url(self) -> str:
+        return f"etcd://{self.hosts}{self.prefix}"
+
+    def driver(self, *, via: str | None = None, **options: Any) -> Any:
+        """An unstarted driver on this test's prefix; ``via``: other endpoints (a proxy)."""
+        from ha.drivers.etcd import EtcdDriver
+
+        options.setdefault("session_timeout", 2.0)
+        options.setdefault("connect_timeout", 5.0)
+        return EtcdDriver.from_url(f"etcd://{via or self.hosts}{self.prefix}", **options)
+
+
+@pytest.fixture
+def etcd_backend(etcd_server: EtcdServer) -> EtcdBackend:
+    return EtcdBackend(etcd_server)
