@@ -26,9 +26,11 @@ P4  Lead = no lower node. Behind others, watch only the node just below ours (no
 P5  The node below ours deleted: if it was the only one below (the leader), we are first now,
     for no lower node can ever appear; otherwise list the queue again. When a lower node still
     lives, the deleted one never led: its breadcrumb is dropped unfenced.
-P6  Graceful handover: the leader resigns by deleting its breadcrumb, then its node, in one
-    transaction; a successor that saw the breadcrumb go first (watch order holds within a
-    session) and no stray breadcrumb knows that nobody needs fencing: ACTIVE, no request.
+P6  Graceful handover: the leader resigns by deleting its breadcrumb and its node in one
+    transaction. A breadcrumb never goes while its node lives (a leave that drops it is one
+    transaction too; others delete only the breadcrumbs of nodes gone), so a successor that
+    sees the leader's breadcrumb go, with no stray breadcrumb, knows that the leader is gone
+    and nobody needs fencing: ACTIVE at once, no request, not waiting for the node's event.
 P7  Crash: the leader's node gone and its breadcrumb left: fence it (read while watching),
     then ACTIVE. With stray breadcrumbs (leaders that crashed in a row), or with what we knew
     lost (first in the queue after a listing, a reconnect), read every breadcrumb older than
@@ -52,7 +54,10 @@ P10 Disconnected: by default an ACTIVE stops at once and goes NEUTRAL (Hadoop's
     comes back within the session, lists the queue and carries on if it is still first.
 P11 Reconnected in the same session: list the queue before anything else; what the watches
     said before is forgotten (a graceful exit is then confirmed by reading the breadcrumbs).
-P12 Session expired: our node is gone; wait for the next session and join again.
+P12 Session expired: our node is gone; wait for the next session and join again. A request
+    sent in the old session may still have run in the new one (a client that queues requests
+    across sessions, as kazoo does): the new session first leaves every ticket of the old one
+    (a no-op when its node is gone), or a node of ours nobody watches would lead the queue.
 P13 ``quit(need_fence=False)`` from ACTIVE stops the work, then resigns (P6); with
     ``need_fence`` only the node goes (the next leader fences us); not leading, both go.
 P14 A report of the public state is an effect placed after the stop of the leadership scope:
@@ -301,8 +306,10 @@ class Machine:
             effects = self._on_SessionExpired(ev.SessionExpired(self.session))
         self.session, self.connected = event.session, True
         if self.phase in (Phase.CONNECTING, Phase.OFFLINE):
-            effects += self._join("connected")
-        return effects
+            return effects + self._join("connected")
+        if self.phase in (Phase.DONE, Phase.FAILED):
+            return effects
+        return effects + self._left()  # P12: what the old session may have left behind
 
     def _on_Disconnected(self, event: ev.Disconnected) -> list[ev.Effect]:
         self.connected = False
@@ -327,8 +334,11 @@ class Machine:
         return self._list(phase, "reconnected", effects)
 
     def _on_SessionExpired(self, event: ev.SessionExpired) -> list[ev.Effect]:
-        self.session, self.connected = None, False  # P12
-        self.unleft = {}  # went with the session
+        # P12: our node went with the session, unless a request sent for it ran in the next
+        # one (a join in flight across the expiry): leave again then, by ticket
+        if self.ticket is not None:
+            self.unleft[self.ticket] = (self.node, self.acted)
+        self.session, self.connected = None, False
         if self.phase in LEADING:
             return self._lost("session expired")
         self._forget_queue()
@@ -419,7 +429,10 @@ class Machine:
         if len(self.below) == 1:
             entry = parse_entry(self.below[0])
             if entry is not None and entry.ticket == event.ticket:
-                self.crumb_gone = True
+                if not self.strays and self.session is not None:
+                    self.below = ()
+                    return self._won("the leader resigned")  # P6: its node went with it
+                self.crumb_gone = True  # strays to fence, or not yet known: wait for the node
         return []
 
     def _predecessor_gone(self, node: str) -> list[ev.Effect]:

@@ -335,40 +335,50 @@ class ElectionNodes:
     async def resign(self, driver: Driver, ticket: str, node: str) -> None:
         """A graceful exit: our breadcrumb, then our node, in one transaction.
 
-        The successor, whose watches see the breadcrumb go first, knows that nobody needs
+        The successor, which watches both, sees the breadcrumb go and knows that nobody needs
         fencing. If the node is gone already, the breadcrumb is left (the next leader fences
         us, which is safe); ``DriverError`` is raised when the backend cannot be reached.
         """
-        try:
-            await driver.transaction([Delete(self.crumb(ticket)), Delete(self.node(node))])
-        except TransactionFailed as exc:
-            if exc.index == 0:  # no breadcrumb: leave the queue all the same
-                await self.leave(driver, ticket, node, keep_crumb=True)
+        await self._exit(driver, ticket, node, orphan_crumb=False)
 
     async def leave(
         self, driver: Driver, ticket: str, node: str | None, *, keep_crumb: bool
     ) -> None:
         """Delete our node (found by ticket when its name is unknown) and, unless
-        ``keep_crumb``, our breadcrumb first (only once our work has stopped): a successor
-        then sees it go before the node, as after a resign, and fences nobody."""
-        if not keep_crumb:
-            await self.drop_crumb(driver, ticket)
+        ``keep_crumb``, our breadcrumb with it (only once our work has stopped): a successor
+        then sees it go as after a resign, and fences nobody."""
         if node is None:
-            for entry in await self.entries(driver):
-                if entry.ticket == ticket:
-                    node = entry.name
-        if node is not None:
-            try:
-                await driver.delete(self.node(node))
-            except NoNode:
-                pass
+            node = next((e.name for e in await self.entries(driver) if e.ticket == ticket), None)
+        if node is None:
+            if not keep_crumb:
+                await self.drop_crumb(driver, ticket)
+        elif keep_crumb:
+            await _delete_if_there(driver, self.node(node))
+        else:
+            await self._exit(driver, ticket, node, orphan_crumb=True)
+
+    async def _exit(self, driver: Driver, ticket: str, node: str, *, orphan_crumb: bool) -> None:
+        """Our breadcrumb and our node in one transaction: a breadcrumb never goes while its
+        node lives, so its deletion alone tells a successor that the leader is gone (P6).
+        With ``orphan_crumb`` the breadcrumb goes even when the node is gone already."""
+        try:
+            await driver.transaction([Delete(self.crumb(ticket)), Delete(self.node(node))])
+        except TransactionFailed as exc:
+            if exc.index == 0:  # no breadcrumb: leave the queue all the same
+                await _delete_if_there(driver, self.node(node))
+            elif orphan_crumb:
+                await self.drop_crumb(driver, ticket)
 
     async def drop_crumb(self, driver: Driver, ticket: str) -> None:
         """Delete a breadcrumb nobody needs to fence (its owner never led, or left cleanly)."""
-        try:
-            await driver.delete(self.crumb(ticket))
-        except NoNode:
-            pass
+        await _delete_if_there(driver, self.crumb(ticket))
+
+
+async def _delete_if_there(driver: Driver, path: str) -> None:
+    try:
+        await driver.delete(path)
+    except NoNode:
+        pass
 
 
 # --- concurrent reads ----------------------------------------------------------------------------

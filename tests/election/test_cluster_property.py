@@ -17,7 +17,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import ha
@@ -128,6 +128,9 @@ class FastMemory(MemoryNet):
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(size=st.integers(3, 5), plan=plans(FastMemory.faults, FastMemory.session_timeout))
+# found by this test: a join in flight when its session expired ran in the next session, and
+# the node it left, ahead of everyone and watched by nobody, stopped the election (P12)
+@example(size=3, plan=[("expire", 2, 0.0), ("crash", 0, 0.0)])
 async def test_safety_and_liveness_under_faults(size: int, plan: list[Step]) -> None:
     await run_plan(FastMemory(), size, plan)
 

@@ -215,14 +215,14 @@ def test_predecessor_gone_when_the_watch_is_set_is_like_its_deletion() -> None:
 
 
 def test_graceful_handover_acts_with_no_request() -> None:
-    """P6: the breadcrumb went before the node, no strays: StartActive first, no backend
-    effect before it, nothing to clear."""
+    """P6: the leader's breadcrumb went (its node with it), no strays: StartActive first, no
+    backend effect before it, nothing to clear, and no wait for the node's own event."""
     mach = standby()
-    assert mach.handle(ev.CrumbDeleted(S1, L_TICKET)) == []
-    assert mach.state is State.STANDBY
     expected = won(mach, "the leader resigned")
-    assert mach.handle(ev.NodeDeleted(S1, LEADER)) == expected
+    assert mach.handle(ev.CrumbDeleted(S1, L_TICKET)) == expected
     assert mach.epoch == TOKEN and mach.phase is Phase.ACTIVE
+    assert mach.handle(ev.NodeDeleted(S1, LEADER)) == []  # the node's event, later: nothing
+    assert mach.phase is Phase.ACTIVE
 
 
 @pytest.mark.parametrize("read", [L_CRUMB, None], ids=["read-before", "read-after"])

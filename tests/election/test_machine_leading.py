@@ -60,15 +60,20 @@ def test_session_expiry_while_active_stops_work_before_reporting_fenced() -> Non
         ev.StopActive("session expired"),
         ev.Report(State.ACTIVE, State.FENCED, None, "session expired"),
         ev.WaitBackoff(1, mach.backoff_token),
-    ]  # no Leave: the node went with the session
-    mach.handle(ev.Connected(S2))
+    ]  # no Leave yet: no session to send it in
+    ticket = next(iter(mach.unleft))
+    node = mach.unleft[ticket][0]
+    # P12: the next session leaves the old ticket first (in case a request of the old session
+    # ran in the new one), keeping the breadcrumb of a ticket that acted
+    assert mach.handle(ev.Connected(S2)) == [ev.Leave(S2, ticket, node, True)]
+    mach.handle(ev.Left(S2, ticket))
     assert mach.handle(ev.BackoffElapsed(mach.backoff_token))[0] == ev.Join(S2, ticket_for(ME, "2"))
 
 
 def test_a_new_session_without_word_of_the_old_one_is_an_expiry() -> None:
     mach = active()
     effects = mach.handle(ev.Connected(S2))
-    assert kinds(effects) == ["StopActive", "Report", "WaitBackoff"]
+    assert kinds(effects) == ["StopActive", "Report", "WaitBackoff", "Leave"]  # Leave: P12
     assert mach.session == S2 and mach.state is State.FENCED
 
 
@@ -137,8 +142,9 @@ def test_hold_policy_fenced_when_no_longer_first(answer: str) -> None:
 def test_after_a_reconnect_what_the_watches_said_is_forgotten() -> None:
     """P11: watch order holds within a connection only; a graceful exit seen before the
     blip is confirmed by reading the breadcrumbs."""
-    mach = standby()
+    mach = standby(strays=True)  # strays: a deleted breadcrumb is noted, not acted on
     mach.handle(ev.CrumbDeleted(S1, L_TICKET))  # graceful evidence, before the blip
+    assert mach.crumb_gone
     assert kinds(mach.handle(ev.Disconnected(S1))) == ["Report", "NotifyNeutral"]
     assert mach.handle(ev.NodeDeleted(S1, LEADER)) == []  # offline: not acted on
     assert mach.handle(ev.Reconnected(S1)) == [ev.ListQueue(S1, mach.ticket or "", TOKEN)]
@@ -150,7 +156,7 @@ def test_after_a_reconnect_what_the_watches_said_is_forgotten() -> None:
 
 
 def test_a_leader_gone_during_the_blip_is_read_for() -> None:
-    mach = standby()
+    mach = standby(strays=True)
     mach.handle(ev.CrumbDeleted(S1, L_TICKET))
     mach.handle(ev.Disconnected(S1))
     mach.handle(ev.Reconnected(S1))
@@ -158,12 +164,30 @@ def test_a_leader_gone_during_the_blip_is_read_for() -> None:
 
 
 def test_session_expired_while_standby_waits_for_the_next_session() -> None:
-    """P12: the node went with the session: no Leave, a new ticket in the new session."""
+    """P12: the node went with the session; the new session leaves its ticket again (a join
+    in flight may have landed in it) and joins with a new ticket."""
     mach = standby()
+    ticket, node = mach.ticket or "", mine(mach)
     effects = mach.handle(ev.SessionExpired(S1))
     assert kinds(effects) == ["Report", "NotifyNeutral"]
     assert mach.phase is Phase.CONNECTING and mach.ticket is None
-    assert mach.handle(ev.Connected(S2)) == [ev.Join(S2, ticket_for(ME, "2"))]
+    assert mach.handle(ev.Connected(S2)) == [
+        ev.Leave(S2, ticket, node, False),  # never acted: its breadcrumb goes too
+        ev.Join(S2, ticket_for(ME, "2")),
+    ]
+
+
+def test_a_join_in_flight_across_an_expiry_is_left_in_the_next_session() -> None:
+    """P12: the Join of session 1 ran in session 2 (the node's name never came back)."""
+    mach = joined()
+    ticket = mach.ticket or ""
+    mach.handle(ev.SessionExpired(S1))
+    assert mach.unleft == {ticket: (None, False)}
+    effects = mach.handle(ev.Connected(S2))
+    assert effects == [ev.Leave(S2, ticket, None, False), ev.Join(S2, ticket_for(ME, "2"))]
+    assert mach.handle(ev.Queued(S1, node_of(ticket, 3), 3, (), ME)) == []  # stale (P1)
+    mach.handle(ev.Left(S2, ticket))
+    assert mach.unleft == {}
 
 
 def test_a_node_given_up_out_of_contact_is_left_once_contact_is_back() -> None:
@@ -191,8 +215,9 @@ def test_a_node_given_up_out_of_contact_goes_with_an_expired_session() -> None:
     mach.handle(ev.Superseded(S1, TOKEN))
     assert mach.unleft == {ticket: (node, True)}
     mach.handle(ev.SessionExpired(S1))
-    assert mach.unleft == {}
-    assert mach.handle(ev.Connected(S2)) == []  # FENCED: the backoff decides
+    assert mach.unleft == {ticket: (node, True)}  # it may have run in the next session
+    # FENCED: the backoff decides when to join; the leave goes with the first contact
+    assert mach.handle(ev.Connected(S2)) == [ev.Leave(S2, ticket, node, True)]
 
 
 def test_stale_session_inputs_are_ignored() -> None:

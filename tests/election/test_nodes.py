@@ -8,11 +8,12 @@ crash is a node deleted with its breadcrumb left.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, cast
 
 import pytest
 
-from ha.drivers.base import Driver
+from ha.drivers.base import Delete, Driver, Op
 from ha.election import events as ev
 from ha.election.nodes import (
     BREADCRUMB_FORMAT,
@@ -375,6 +376,46 @@ async def test_leave(driver: Driver, keep_crumb: bool, by_ticket: bool) -> None:
     # nothing left to leave: no error
     await NODES.leave(driver, ticket, None if by_ticket else name, keep_crumb=False)
     await NODES.leave(driver, ticket_for(ME, "never"), None, keep_crumb=False)
+
+
+class CrumbWitness:
+    """Forwards to a driver and fails if a breadcrumb is deleted alone while its node lives:
+    P6 lets a successor act on a breadcrumb's deletion, so it must never go before its node."""
+
+    def __init__(self, driver: Driver, node: str) -> None:
+        self.driver, self.node = driver, node
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.driver, name)
+
+    async def delete(self, path: str, version: int = -1) -> None:
+        if path.startswith(NODES.crumbs + "/"):
+            assert not await alive(self.driver, NODES.node(self.node)), "breadcrumb before node"
+        await self.driver.delete(path, version)
+
+    async def transaction(self, ops: Sequence[Op]) -> list[Any]:
+        paths = [op.path for op in ops if isinstance(op, Delete)]
+        if any(p.startswith(NODES.crumbs + "/") for p in paths):
+            assert NODES.node(self.node) in paths or not await alive(
+                self.driver, NODES.node(self.node)
+            ), "breadcrumb without its node"
+        return await self.driver.transaction(ops)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("by_ticket", [False, True])
+async def test_a_breadcrumb_never_goes_while_its_node_lives(
+    driver: Driver, by_ticket: bool
+) -> None:
+    for exit in ("resign", "leave"):
+        ticket, name, _ = await join(driver, ME, exit)
+        witness = cast(Driver, CrumbWitness(driver, name))
+        if exit == "resign":
+            await NODES.resign(witness, ticket, name)
+        else:
+            await NODES.leave(witness, ticket, None if by_ticket else name, keep_crumb=False)
+        assert not await alive(driver, NODES.crumb(ticket))
+        assert not await alive(driver, NODES.node(name))
 
 
 @pytest.mark.anyio
