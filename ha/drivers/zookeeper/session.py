@@ -39,6 +39,7 @@ from ...errors import ConfigurationError, ConnectionLost, NodeExists, Unavailabl
 from .._faults import Injected
 from ..base import ConnectionEvent, ConnectionState, validate_path
 from .contact import ContactDating
+from .handler import InlineHandler, inline
 from .mapping import NO_REPLY, map_errors
 from .settings import Options
 
@@ -137,7 +138,7 @@ class KazooSession(ContactDating):
         sent = anyio.current_time()  # before the request is queued: never later than its sending
         with map_errors(path, version):
             result = request()
-            result.rawlink(lambda _: self._post(done.set))
+            result.rawlink(inline(lambda _: self._post(done.set)))
             timeout = self.options.op_timeout or self._session_timeout
             with anyio.move_on_after(timeout):
                 await done.wait()
@@ -182,6 +183,7 @@ class KazooSession(ContactDating):
         retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.1, max_delay=1.0)
         self._client = KazooClient(
             hosts=self.hosts,
+            handler=InlineHandler(),
             timeout=self._requested_timeout,
             auth_data=[("digest", opts.auth)] if opts.auth else None,
             randomize_hosts=opts.randomize_hosts,

@@ -17,6 +17,7 @@ from kazoo import exceptions as kx
 from kazoo.protocol.states import EventType
 
 from ..base import NodeEvent, NodeEventKind
+from .handler import inline
 from .session import KazooSession
 from .settings import Options
 
@@ -81,10 +82,12 @@ class Watches(KazooSession):
         watch.arming = True
         watch.again = False
 
-        def fired(event: Any) -> None:  # kazoo's callback thread
+        @inline
+        def fired(event: Any) -> None:  # kazoo's connection thread
             self._post(functools.partial(self._fired, watch, getattr(event, "type", None)))
 
-        def replied(result: Any) -> None:  # kazoo's completion thread
+        @inline
+        def replied(result: Any) -> None:  # kazoo's connection thread
             self._post(functools.partial(self._armed, watch, result))
 
         try:
