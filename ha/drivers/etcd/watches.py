@@ -56,6 +56,7 @@ class Watches(EtcdSession):
         self._stream_ended = anyio.Event()  # set while no stream is being read
         self._stream_ended.set()
         self._resynced = anyio.Event()
+        self._cancelled = False  # etcd cancelled the current stream's watch
 
     # --- subscriptions ----------------------------------------------------------------------
 
@@ -135,20 +136,27 @@ class Watches(EtcdSession):
 
         async with anyio.create_task_group() as tg:  # errors caught inside: not grouped
             tg.start_soon(closer)
+            self._cancelled = False
             try:
                 async with self._gateway.stream("watch", request) as (response, messages):
-                    return await self._messages(messages, send)
+                    await self._messages(messages, send)
             except DriverError as exc:
                 error = exc
             finally:
                 tg.cancel_scope.cancel()
+        if self._cancelled:
+            return True
         raise error or ConnectionLost("the etcd watch stream ended")
 
-    async def _messages(self, messages: Any, send: MemoryObjectSendStream[tuple[str, Any]]) -> bool:
+    async def _messages(self, messages: Any, send: MemoryObjectSendStream[tuple[str, Any]]) -> None:
         async for message in messages:
-            if message.get("canceled"):
-                log.info("etcd cancelled the watch: %s", message)
-                return True
+            if message.get("canceled") or self._cancelled:
+                # read on until the stream is closed: httpx's generators must run to their end
+                if not self._cancelled:
+                    log.info("etcd cancelled the watch: %s", message)
+                self._cancelled = True
+                self._stop_stream.set()
+                continue
             events = message.get("events") or []
             if events:
                 self._read_revision = max(kv_int(e["kv"], "mod_revision") for e in events)
@@ -157,7 +165,6 @@ class Watches(EtcdSession):
                 revision = kv_int(message.get("header") or {}, "revision")
                 self._read_revision = max(self._read_revision, revision)
                 await send.send(("progress", revision))
-        return False
 
     async def _deliverer(self, receive: MemoryObjectReceiveStream[tuple[str, Any]]) -> None:
         async for kind, item in receive:
