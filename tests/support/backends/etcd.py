@@ -37,8 +37,8 @@ from typing import Any
 
 import pytest
 
-from ha.testing import faults
 from tests.support.backends.zookeeper import free_port
+from tests.support.harness import MemoryNet
 
 __all__ = (
     "EtcdBackend",
@@ -243,55 +243,20 @@ def etcd_backend(etcd_server: EtcdServer) -> EtcdBackend:
     return EtcdBackend(etcd_server)
 
 
-class EtcdNet:
-    """A ``tests.support.harness.Net`` on one etcd server, a fresh prefix per net; every fault
-    is the driver's own (``ha.testing.faults``): crash, expire (etcd revokes the lease),
-    cut_off/restore (``partition``/``heal``: requests go unanswered), disconnect/reconnect,
-    freeze/thaw, transient/fatal (``fail_next``)."""
+class EtcdNet(MemoryNet):
+    """A ``tests.support.harness.Net`` on one etcd server, a fresh prefix per net. Every fault
+    is the driver's own, through ``ha.testing.faults`` as on memory (hence the base class):
+    crash, expire (etcd revokes the lease), cut_off/restore (``partition``/``heal``: requests
+    go unanswered), disconnect/reconnect, freeze/thaw, transient/fatal (``fail_next``)."""
 
     name = "etcd"
-    faults = frozenset(
-        {
-            *("crash", "expire", "cut_off", "restore", "disconnect", "reconnect"),
-            *("freeze", "thaw", "transient", "fatal"),
-        }
-    )
     session_timeout = 1.0
 
     def __init__(self, server: EtcdServer) -> None:
         self.backend = EtcdBackend(server)
 
-    def driver(self, session_timeout: float | None = None) -> Any:
+    def driver(self, session_timeout: float | None = None) -> Any:  # type: ignore[override]
         return self.backend.driver(session_timeout=session_timeout or self.session_timeout)
-
-    async def crash(self, driver: Any) -> None:
-        await faults(driver).crash()
-
-    async def expire(self, driver: Any) -> None:
-        if driver.session_id is not None:  # between two sessions there is nothing to expire
-            await faults(driver).expire()
-
-    def fail_next(self, driver: Any, count: int, transient: bool) -> None:
-        faults(driver).fail_next(count, transient=transient)
-
-    async def apply(self, fault: str, driver: Any) -> None:
-        f = faults(driver)
-        actions = {
-            "cut_off": f.partition,
-            "restore": f.heal,
-            "disconnect": f.disconnect,
-            "reconnect": f.reconnect,
-            "freeze": f.freeze,
-            "thaw": f.thaw,
-        }
-        actions[fault]()
-
-    async def heal(self, drivers: list[Any]) -> None:
-        for driver in drivers:
-            f = faults(driver)
-            f.heal()
-            f.reconnect()
-            f.thaw()
 
     def close(self) -> None:
         pass
