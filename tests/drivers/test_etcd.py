@@ -15,7 +15,7 @@ import pytest
 import ha.drivers
 from ha.drivers.base import ConnectionState, Create, Delete, NodeEvent, NodeEventKind, SetData
 from ha.drivers.etcd import EtcdDriver
-from ha.errors import ConfigurationError, CorruptData, Unavailable
+from ha.errors import AccessDenied, ConfigurationError, CorruptData, Unavailable
 from ha.testing import faults
 from tests.support.backends.etcd import EtcdBackend, EtcdServer
 from tests.support.backends.zookeeper import free_port
@@ -201,3 +201,38 @@ async def test_a_server_restart_keeps_the_session(etcd_server_factory: Any) -> N
         ]
         assert driver.session_id == session
         assert (await driver.exists("/mine")).ephemeral_owner == session  # type: ignore[union-attr]
+
+
+async def test_credentials_and_permissions(etcd_server_factory: Any) -> None:
+    import base64
+
+    server: EtcdServer = etcd_server_factory()
+
+    def key(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    server.call("auth/user/add", {"name": "root", "password": "rootpw"})
+    server.call("auth/role/add", {"name": "root"})  # etcd enables auth only with a root
+    server.call("auth/user/grant", {"user": "root", "role": "root"})
+    server.call("auth/user/add", {"name": "app", "password": "apppw"})
+    server.call("auth/role/add", {"name": "app"})
+    server.call(
+        "auth/role/grant",
+        {
+            "name": "app",
+            "perm": {"permType": "READWRITE", "key": key("/app/"), "range_end": key("/app0")},
+        },
+    )
+    server.call("auth/user/grant", {"user": "app", "role": "app"})
+    server.call("auth/enable", {})
+    async with EtcdDriver.from_url(f"etcd://app:apppw@{server.hosts}/app") as driver:
+        await driver.create("/mine", b"1", ephemeral=True)
+        assert (await driver.get("/mine"))[0] == b"1"
+    wrong = EtcdDriver.from_url(f"etcd://app:nope@{server.hosts}/app", connect_timeout=2)
+    with pytest.raises(AccessDenied, match="^etcd rejected the credentials") as denied:
+        await wrong.start()
+    assert not denied.value.transient
+    async with EtcdDriver.from_url(f"etcd://app:apppw@{server.hosts}/other") as elsewhere:
+        with pytest.raises(AccessDenied, match="to app on the prefix /other") as refused:
+            await elsewhere.create("/x")
+        assert "\n" not in str(refused.value)

@@ -45,14 +45,14 @@ def translate(code: int, message: str, where: str = "") -> DriverError:
     if code == _NOT_FOUND and "lease" in text:
         return SessionExpired(f"the etcd session's lease is gone ({text})")
     if code == _DENIED:
-        return AccessDenied(f"etcd denied the request{where} ({text}): check the user's roles")
-    if code == _UNAUTHENTICATED:
+        return AccessDenied(f"etcd denied access{where} ({text}): grant the user's role readwrite")
+    if code == _UNAUTHENTICATED or text.startswith("authentication failed"):
         return AccessDenied(f"etcd rejected the credentials ({text})")
     if code == _OUT_OF_RANGE and "compacted" in text:
         return Compacted(f"etcd revision compacted ({text})")
     if code in (_CANCELLED, _DEADLINE, _EXHAUSTED, _UNAVAILABLE):
         return ConnectionLost(f"etcd could not serve the request ({text})")
-    return DriverError(f"etcd refused the request{where}: {text} (code {code})")
+    return DriverError(f"etcd refused the request: {text} (code {code})")
 
 
 class Gateway:
@@ -125,7 +125,7 @@ class Gateway:
         reply = _decode(response.content)
         if response.status_code == 200 and "code" not in reply:
             return reply
-        error = _error_of(reply, response.status_code)
+        error = _error_of(reply, response.status_code, self._where)
         if again and isinstance(error, AccessDenied) and "token" in str(error):
             self._token = None  # expired: authenticate once more
             return await self._call(method, body, again=False)
@@ -145,6 +145,10 @@ class Gateway:
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": self._token} if self._token else {}
+
+    @property
+    def _where(self) -> str:
+        return f" to {self.settings.options.user} on the prefix {self.settings.prefix or '/'}"
 
     def _rotate(self) -> None:
         self._current = (self._current + 1) % len(self.settings.endpoints)
@@ -168,7 +172,8 @@ class Gateway:
                 "POST", url, content=json.dumps(body).encode(), headers=self._headers()
             ) as response:
                 if response.status_code != 200:
-                    raise _error_of(_decode(await response.aread()), response.status_code)
+                    reply = _decode(await response.aread())
+                    raise _error_of(reply, response.status_code, self._where)
                 async with aclosing(_messages(response)) as messages:
                     yield response, messages
         except httpx.TransportError as exc:
@@ -197,11 +202,11 @@ def _decode(raw: bytes) -> dict[str, Any]:
     return reply
 
 
-def _error_of(reply: dict[str, Any], status: int) -> DriverError:
+def _error_of(reply: dict[str, Any], status: int, where: str = "") -> DriverError:
     error = reply.get("error")
     if isinstance(error, dict):  # a stream's error message (grpc-gateway v1)
         code = int(error.get("grpc_code") or error.get("code") or 0)
-        return translate(code, str(error.get("message") or ""))
+        return translate(code, str(error.get("message") or ""), where)
     code = int(reply.get("code") or 0)
     message = str(reply.get("message") or error or f"HTTP {status}")
-    return translate(code, message)
+    return translate(code, message, where)
