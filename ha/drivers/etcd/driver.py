@@ -41,6 +41,7 @@ from .faults import FaultHooks
 from .keys import unb64
 from .mapping import Node, Reads, Snapshot, get, node_of, plan
 from .settings import Settings, parse_url
+from .single import Fallback, single
 
 __all__ = ("EtcdDriver",)
 
@@ -170,6 +171,14 @@ class EtcdDriver(FaultHooks):
         raise NotEmpty(path)
 
     async def _one(self, op: Op) -> str | Stat | None:
+        """One op: in one round trip if it can (``single``), else read, decide and write."""
+        try:
+            if isinstance(op, Create) and op.ephemeral and not self._lease:
+                raise Fallback  # the long way says why
+            one = single(op, self.space, self._lease, time.time())
+            return one.outcome(await self._operation("kv/txn", one.body))
+        except Fallback:
+            pass
         try:
             return (await self._apply([op]))[0]
         except TransactionFailed as exc:
