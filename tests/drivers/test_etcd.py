@@ -236,3 +236,36 @@ async def test_credentials_and_permissions(etcd_server_factory: Any) -> None:
         with pytest.raises(AccessDenied, match="to app on the prefix /other") as refused:
             await elsewhere.create("/x")
         assert "\n" not in str(refused.value)
+
+
+async def test_a_frozen_server_then_the_session_goes_on_or_expires(
+    etcd_server_factory: Any,
+) -> None:
+    # SIGSTOP for longer than the lease: on SIGCONT etcd either renews the lease from the
+    # keepalives that waited in its socket or expires it first; the driver reports either
+    server: EtcdServer = etcd_server_factory()
+    events = Seen()
+    driver = EtcdBackend(server).driver(session_timeout=1.0)
+    driver.subscribe(None, events)
+    async with driver:
+        await driver.create("/mine", ephemeral=True)
+        old = driver.session_id
+        server.pause()
+        try:
+            await events.until(2)  # DISCONNECTED: the keepalives go unanswered
+            await anyio.sleep(driver.session_timeout * 1.5)
+        finally:
+            server.resume()
+        with anyio.fail_after(15):
+            while not driver.connected:
+                await anyio.sleep(0.01)
+        states = [event.state for event in events.events]
+        assert states[1] is ConnectionState.DISCONNECTED
+        if driver.session_id == old:
+            assert states[2:] == [ConnectionState.RECONNECTED]
+            assert await driver.exists("/mine") is not None
+        else:
+            assert states[2:] == [ConnectionState.EXPIRED, ConnectionState.CONNECTED]
+            assert await driver.exists("/mine") is None
+        await driver.create("/after", ephemeral=True)
+        assert (await driver.get("/after"))[1].ephemeral_owner == driver.session_id

@@ -1,8 +1,9 @@
 """The etcd driver: ``etcd://h1:2379,h2:2379/prefix?session_timeout=5``, through etcd's gateway.
 
-The node operations: reads are one etcd transaction of range requests (a node, its
-incarnation record and its children's count, at one revision); writes and transactions go
-through ``mapping`` (read, decide, write if nothing moved), on the session of ``session`` with
+The node operations: a read is one etcd transaction of range requests (a node, its
+incarnation record and its children's count, at one revision); a single create, set or delete
+is one transaction too (``single``); other writes and every multi-op transaction go through
+``mapping`` (read, decide, write if nothing moved). All on the session of ``session``, with
 the events of ``watches`` and the test hooks of ``faults``.
 """
 
