@@ -77,7 +77,7 @@ class Gateway:
                 verify.load_cert_chain(opts.cert, opts.key)
         self._client = httpx.AsyncClient(
             verify=verify,
-            timeout=None,  # each call has its own deadline (anyio's, around the whole call)
+            timeout=None,  # each call gives its own (see call)
             trust_env=False,  # no proxy from the environment between a session and etcd
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
         )
@@ -94,29 +94,37 @@ class Gateway:
         endpoint = self.endpoint
         try:
             with anyio.fail_after(within):
-                return await self._call(method, body)
+                # httpx's own timeout first: an error that ends its reads, where a cancelled
+                # read would leave its generators unfinished (trio reports them)
+                return await self._call(method, body, httpx.Timeout(within * 0.9))
         except TimeoutError:
             self._rotate()
             raise ConnectionLost(f"no reply from etcd at {endpoint} within {within:g} s") from None
 
     async def _call(
-        self, method: str, body: dict[str, Any], *, again: bool = True
+        self, method: str, body: dict[str, Any], waits: httpx.Timeout, *, again: bool = True
     ) -> dict[str, Any]:
         client = self._client
         if client is None:
             raise ConnectionLost("the etcd driver is not started (or closed)")
         if self._token is None and self.settings.options.user is not None:
-            await self._authenticate()
+            await self._authenticate(waits)
         content = json.dumps(body).encode()
         response = None
         for _ in self.settings.endpoints:
             try:
                 response = await client.post(
-                    f"{self.endpoint}/v3/{method}", content=content, headers=self._headers()
+                    f"{self.endpoint}/v3/{method}",
+                    content=content,
+                    headers=self._headers(),
+                    timeout=waits,
                 )
                 break
             except httpx.ConnectError:  # nothing was sent: the next endpoint may answer
                 self._rotate()
+            except httpx.TimeoutException as exc:
+                self._rotate()
+                raise ConnectionLost(f"no reply from etcd in time ({type(exc).__name__})") from exc
             except httpx.TransportError as exc:
                 self._rotate()
                 raise ConnectionLost(f"lost contact with etcd ({type(exc).__name__})") from exc
@@ -128,15 +136,16 @@ class Gateway:
         error = _error_of(reply, response.status_code, self._where)
         if again and isinstance(error, AccessDenied) and "token" in str(error):
             self._token = None  # expired: authenticate once more
-            return await self._call(method, body, again=False)
+            return await self._call(method, body, waits, again=False)
         raise error
 
-    async def _authenticate(self) -> None:
+    async def _authenticate(self, waits: httpx.Timeout | None = None) -> None:
         opts = self.settings.options
         self._token = ""  # the authenticate request itself goes without one
+        credentials = {"name": opts.user, "password": opts.password}
         try:
             reply = await self._call(
-                "auth/authenticate", {"name": opts.user, "password": opts.password}, again=False
+                "auth/authenticate", credentials, waits or httpx.Timeout(None), again=False
             )
         except BaseException:
             self._token = None
