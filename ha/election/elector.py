@@ -353,6 +353,9 @@ class Elector:
             case ev.ClearCrumbs(session, node, tickets):
                 await self._quietly("clear breadcrumbs", nodes.clear(driver, node, tickets))
             case ev.Announce(session, node):
+                # let the new term's task reach become_active first: the write is for the
+                # contender behind us, the work need not wait for its round trip
+                await anyio.lowlevel.checkpoint()
                 announce = driver.set(nodes.node(node), self.identity)
                 await self._quietly("announce", announce)
             case ev.DropCrumb(session, ticket):
