@@ -15,9 +15,9 @@ import pytest
 import ha.drivers
 from ha.drivers.base import ConnectionState, Create, Delete, NodeEvent, NodeEventKind, SetData
 from ha.drivers.etcd import EtcdDriver
-from ha.errors import AccessDenied, ConfigurationError, CorruptData, Unavailable
+from ha.errors import AccessDenied, ConfigurationError, ConnectionLost, CorruptData, Unavailable
 from ha.testing import faults
-from tests.support.backends.etcd import EtcdBackend, EtcdServer
+from tests.support.backends.etcd import EtcdBackend, EtcdCluster, EtcdServer
 from tests.support.backends.zookeeper import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -269,3 +269,33 @@ async def test_a_frozen_server_then_the_session_goes_on_or_expires(
             assert await driver.exists("/mine") is None
         await driver.create("/after", ephemeral=True)
         assert (await driver.get("/after"))[1].ephemeral_owner == driver.session_id
+
+
+async def test_losing_the_member_in_use_keeps_the_session(etcd_cluster: EtcdCluster) -> None:
+    # the driver talks to the leader first; killed, the others elect a leader, which renews
+    # every lease to its full TTL, and the driver's requests and watch move to them
+    first = etcd_cluster.leader()
+    order = [first] + [i for i in range(3) if i != first]
+    hosts = ",".join(etcd_cluster.servers[i].hosts for i in order)
+    others = ",".join(etcd_cluster.servers[i].hosts for i in order[1:])
+    events, watched = Seen(), Seen()
+    driver = EtcdDriver.from_url(f"etcd://{hosts}/ha", session_timeout=2.0)
+    driver.subscribe(None, events)
+    async with driver, EtcdDriver.from_url(f"etcd://{others}/ha", op_timeout=0.5) as other:
+        await driver.create("/mine", ephemeral=True)
+        driver.subscribe("/n", watched)
+        await driver.exists("/n")
+        session = driver.session_id
+        etcd_cluster.stop(first)
+        with anyio.fail_after(20):
+            while True:  # an operation may fail while the others elect a leader
+                try:
+                    await other.create("/n")
+                    break
+                except ConnectionLost:
+                    await anyio.sleep(0.05)
+        assert await watched.until(1) == [NodeEvent("/n", CREATED)]
+        assert (await driver.get("/mine"))[1].ephemeral_owner == session
+        assert driver.session_id == session
+        states = {event.state for event in events.events}
+        assert ConnectionState.EXPIRED not in states

@@ -7,6 +7,7 @@ Fixtures:
   prefix per test.
 - ``etcd_server_factory``: private servers a test may kill, restart, pause (SIGSTOP) or
   compact at will.
+- ``etcd_cluster``: a private 3-member cluster, for member-loss tests.
 
 ``EtcdNet`` is a ``tests.support.harness.Net`` on one server, for the elector scenarios.
 
@@ -42,9 +43,11 @@ from tests.support.harness import MemoryNet
 
 __all__ = (
     "EtcdBackend",
+    "EtcdCluster",
     "EtcdNet",
     "EtcdServer",
     "etcd_backend",
+    "etcd_cluster",
     "etcd_server",
     "etcd_server_factory",
     "missing_reason",
@@ -67,12 +70,15 @@ class EtcdServer:
     deletes its directory.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, timers: tuple[int, int] = (10, 100)) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="ha-etcd-"))
         self.port, self.peer_port, self.metrics_port = free_port(), free_port(), free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.log = self.directory / "etcd.log"
         self.name = f"m{self.port}"
+        self.peer = f"http://127.0.0.1:{self.peer_port}"
+        self.initial_cluster = f"{self.name}={self.peer}"  # a cluster's members set it
+        self.timers = timers  # heartbeat interval and election timeout, in ms
 
     @property
     def hosts(self) -> str:
@@ -82,25 +88,27 @@ class EtcdServer:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 30.0, *, wait: bool = True) -> None:
         if self.running:
             return
-        client, peer = f"http://{self.hosts}", f"http://127.0.0.1:{self.peer_port}"
+        client, peer = f"http://{self.hosts}", self.peer
+        heartbeat, election = self.timers
         command = [
             "etcd",
             *("--name", self.name, "--data-dir", str(self.directory / "data")),
             *("--listen-client-urls", client, "--advertise-client-urls", client),
             *("--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer),
-            *("--initial-cluster", f"{self.name}={peer}", "--initial-cluster-state", "new"),
+            *("--initial-cluster", self.initial_cluster, "--initial-cluster-state", "new"),
             *("--listen-metrics-urls", f"http://127.0.0.1:{self.metrics_port}"),
-            *("--heartbeat-interval", "10", "--election-timeout", "100"),
+            *("--heartbeat-interval", str(heartbeat), "--election-timeout", str(election)),
             "--log-level=warn",
         ]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
-        self.wait_ready(timeout)
+        if wait:
+            self.wait_ready(timeout)
 
     def healthy(self) -> bool:
         try:
@@ -213,6 +221,62 @@ def etcd_server_factory() -> Iterator[Any]:
 
 
 _prefixes = itertools.count()
+
+
+class EtcdCluster:
+    """Three members of one etcd cluster, for member-loss tests: ``stop(i)`` kills member
+    ``i``, ``start(i)`` brings it back. Timers 50/500 ms (10 ms heartbeats make a loaded
+    2-core machine call spurious elections), so leases of 1 s are still granted."""
+
+    def __init__(self, size: int = 3) -> None:
+        self.servers = [EtcdServer(timers=(50, 500)) for _ in range(size)]
+        initial = ",".join(f"{s.name}={s.peer}" for s in self.servers)
+        for server in self.servers:
+            server.initial_cluster = initial
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(server.hosts for server in self.servers)
+
+    def start_all(self, timeout: float = 30.0) -> None:
+        for server in self.servers:
+            server.start(wait=False)  # each waits for a quorum before it is healthy
+        for server in self.servers:
+            server.wait_ready(timeout)
+
+    def leader(self) -> int:
+        """The index of the member that leads now."""
+        for index, server in enumerate(self.servers):
+            if not server.running:
+                continue
+            status = server.call("maintenance/status", {})
+            if status.get("leader") == status.get("header", {}).get("member_id"):
+                return index
+        raise RuntimeError("no member of the etcd cluster leads")
+
+    def stop(self, index: int) -> None:
+        self.servers[index].stop()
+
+    def start(self, index: int) -> None:
+        self.servers[index].start()
+
+    def remove(self) -> None:
+        for server in self.servers:
+            server.remove()
+
+
+@pytest.fixture
+def etcd_cluster() -> Iterator[EtcdCluster]:
+    """A private 3-member cluster, removed after the test."""
+    reason = missing_reason()
+    if reason:
+        pytest.skip(f"etcd tests need a local etcd: {reason}")
+    cluster = EtcdCluster()
+    try:
+        cluster.start_all()
+        yield cluster
+    finally:
+        cluster.remove()
 
 
 class EtcdBackend:
