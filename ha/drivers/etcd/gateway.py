@@ -113,12 +113,7 @@ class Gateway:
         response = None
         for _ in self.settings.endpoints:
             try:
-                response = await client.post(
-                    f"{self.endpoint}/v3/{method}",
-                    content=content,
-                    headers=self._headers(),
-                    timeout=waits,
-                )
+                response = await client.send(self._request(method, content, waits))
                 break
             except httpx.ConnectError:  # nothing was sent: the next endpoint may answer
                 self._rotate()
@@ -152,8 +147,16 @@ class Gateway:
             raise
         self._token = str(reply.get("token") or "")
 
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": self._token} if self._token else {}
+    def _request(self, method: str, content: bytes, waits: httpx.Timeout) -> httpx.Request:
+        assert self._client is not None
+        headers = {"Content-Length": str(len(content)), "Content-Type": "application/json"}
+        if self._token:
+            headers["Authorization"] = self._token
+        request = self._client.build_request(
+            "POST", f"{self.endpoint}/v3/{method}", headers=headers, timeout=waits
+        )
+        request.stream = _Body(content)
+        return request
 
     @property
     def _where(self) -> str:
@@ -175,19 +178,37 @@ class Gateway:
             raise ConnectionLost("the etcd driver is not started (or closed)")
         if self._token is None and self.settings.options.user is not None:
             await self._authenticate()
-        url = f"{self.endpoint}/v3/{method}"
         try:
-            async with client.stream(
-                "POST", url, content=json.dumps(body).encode(), headers=self._headers()
-            ) as response:
+            request = self._request(method, json.dumps(body).encode(), httpx.Timeout(None))
+            response = await client.send(request, stream=True)
+            try:
                 if response.status_code != 200:
                     reply = _decode(await response.aread())
                     raise _error_of(reply, response.status_code, self._where)
                 async with aclosing(_messages(response)) as messages:
                     yield response, messages
+            finally:
+                await response.aclose()
         except httpx.TransportError as exc:
             self._rotate()
             raise ConnectionLost(f"lost the etcd watch stream ({type(exc).__name__})") from exc
+
+
+class _Body(httpx.AsyncByteStream):
+    """A request's body for httpx: an iterator object, where httpx would wrap bytes in an
+    async generator of its own, left unfinished when sending fails (trio reports it)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data: bytes | None = data
+
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._data is None:
+            raise StopAsyncIteration
+        data, self._data = self._data, None
+        return data
 
 
 async def _messages(response: httpx.Response) -> AsyncGenerator[dict[str, Any], None]:
