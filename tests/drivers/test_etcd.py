@@ -7,6 +7,7 @@ Every test runs under asyncio and trio against a real etcd (tests/support/backen
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,7 +18,7 @@ from ha.drivers.base import ConnectionState, Create, Delete, NodeEvent, NodeEven
 from ha.drivers.etcd import EtcdDriver
 from ha.errors import AccessDenied, ConfigurationError, ConnectionLost, CorruptData, Unavailable
 from ha.testing import faults
-from tests.support.backends.etcd import EtcdBackend, EtcdCluster, EtcdServer
+from tests.support.backends.etcd import EtcdBackend, EtcdCluster, EtcdServer, make_certs
 from tests.support.backends.zookeeper import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -299,3 +300,30 @@ async def test_losing_the_member_in_use_keeps_the_session(etcd_cluster: EtcdClus
         assert driver.session_id == session
         states = {event.state for event in events.events}
         assert ConnectionState.EXPIRED not in states
+
+
+async def test_tls_with_a_client_certificate(etcd_server_factory: Any, tmp_path: Path) -> None:
+    certs = make_certs(tmp_path / "certs")
+    server: EtcdServer = etcd_server_factory(certs)
+    tls = f"ca={certs / 'ca.pem'}&cert={certs / 'client.pem'}&key={certs / 'client.key'}"
+    url = f"etcd://{server.hosts}/tls"
+    async with (
+        EtcdDriver.from_url(f"{url}?{tls}") as driver,
+        EtcdDriver.from_url(f"{url}?{tls}") as other,
+    ):
+        seen = Seen()
+        driver.subscribe("/n", seen)
+        await driver.exists("/n")
+        await other.create("/n", b"over tls", ephemeral=True)
+        assert await seen.until(1) == [NodeEvent("/n", CREATED)]
+        assert (await driver.get("/n"))[0] == b"over tls"
+    # no client certificate: the server refuses the handshake, and the error says why
+    without = EtcdDriver.from_url(f"{url}?ca={certs / 'ca.pem'}", connect_timeout=2)
+    with pytest.raises(AccessDenied, match="refused the TLS connection") as refused:
+        await without.start()
+    assert "\n" not in str(refused.value)
+    # a server whose certificate the CA does not vouch for: not reached, and why
+    untrusted = EtcdDriver.from_url(f"{url}?tls=true", connect_timeout=0.5)
+    with pytest.raises(Unavailable, match="CERTIFICATE_VERIFY_FAILED") as unverified:
+        await untrusted.start()
+    assert "\n" not in str(unverified.value)

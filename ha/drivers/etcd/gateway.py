@@ -110,21 +110,26 @@ class Gateway:
         if self._token is None and self.settings.options.user is not None:
             await self._authenticate(waits)
         content = json.dumps(body).encode()
-        response = None
+        response, refused = None, ""
         for _ in self.settings.endpoints:
             try:
                 response = await client.send(self._request(method, content, waits))
                 break
-            except httpx.ConnectError:  # nothing was sent: the next endpoint may answer
+            except httpx.ConnectError as exc:  # nothing was sent: the next endpoint may answer
+                refused = f" ({_reason(exc)})"
                 self._rotate()
+            except ssl.SSLError as exc:  # httpcore lets a TLS alert after the handshake out
+                raise _refused(exc) from exc
             except httpx.TimeoutException as exc:
                 self._rotate()
                 raise ConnectionLost(f"no reply from etcd in time ({type(exc).__name__})") from exc
             except httpx.TransportError as exc:
                 self._rotate()
+                if (alert := _tls_alert(exc)) is not None:  # trio's way of telling it
+                    raise _refused(alert) from exc
                 raise ConnectionLost(f"lost contact with etcd ({type(exc).__name__})") from exc
         if response is None:
-            raise ConnectionLost(f"could not reach etcd at {self.settings.where}")
+            raise ConnectionLost(f"no etcd endpoint took the connection{refused}")
         reply = _decode(response.content)
         if response.status_code == 200 and "code" not in reply:
             return reply
@@ -192,6 +197,8 @@ class Gateway:
         except httpx.TransportError as exc:
             self._rotate()
             raise ConnectionLost(f"lost the etcd watch stream ({type(exc).__name__})") from exc
+        except ssl.SSLError as exc:
+            raise _refused(exc) from exc
 
 
 class _Body(httpx.AsyncByteStream):
@@ -220,6 +227,31 @@ async def _messages(response: httpx.Response) -> AsyncGenerator[dict[str, Any], 
             if "error" in message and "result" not in message:
                 raise _error_of(message, 200)
             yield message.get("result") or {}
+
+
+def _tls_alert(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind a transport error, if one is (a server refusing our certificate
+    after the handshake: read errors, each on its own, would look like a dropped link)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError) and not isinstance(seen, ssl.SSLEOFError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    """What an error, or the first of its causes that says anything, says."""
+    seen: BaseException | None = exc
+    while seen is not None and not str(seen):
+        seen = seen.__cause__ or seen.__context__
+    return str(seen or type(exc).__name__)
+
+
+def _refused(exc: ssl.SSLError) -> AccessDenied:
+    return AccessDenied(
+        f"etcd refused the TLS connection ({exc.reason or exc}): check the ca, cert and key options"
+    )
 
 
 def _decode(raw: bytes) -> dict[str, Any]:

@@ -117,18 +117,21 @@ class EtcdSession(Driver):
         self._gateway.open()
         self._task = BackgroundTask(self._run, name=f"etcd session at {self.settings.where}")
         connect_timeout = self.settings.options.connect_timeout
+        last: ConnectionLost | None = None
         try:
             with anyio.move_on_after(connect_timeout):
                 while True:
                     try:
                         await self._grant()
                         break
-                    except ConnectionLost:
+                    except ConnectionLost as exc:
+                        last = exc
                         await anyio.sleep(0.1)
             if not self._lease:
                 raise Unavailable(
                     f"could not reach etcd at {self.settings.where} within"
                     f" {connect_timeout:g} s (connect_timeout)"
+                    + (f"; last: {last}" if last else "")
                 )
         except BaseException:
             self._task = None

@@ -50,6 +50,7 @@ __all__ = (
     "etcd_cluster",
     "etcd_server",
     "etcd_server_factory",
+    "make_certs",
     "missing_reason",
 )
 
@@ -79,6 +80,7 @@ class EtcdServer:
         self.peer = f"http://127.0.0.1:{self.peer_port}"
         self.initial_cluster = f"{self.name}={self.peer}"  # a cluster's members set it
         self.timers = timers  # heartbeat interval and election timeout, in ms
+        self.certs: Path | None = None  # from make_certs: clients then need TLS and a cert
 
     @property
     def hosts(self) -> str:
@@ -91,10 +93,18 @@ class EtcdServer:
     def start(self, timeout: float = 30.0, *, wait: bool = True) -> None:
         if self.running:
             return
-        client, peer = f"http://{self.hosts}", self.peer
+        client, peer = f"{'https' if self.certs else 'http'}://{self.hosts}", self.peer
         heartbeat, election = self.timers
+        tls = []
+        if self.certs is not None:
+            tls = [
+                *("--cert-file", str(self.certs / "server.pem")),
+                *("--key-file", str(self.certs / "server.key")),
+                *("--trusted-ca-file", str(self.certs / "ca.pem"), "--client-cert-auth"),
+            ]
         command = [
             "etcd",
+            *tls,
             *("--name", self.name, "--data-dir", str(self.directory / "data")),
             *("--listen-client-urls", client, "--advertise-client-urls", client),
             *("--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer),
@@ -112,7 +122,9 @@ class EtcdServer:
 
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(f"http://{self.hosts}/health", timeout=0.5) as reply:
+            # on the metrics listener: plain HTTP even when clients need TLS
+            url = f"http://127.0.0.1:{self.metrics_port}/health"
+            with urllib.request.urlopen(url, timeout=0.5) as reply:
                 return bool(json.load(reply).get("health") == "true")
         except (OSError, ValueError):
             return False
@@ -174,11 +186,34 @@ class EtcdServer:
             return ""
 
 
-def _start() -> EtcdServer:
+def make_certs(directory: Path) -> Path:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (CN ``app``), made
+    with the openssl command in ``directory``: ca.pem, server.pem/key, client.pem/key."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the TLS test needs the openssl command (apt-get install openssl)")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    key = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=ha test CA")  # fmt: skip
+    for name, subject in (("server", "/CN=127.0.0.1"), ("client", "/CN=app")):
+        openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
+                *(("-extfile", "san.cnf") if name == "server" else ()))  # fmt: skip
+    return directory
+
+
+def _start(certs: Path | None = None) -> EtcdServer:
     reason = missing_reason()
     if reason:
         pytest.skip(f"etcd tests need a local etcd: {reason}")
     server = EtcdServer()
+    server.certs = certs
     try:
         server.start()
     except BaseException:
@@ -207,11 +242,12 @@ def etcd_server() -> Iterator[EtcdServer]:
 
 @pytest.fixture
 def etcd_server_factory() -> Iterator[Any]:
-    """``factory()`` starts a private server; all are killed and removed after the test."""
+    """``factory()`` starts a private server (``certs``: from ``make_certs``, for TLS with
+    client certificates); all are killed and removed after the test."""
     servers: list[EtcdServer] = []
 
-    def factory() -> EtcdServer:
-        server = _start()
+    def factory(certs: Path | None = None) -> EtcdServer:
+        server = _start(certs)
         servers.append(server)
         return server
 
