@@ -406,12 +406,18 @@ async def cluster(net: Net | None = None) -> AsyncIterator[Cluster]:
     check_history(c.history)
 
 
-NETS = ("memory", "sqlite")
+NETS = ("memory", "sqlite", "etcd")
 
 
 @pytest.fixture(params=NETS)
 def net(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Net]:
     """Runs a test once on each backend of the harness (import it into the test module)."""
-    made: Net = MemoryNet() if request.param == "memory" else SqliteNet(tmp_path)
+    made: Net
+    if request.param == "etcd":  # a real server, started once (tests/support/backends/etcd.py)
+        from tests.support.backends.etcd import EtcdNet
+
+        made = EtcdNet(request.getfixturevalue("etcd_server"))
+    else:
+        made = MemoryNet() if request.param == "memory" else SqliteNet(tmp_path)
     yield made
     made.close()
