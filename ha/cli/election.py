@@ -78,6 +78,12 @@ def _check_executable(what: str, argv: tuple[str, ...]) -> None:
 )
 @click.option("--fence-timeout", type=float, default=30.0, show_default=True, metavar="S")
 @click.option(
+    "--require-fence",
+    is_flag=True,
+    help="Refuse to start without --fence (as Hadoop's ZKFC does): for a COMMAND whose side"
+    " effects no epoch can fence.",
+)
+@click.option(
     "--health",
     metavar="CMD",
     help="Health check: while it fails, leave the election (HA_STATE tells it"
@@ -97,6 +103,7 @@ def run(
     grace: float,
     fence: str | None,
     fence_timeout: float,
+    require_fence: bool,
     health: str | None,
     health_interval: float,
     health_timeout: float,
@@ -125,6 +132,9 @@ def run(
         command = command[1:]
     if not command:
         raise UsageFailure("no COMMAND to run (put it after --)")
+    if require_fence and not fence:
+        # before anything connects: nothing is joined, no member node is written
+        raise UsageFailure("--require-fence: no --fence CMD given, refusing to start")
     fence_argv = _argv("--fence", fence)
     health_argv = _argv("--health", health)
     _check_executable("COMMAND", command)
