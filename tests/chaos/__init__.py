@@ -7,7 +7,8 @@ then the witness file and the records that landed in the backend are judged (``v
 Backends (``--backend``): ``memory`` (electors in this process, the memory driver's faults and
 loop stalls), ``sqlite`` (contender processes on one file), ``supervised`` (``ha run``
 processes on sqlite, with ``ha failover --to``), ``zookeeper`` (one server, a fault proxy per
-client), ``ensemble`` (three servers, quorum links through a fault proxy when available).
+client), ``ensemble`` (three servers, quorum links through a fault proxy when available),
+``etcd`` (a 3-member etcd cluster, three fault-proxy links per client: ``tests/chaos/etcd_env.py``).
 
 Replay one round: ``python -m tests.chaos --backend sqlite --seed 1234 --rounds 1``; the long
 run: ``--rounds 1000`` (or ``HA_CHAOS_ROUNDS=1000 pytest -m slow tests/chaos/test_chaos.py``).
@@ -66,6 +67,17 @@ KINDS: dict[str, dict[str, int]] = {
         "server_restart": 2,
         "follower_cut": 2,
         "leader_isolated": 2,
+    },
+    "etcd": {
+        "kill": 1,
+        "pause": 2,
+        "restart": 1,
+        "format": 1,
+        "member_kill": 2,
+        "member_pause": 2,
+        "link_pause": 2,
+        "link_drop": 1,
+        "expire": 1,
     },
 }
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 
 from tests.chaos import RoundResult, table
-from tests.chaos.runner import BACKENDS, run_backend, zookeeper_missing
+from tests.chaos.runner import BACKENDS, run_backend, server_missing
 
 
 def main() -> int:
@@ -40,7 +40,7 @@ def main() -> int:
             print(r.report(), flush=True)
 
     for backend in backends:
-        if backend in ("zookeeper", "ensemble") and (reason := zookeeper_missing()):
+        if reason := server_missing(backend):
             print(f"{backend}: skipped ({reason})")
             continue
         results += anyio.run(

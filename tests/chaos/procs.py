@@ -85,6 +85,7 @@ class Fleet:
         self.procs: list[Proc] = []
         self.incarnations: dict[str, int] = {}
         self.stops: list[tuple[int, float]] = []  # (pid, time) of every SIGSTOP
+        self.expiries: list[tuple[str, float]] = []  # (identity, time) of every forced expiry
         self.epochs: list[tuple[float, int]] = []
         self.background: list[anyio.abc.Process] = []
 
@@ -343,6 +344,8 @@ async def process_round(
         fleet.tail.read(),
         records,
         stops=fleet.stops,
+        expiries=fleet.expiries,
+        window=SESSION,
         epochs_seen=fleet.epochs,
         healed_at=healed,
         live_within=env.live_within,

@@ -10,13 +10,24 @@ from tests.chaos import RoundResult
 from tests.chaos.memory import memory_round
 from tests.chaos.procs import process_round
 
-BACKENDS = ("memory", "sqlite", "supervised", "zookeeper", "ensemble")
+BACKENDS = ("memory", "sqlite", "supervised", "zookeeper", "ensemble", "etcd")
 
 
 def zookeeper_missing() -> str | None:
     from tests.support.backends.zookeeper import missing_reason
 
     return missing_reason()
+
+
+def server_missing(backend: str) -> str | None:
+    """Why ``backend``'s server cannot run here (None: it can, or it needs none)."""
+    if backend in ("zookeeper", "ensemble"):
+        return zookeeper_missing()
+    if backend == "etcd":
+        from tests.support.backends.etcd import missing_reason
+
+        return missing_reason()
+    return None
 
 
 async def run_backend(
@@ -26,7 +37,7 @@ async def run_backend(
     workdir: Path,
     on_round: Callable[[RoundResult], None] = lambda r: None,
 ) -> list[RoundResult]:
-    for name in ("ha", "kazoo"):  # their warnings are the faults we cause
+    for name in ("ha", "kazoo", "httpx"):  # their warnings are the faults we cause
         logging.getLogger(name).setLevel(logging.CRITICAL)
     results = []
     if backend == "memory":
@@ -35,12 +46,14 @@ async def run_backend(
             on_round(results[-1])
         return results
     from tests.chaos.envs import EnsembleEnv, SqliteEnv, ZooKeeperEnv
+    from tests.chaos.etcd_env import EtcdEnv
 
     env = {
         "sqlite": SqliteEnv,
         "supervised": SqliteEnv,
         "zookeeper": lambda: ZooKeeperEnv(workdir),
         "ensemble": lambda: EnsembleEnv(workdir),
+        "etcd": lambda: EtcdEnv(workdir),
     }[backend]()
     try:
         for seed in seeds:

@@ -24,11 +24,11 @@ from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.testing import faults
 from tests.chaos import RoundResult, table
 from tests.chaos.memory import memory_round
-from tests.chaos.runner import BACKENDS, run_backend, zookeeper_missing
+from tests.chaos.runner import BACKENDS, run_backend, server_missing
 from tests.support.witness import verdict
 
 SEED = int(os.environ.get("HA_CHAOS_SEED", "0"))
-CI_ROUNDS = {"memory": 3, "sqlite": 3, "supervised": 2, "zookeeper": 2, "ensemble": 2}
+CI_ROUNDS = {"memory": 3, "sqlite": 3, "supervised": 2, "zookeeper": 2, "ensemble": 2, "etcd": 2}
 RESULTS: list[RoundResult] = []
 
 
@@ -237,8 +237,8 @@ async def test_chaos_long(
 
 
 async def rounds(backend: str, count: int, loop: str, workdir: Path) -> None:
-    if backend in ("zookeeper", "ensemble") and (reason := zookeeper_missing()):
-        pytest.skip(f"needs a local ZooKeeper: {reason}")
+    if reason := server_missing(backend):
+        pytest.skip(f"needs a local server: {reason}")
     start = SEED + (0 if loop == "asyncio" else 100_000)
     results = await run_backend(backend, list(range(start, start + count)), loop, workdir)
     RESULTS.extend(results)
