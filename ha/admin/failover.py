@@ -23,7 +23,9 @@ Only ``ha run`` supervisors honour requests, so ``request_failover`` refuses whe
 a contender ahead of the target, is not a registered member.
 
 The request is the ``FailoverRequest`` record at ``PATH/failover`` (``records.py``); the
-supervisor's side of the protocol is ``ha/supervisor/eligibility.py``.
+supervisor's side of the protocol is ``ha/supervisor/eligibility.py``. An active ``ha run``
+asks for one itself to hand the lead back to a preferred standby (``--priority``:
+``ha/supervisor/preferred.py``).
 """
 
 from __future__ import annotations
@@ -87,14 +89,15 @@ async def request_failover(
     *,
     cooldown: float = DEFAULT_COOLDOWN,
     force: bool = False,
+    by: str | None = None,
 ) -> FailoverRequest:
     """Ask the active at ``path`` to cede, optionally to ``to`` (see the module docstring).
 
     Raises ``NoActive`` when nobody is active, ``FailoverError`` when the request could not be
     honoured (the target is already active or not a running supervisor, the active is not an
     ``ha run`` supervisor, no standby could take over: unless ``force``, as the service would
-    only stop for the cooling period). Returns the request written; ``wait_for_failover``
-    waits for it.
+    only stop for the cooling period). ``by`` names who asks (default: user@host:pid).
+    Returns the request written; ``wait_for_failover`` waits for it.
     """
     check_election(path)
     if not cooldown > 0:
@@ -142,7 +145,7 @@ async def request_failover(
         target,
         float(cooldown),
         time.time(),
-        _requester(),
+        by or _requester(),
     )
     node = ElectionNodes(path).failover
     try:

@@ -17,6 +17,7 @@ import anyio
 
 from ..drivers.base import Driver, Subscription, validate_path
 from ..election.nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, parse_entry
+from ..election.preference import priority_of
 from ..errors import ConfigurationError, NoNode
 from .members import list_members
 from .records import FailoverRequest, Member, b64, text
@@ -72,11 +73,17 @@ class Contender:
     breadcrumb: Breadcrumb | None = None
     breadcrumb_raw: bytes | None = None  # None: no breadcrumb (it is leaving)
 
+    @property
+    def priority(self) -> int:
+        """The priority its join published (0: none; ``ha/election/preference.py``)."""
+        return priority_of(self.ticket)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "identity": text(self.identity),
             "epoch": self.epoch,
+            "priority": self.priority,
             "session": self.session,
             "joined": self.joined,
             "breadcrumb": _crumb_json(self.breadcrumb_raw, self.breadcrumb),

@@ -100,7 +100,8 @@ def print_status(status: admin.ElectionStatus, url: str) -> None:
             note = f"  breadcrumb unreadable: {c.breadcrumb_raw[:60]!r}"
         else:
             note = "  no breadcrumb (leaving)"
-        console.print(f"  {place:>2}. {role}  {t(c.identity)}  epoch {c.epoch}{note}")
+        rank = f"  priority {c.priority}" if c.priority else ""
+        console.print(f"  {place:>2}. {role}  {t(c.identity)}  epoch {c.epoch}{rank}{note}")
     for left in status.leftovers:
         who = (
             t(left.breadcrumb.identity)

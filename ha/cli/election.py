@@ -21,6 +21,7 @@ import click
 from .. import admin
 from ..admin.status import check_election
 from ..drivers.base import Driver
+from ..election.preference import MAX_PRIORITY
 from ..errors import ConfigurationError
 from ._run import (
     EXIT_NO_ACTIVE,
@@ -92,6 +93,25 @@ def _check_executable(what: str, argv: tuple[str, ...]) -> None:
 @click.option("--health-interval", type=float, default=2.0, show_default=True, metavar="S")
 @click.option("--health-timeout", type=float, default=5.0, show_default=True, metavar="S")
 @click.option(
+    "--priority",
+    type=click.IntRange(0, MAX_PRIORITY),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Preferred leader: after a failover, the active hands the lead back (gracefully, as"
+    " `ha failover --to`) to a standby of a higher priority once it has been in the queue"
+    " for --settle seconds. 0: no preference.",
+)
+@click.option(
+    "--settle",
+    type=float,
+    default=10.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds a preferred standby must stay in the queue before it gets the lead back (a"
+    " flapping host rejoins with a new node and starts again).",
+)
+@click.option(
     "--journal", type=click.Path(dir_okay=False), help="Append transitions to this JSON-lines file."
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -107,6 +127,8 @@ def run(
     health: str | None,
     health_interval: float,
     health_timeout: float,
+    priority: int,
+    settle: float,
     journal: str | None,
     command: tuple[str, ...],
 ) -> None:
@@ -123,6 +145,7 @@ def run(
     Examples:
       ha run /myapp --id host-a -- python -m myapp.server --port 8080
       ha run /myapp --id host-b --fence './fence-old.sh --force' -- ./serve.sh
+      ha run /myapp --id host-a --priority 10 -- ./serve.sh    # host-a preferred
       ha --url 'sqlite:///var/lib/myapp/ha.db?session_timeout=10' \\
          run /myapp --id host-c --grace 5 --health './check.sh' -- ./serve.sh
     """
@@ -152,6 +175,8 @@ def run(
             health_interval=health_interval,
             health_timeout=health_timeout,
             journal=journal,
+            priority=priority,
+            settle=settle,
         )
     except ConfigurationError as exc:
         raise Failure(str(exc)) from None

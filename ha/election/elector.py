@@ -42,6 +42,7 @@ from .leadership import Leadership
 from .lease import Lease
 from .machine import State
 from .nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, identity_bytes
+from .preference import check_priority, nonce
 from .reporting import ElectorStatistics, FencingStatistics, Reporting, TransitionStream
 from .timing import Timing
 from .watching import QueueWatches
@@ -57,14 +58,15 @@ class Elector:
 
     ``await elector.run(contender)`` returns when the election is quit (``quit()``); it raises
     ``ElectionFailed`` after a fatal error. Also ``await task_group.start(elector.run, c)``.
-    The nodes it uses are drawn in ``nodes.py`` (``elector.nodes``).
+    The nodes it uses are drawn in ``nodes.py`` (``elector.nodes``). ``priority`` (0: none) is
+    published with each join, for a preferred leader (``preference.py``).
     """
 
     __slots__ = (
         "driver", "path", "identity", "data", "timing", "nodes",
         "_journal_spec", "_reporting", "_rng", "_machine", "_state", "_lease", "_send",
         "_leadership", "_backoff_at", "_closed",
-        "_quit_pending", "_fencing", "_unleft", "_watches",
+        "_quit_pending", "_fencing", "_unleft", "_watches", "priority",
     )  # fmt: skip
 
     def __init__(
@@ -77,6 +79,7 @@ class Elector:
         timing: Timing | None = None,
         journal: JournalWriter | str | None = None,
         seed: int | None = None,
+        priority: int = 0,
     ) -> None:
         if not isinstance(driver, Driver):
             raise ConfigurationError(f"driver must be an ha driver, got {type(driver).__name__}")
@@ -88,6 +91,7 @@ class Elector:
         self.identity = identity_bytes(identity)
         self.data = bytes(data)
         self.timing = timing or Timing()
+        self.priority = check_priority(priority)  # published in each join's ticket
         self.nodes = ElectionNodes(path)
         # a path is opened for each run and closed after it; a writer given is the caller's
         self._journal_spec = journal
@@ -98,7 +102,7 @@ class Elector:
             self.identity,
             max_retries=self.timing.max_retries,
             hold_on_disconnect=self.timing.hold_on_disconnect,
-            nonce=lambda: f"{self._rng.getrandbits(32):08x}",
+            nonce=lambda: nonce(self._rng.getrandbits(32), self.priority),
         )
         self._state = State.NEUTRAL
         self._lease: Lease | None = None

@@ -17,7 +17,8 @@ breadcrumb (identity, epoch, host and pid) in its environment, and can refuse th
 
 ``--health CMD`` (Hadoop's HealthMonitor): checked every interval; while it fails the
 supervisor leaves the election (stopping COMMAND first if active) and rejoins once it passes.
-Graceful failover requests are honoured as described in ``ha/admin/failover.py``. Whether to
+Graceful failover requests are honoured as described in ``ha/admin/failover.py`` (the active
+asks for one itself to hand the lead back to a preferred standby: ``preferred.py``). Whether to
 take part is decided by the pure rules of ``eligibility.py``; this module reads the facts (the
 request, and the queue with its leader's epoch), hands them over, and does what the
 ``Decision`` says (leave, wake the waiting loop, log). Leaving quits the elector; taking part
@@ -49,6 +50,7 @@ from ..election.machine import State
 from ..election.nodes import ElectionNodes, decode_breadcrumb
 from ..errors import DriverError, ElectionFailed, HAError
 from .eligibility import Decision, Eligibility, Standing
+from .preferred import HandBack
 from .process import Child, describe_exit, spawn
 from .settings import Settings, timing_for
 
@@ -132,6 +134,7 @@ class Supervisor:
             try:
                 tg.start_soon(self._failover_loop)
                 tg.start_soon(self._member_loop)
+                tg.start_soon(self._hand_back().run)
                 if self.settings.health:
                     tg.start_soon(self._health_loop)
                 if self._handle_signals:
@@ -198,6 +201,7 @@ class Supervisor:
             data=self._data,
             timing=self.timing,
             journal=self._journal,
+            priority=self.settings.priority,
         )
         self._failure = None
         self._elector = elector
@@ -326,6 +330,15 @@ class Supervisor:
         return env
 
     # --- failover requests --------------------------------------------------------------------
+
+    def _hand_back(self) -> HandBack:
+        """Hands the lead to a preferred standby while we are active (``preferred.py``)."""
+
+        def lease() -> Lease | None:
+            return None if self._elector is None else self._elector.lease
+
+        s = self.settings
+        return HandBack(self.driver, s.path, self.identity, s.priority, s.settle, lease)
 
     def _on_failover_node(self, _event: object) -> None:
         self._failover_poke.set()

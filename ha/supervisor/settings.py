@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..drivers.base import validate_path
+from ..election.preference import check_priority
 from ..election.timing import Timing
 from ..errors import ConfigurationError
 
@@ -31,6 +32,8 @@ class Settings:
     health_interval: float = 2.0
     health_timeout: float = 5.0
     journal: str | None = None
+    priority: int = 0  # a preferred leader's rank (0: none), ha/election/preference.py
+    settle: float = 10.0  # seconds in the queue before a preferred standby gets the lead back
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -43,6 +46,9 @@ class Settings:
             raise ConfigurationError("no COMMAND to run (put it after --)")
         if not (math.isfinite(self.grace) and self.grace >= 0):
             raise ConfigurationError(f"--grace must be >= 0 seconds, got {self.grace}")
+        check_priority(self.priority)
+        if not (math.isfinite(self.settle) and self.settle >= 0):
+            raise ConfigurationError(f"--settle must be >= 0 seconds, got {self.settle}")
         for name in ("fence_timeout", "health_interval", "health_timeout"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
