@@ -1,0 +1,337 @@
+"""The driver's node tree as one ConfigMap, and the operations on it as pure functions.
+
+Kubernetes gives compare-and-set on one object at a time, and an ``ha`` transaction (an epoch
+bump with a fenced write, a queue node with its breadcrumb) spans several nodes, so every node
+of a driver's root lives in one ConfigMap (Flink's answer: lock, leader and pointers in one
+ConfigMap, checked inside the CAS)::
+
+    ConfigMap NAME-ha   labels: app.kubernetes.io/managed-by=ha, ha.io/root=NAME
+      data:
+        meta            {"format": 1, "txn": 12, "seq": 7, "sessions": ["00ab...", ...]}
+      binaryData:
+        n.a.b           node /a/b: "VERSION CREATED OWNER MTIME\\n" then the node's bytes
+
+A node's key is its path with ``/`` as ``.``; letters, digits and ``-`` as they are; every
+other byte (``.`` and ``_`` too) as ``_XX`` (hex): ConfigMap keys allow ``[-._a-zA-Z0-9]``
+only, and the mapping must be one-to-one. ``txn`` numbers the writing transactions (a node's
+``Stat.created``), ``seq`` gives sequential suffixes, and ``sessions`` lists the sessions
+whose ephemeral nodes may be created: a session reaped is struck off in the same write that
+deletes its ephemeral nodes, so a late create of the dead session cannot leave one behind.
+
+``apply`` runs a transaction on a ``Tree`` exactly as ``ha.drivers.base`` says (each op sees
+the earlier ones) and returns the new tree; the driver then writes it with the
+resourceVersion it read (``driver``). Kubernetes refuses objects over 1 MiB: ``encode`` says
+so in one line before the server does.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ...errors import (
+    BadVersion,
+    ConfigurationError,
+    CorruptData,
+    DriverError,
+    NodeExists,
+    NoNode,
+    NotEmpty,
+    SessionExpired,
+    TransactionFailed,
+)
+from ..base import Check, Create, Delete, NodeEvent, NodeEventKind, Op, SetData, Stat, parent_of
+
+__all__ = (
+    "FORMAT",
+    "LIMIT",
+    "Entry",
+    "Tree",
+    "TooLarge",
+    "apply",
+    "diff",
+    "key_of",
+    "path_of",
+)
+
+FORMAT = 1
+LIMIT = 1024 * 1024  # data + binaryData of one ConfigMap, as the API server counts it
+MAX_KEY = 253
+MANAGED = {"app.kubernetes.io/managed-by": "ha"}
+_PLAIN = re.compile(rb"[A-Za-z0-9-]")
+
+
+class TooLarge(DriverError):
+    """The tree would outgrow a ConfigMap (1 MiB); nothing was written."""
+
+
+# --- keys -----------------------------------------------------------------------------------
+
+
+def key_of(path: str) -> str:
+    """The ConfigMap key of the node at ``path`` (not the root, which is not stored)."""
+    out = ["n"]
+    for byte in path.encode():
+        char = bytes([byte])
+        if char == b"/":
+            out.append(".")
+        elif _PLAIN.fullmatch(char):
+            out.append(char.decode())
+        else:
+            out.append(f"_{byte:02x}")
+    key = "".join(out)
+    if len(key) > MAX_KEY:
+        raise ConfigurationError(
+            f"node path too long for a ConfigMap key ({len(key)} > {MAX_KEY}): {path[:60]}..."
+        )
+    return key
+
+
+def path_of(key: str) -> str | None:
+    """The path a key names, or None if it is not one of ours."""
+    if not key.startswith("n."):
+        return None
+    raw, index = bytearray(), 1
+    while index < len(key):
+        char = key[index]
+        if char == ".":
+            raw += b"/"
+        elif char == "_":
+            try:
+                raw.append(int(key[index + 1 : index + 3], 16))
+            except ValueError:
+                return None
+            index += 2
+        else:
+            raw += char.encode()
+        index += 1
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+# --- nodes ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One node as stored."""
+
+    data: bytes
+    version: int = 0
+    created: int = 0  # the number of the transaction that created it
+    owner: int | None = None  # the session of an ephemeral node
+    mtime: float = 0.0
+
+    def encode(self) -> bytes:
+        owner = "-" if self.owner is None else f"{self.owner:x}"
+        return f"{self.version} {self.created} {owner} {self.mtime!r}\n".encode() + self.data
+
+    @classmethod
+    def decode(cls, path: str, raw: bytes) -> Entry:
+        head, sep, data = raw.partition(b"\n")
+        try:
+            version, created, owner, mtime = head.decode().split(" ")
+            return cls(
+                data, int(version), int(created), None if owner == "-" else int(owner, 16),
+                float(mtime),
+            )  # fmt: skip
+        except ValueError:
+            raise CorruptData(path, "the ConfigMap entry was not written by ha") from None
+
+
+@dataclass(slots=True)
+class Tree:
+    """The nodes of one root and its counters, as of one resourceVersion."""
+
+    nodes: dict[str, Entry] = field(default_factory=dict)
+    sessions: set[int] = field(default_factory=set)
+    txn: int = 0  # the last writing transaction's number
+    seq: int = 0  # the last sequential suffix given
+    version: str = ""  # the ConfigMap's resourceVersion ("": not read from the server)
+
+    def node(self, path: str) -> Entry | None:
+        if path == "/":
+            return Entry(b"")
+        return self.nodes.get(path)
+
+    def children(self, path: str) -> list[str]:
+        """Names of the direct children of ``path``, sorted."""
+        head = "/" if path == "/" else path + "/"
+        return sorted(
+            p[len(head) :] for p in self.nodes if p.startswith(head) and "/" not in p[len(head) :]
+        )
+
+    def stat(self, path: str) -> Stat | None:
+        entry = self.node(path)
+        if entry is None:
+            return None
+        count = len(self.children(path))
+        return Stat(entry.version, entry.owner, entry.mtime, count, entry.created)
+
+    def subtree(self, path: str) -> list[str]:
+        """``path`` and every node under it, children before parents."""
+        below = sorted((p for p in self.nodes if p.startswith(path + "/")), reverse=True)
+        return [*below, path] if path in self.nodes else []
+
+    # --- the ConfigMap --------------------------------------------------------------------
+
+    def encode(self, namespace: str, name: str, root: str) -> dict[str, Any]:
+        """The ConfigMap holding this tree (with its resourceVersion, if read); TooLarge."""
+        meta = {
+            "format": FORMAT,
+            "txn": self.txn,
+            "seq": self.seq,
+            "sessions": [f"{s:x}" for s in sorted(self.sessions)],
+        }
+        data = {"meta": json.dumps(meta, separators=(",", ":"))}
+        raw = {key_of(p): e.encode() for p, e in self.nodes.items()}
+        size = sum(len(k) + len(v) for k, v in raw.items()) + len("meta") + len(data["meta"])
+        if size > LIMIT:
+            raise TooLarge(
+                f"the ha tree would hold {size} bytes, over the 1 MiB a Kubernetes ConfigMap"
+                f" may hold ({namespace}/{name}): keep large data out of ha nodes"
+            )
+        metadata: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "labels": {**MANAGED, "ha.io/root": root},
+        }
+        if self.version:
+            metadata["resourceVersion"] = self.version
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata,
+            "data": data,
+            "binaryData": {k: base64.b64encode(v).decode("ascii") for k, v in raw.items()},
+        }
+
+    @classmethod
+    def decode(cls, body: dict[str, Any], where: str) -> Tree:
+        """The tree in a ConfigMap; CorruptData naming ``where`` if it is not ha's."""
+        metadata = body.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        data = body.get("data") or {}
+        try:
+            meta = json.loads(data["meta"])
+            if labels.get("app.kubernetes.io/managed-by") != "ha" or meta["format"] != FORMAT:
+                raise ValueError
+            tree = cls(
+                txn=int(meta["txn"]),
+                seq=int(meta["seq"]),
+                sessions={int(s, 16) for s in meta["sessions"]},
+                version=str(metadata.get("resourceVersion") or ""),
+            )
+        except (KeyError, ValueError, TypeError):
+            raise CorruptData(
+                where, "this ConfigMap exists but does not hold an ha tree (foreign data)"
+            ) from None
+        for key, value in (body.get("binaryData") or {}).items():
+            path = path_of(key)
+            if path is None:
+                raise CorruptData(where, f"the ConfigMap has a key ha did not write: {key!r}")
+            tree.nodes[path] = Entry.decode(path, base64.b64decode(value))
+        return tree
+
+
+# --- transactions ---------------------------------------------------------------------------
+
+
+def apply(
+    tree: Tree, ops: Sequence[Op], session: int | None, now: float | None = None
+) -> tuple[Tree, list[str | Stat | None]]:
+    """``ops`` applied to ``tree`` (untouched): the new tree and each op's result, or
+    TransactionFailed naming the first failing op. SessionExpired if an ephemeral create's
+    session is not (or no longer) registered."""
+    now = time.time() if now is None else now
+    writes = any(not isinstance(op, Check) for op in ops)
+    new = Tree(dict(tree.nodes), set(tree.sessions), tree.txn + writes, tree.seq, tree.version)
+    done: list[tuple[Op, str]] = []
+    for index, op in enumerate(ops):
+        try:
+            done.append((op, _one(new, op, session, now)))
+        except (NodeExists, NoNode, BadVersion, NotEmpty) as exc:
+            raise TransactionFailed(index, exc) from None
+    results: list[str | Stat | None] = []
+    for op, path in done:
+        if isinstance(op, Create):
+            results.append(path)
+        elif isinstance(op, SetData):
+            results.append(new.stat(path) if path in new.nodes else None)
+        else:
+            results.append(None)
+    return new, results
+
+
+def _one(tree: Tree, op: Op, session: int | None, now: float) -> str:
+    """Apply one op to ``tree`` in place; the path it acted on."""
+    if isinstance(op, Create):
+        path = op.path
+        if op.sequential:
+            tree.seq += 1
+            path = f"{op.path}{tree.seq:010d}"
+        if op.ephemeral and (session is None or session not in tree.sessions):
+            raise SessionExpired("the Kubernetes session is gone (its Lease was reaped)")
+        if tree.node(path) is not None:
+            raise NodeExists(path)
+        parent = tree.node(parent_of(path))
+        if path == "/" or parent is None:
+            raise NoNode(parent_of(path))
+        if parent.owner is not None:
+            raise NoNode(f"{path} (ephemeral nodes cannot have children)")
+        owner = session if op.ephemeral else None
+        tree.nodes[path] = Entry(op.data, 0, tree.txn, owner, now)
+        return path
+    entry = tree.node(op.path)
+    if entry is None:
+        raise NoNode(op.path)
+    if op.version != -1 and entry.version != op.version:
+        raise BadVersion(op.path, op.version, entry.version)
+    if isinstance(op, Delete):
+        if tree.children(op.path):
+            raise NotEmpty(op.path)
+        del tree.nodes[op.path]
+    elif isinstance(op, SetData):
+        tree.nodes[op.path] = replace(entry, data=op.data, version=entry.version + 1, mtime=now)
+    return op.path
+
+
+def reap(tree: Tree, sessions: Iterable[int]) -> tuple[Tree, list[str]]:
+    """``tree`` without ``sessions``: struck off, their ephemeral nodes deleted. The new tree
+    (a new transaction if anything went) and the deleted paths."""
+    dead = set(sessions)
+    gone = sorted(p for p, e in tree.nodes.items() if e.owner in dead)
+    if not gone and not dead & tree.sessions:
+        return tree, []
+    nodes = {p: e for p, e in tree.nodes.items() if e.owner not in dead}
+    return Tree(nodes, tree.sessions - dead, tree.txn + 1, tree.seq, tree.version), gone
+
+
+def diff(before: Tree, after: Tree, paths: Iterable[str]) -> list[NodeEvent]:
+    """The events of ``paths`` between two states of the tree (a node created again in
+    between: DELETED then CREATED)."""
+    events: list[NodeEvent] = []
+    for path in paths:
+        old, new = before.node(path), after.node(path)
+        kinds: list[NodeEventKind] = []
+        if old is None and new is not None:
+            kinds = [NodeEventKind.CREATED]
+        elif old is not None and new is None:
+            kinds = [NodeEventKind.DELETED]
+        elif old is not None and new is not None and path != "/":
+            if old.created != new.created:
+                kinds = [NodeEventKind.DELETED, NodeEventKind.CREATED]
+            elif old.version != new.version:
+                kinds = [NodeEventKind.CHANGED]
+        events += [NodeEvent(path, kind) for kind in kinds]
+    return events
+
+
+Plan = Callable[[Tree], Sequence[Op]]  # the ops of a transaction, decided on the tree read

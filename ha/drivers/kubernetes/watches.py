@@ -1,0 +1,145 @@
+"""Node events from one watch on the tree's ConfigMap, never losing one.
+
+The watch is on the ConfigMap by name (``fieldSelector=metadata.name=NAME-ha``: one object,
+as Flink watches its HA ConfigMap since FLINK-33598), from the resourceVersion the driver last
+knew the tree at. Every event carries the whole tree; the driver compares it with the tree it
+knew (``tree.diff``) and emits the subscribed paths' events, in the server's order.
+
+A watch ends (the server's timeout, a dropped connection, contact lost and back: a stream
+may hang silently through a partition); it is resumed from the last resourceVersion seen.
+If the server no longer has that version (an ``ERROR`` event with 410 Expired, "too old
+resource version"), the driver reads the ConfigMap again and diffs it with what it knew: the
+events come coalesced, never lost (the fix the Python client, kr8s and lightkube each
+needed: kubernetes-client/python#728, kr8s-org/kr8s#476, gtsystem/lightkube PR #153).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+
+from ...errors import ConnectionLost, DriverError
+from .liveness import Reaper
+from .tree import Tree, diff
+
+__all__ = ("Watches",)
+
+log = logging.getLogger("ha.drivers.kubernetes")
+
+
+class Watches(Reaper):
+    """The tree's watch, turned into the subscribed paths' events."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stop_stream = anyio.Event()  # set: close the current watch stream
+        self._stream_ended = anyio.Event()  # set while no stream is being read
+        self._stream_ended.set()
+        self.resyncs = 0  # full re-reads after a 410 (for tests)
+
+    def _restart_watch(self) -> None:
+        self._stop_stream.set()
+
+    async def _quiesce(self) -> None:
+        """End the watch stream before the tasks are cancelled (see Api.watch)."""
+        self._stop_stream.set()
+        with anyio.move_on_after(1):
+            await self._stream_ended.wait()
+
+    async def _watch_loop(self) -> None:
+        while True:
+            self._stop_stream = anyio.Event()
+            if self._cut or self._partitioned is not None:
+                await anyio.sleep(0.05)
+                continue
+            self._stream_ended = anyio.Event()
+            gone = False
+            try:
+                gone = await self._read_stream()
+            except DriverError as exc:
+                log.debug("Kubernetes watch ended: %s", exc)
+            finally:
+                self._stream_ended.set()
+            if gone:
+                await self._resync()
+            else:
+                await anyio.sleep(0.02)
+
+    async def _read_stream(self) -> bool:
+        """Read one watch until it ends; True if the server no longer has our version."""
+        params = {
+            "fieldSelector": f"metadata.name={self.settings.tree}",
+            "resourceVersion": self._known.version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "300",
+        }
+        url = self.tree_url.rsplit("/", 1)[0]
+        response: Any = None
+        gone = False
+
+        async def closer() -> None:  # the way to end a stream early (see Api.watch)
+            await self._stop_stream.wait()
+            if response is not None:
+                await response.aclose()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(closer)
+            try:
+                async with self._api.watch(url, params) as (response, events):
+                    async for event in events:
+                        if self._event(event):
+                            gone = True
+                            self._stop_stream.set()  # read on to the end (httpx's generators)
+            except DriverError as exc:
+                if not gone:
+                    raise
+                log.debug("Kubernetes watch closed after 410: %s", exc)
+            finally:
+                tg.cancel_scope.cancel()
+        if gone:
+            return True
+        raise ConnectionLost("the Kubernetes watch ended")
+
+    def _event(self, event: dict[str, Any]) -> bool:
+        """Take one watch event; True if it says our version is too old (410)."""
+        kind, body = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if body.get("code") == 410:
+                return True
+            log.info("Kubernetes watch error: %s", body.get("message"))
+            self._stop_stream.set()
+            return False
+        version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        if kind == "BOOKMARK":
+            if version:
+                self._known.version = version
+            return False
+        if kind == "DELETED":
+            log.error("the ha tree ConfigMap %s was deleted", self.settings.tree)
+            self._changed(Tree(version=version))
+            return False
+        if kind in ("ADDED", "MODIFIED"):
+            try:
+                self._changed(Tree.decode(body, self.tree_url))
+            except DriverError as exc:
+                log.error("the ha tree ConfigMap holds what ha cannot read: %s", exc)
+        return False
+
+    def _changed(self, tree: Tree) -> None:
+        before, self._known = self._known, tree
+        for event in diff(before, tree, self.watched_paths()):
+            self._emit(event)
+
+    async def _resync(self) -> None:
+        """Read the tree again and report what changed since it was last known."""
+        self.resyncs += 1
+        while True:
+            try:
+                tree = await self._read_tree(own=True)
+                break
+            except DriverError as exc:
+                log.debug("re-reading the ha tree: %s", exc)
+                await anyio.sleep(0.05)
+        self._changed(tree)
