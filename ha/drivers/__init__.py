@@ -21,6 +21,7 @@ SCHEMES: dict[str, tuple[str, str, str | None]] = {
     "sqlite": ("ha.drivers.sqlite", "SqliteDriver", None),
     "zk": ("ha.drivers.zookeeper", "ZooKeeperDriver", "zookeeper"),
     "etcd": ("ha.drivers.etcd", "EtcdDriver", "etcd"),
+    "k8s": ("ha.drivers.kubernetes", "KubernetesDriver", "kubernetes"),
 }
 
 
