@@ -94,7 +94,7 @@ def _check_executable(what: str, argv: tuple[str, ...]) -> None:
 @click.option("--health-timeout", type=float, default=5.0, show_default=True, metavar="S")
 @click.option(
     "--priority",
-    type=click.IntRange(0, MAX_PRIORITY),
+    type=int,
     default=0,
     show_default=True,
     metavar="N",
@@ -108,8 +108,8 @@ def _check_executable(what: str, argv: tuple[str, ...]) -> None:
     default=10.0,
     show_default=True,
     metavar="S",
-    help="Seconds a preferred standby must stay in the queue before it gets the lead back (a"
-    " flapping host rejoins with a new node and starts again).",
+    help="While this host is active: seconds a standby of a higher --priority must stay in the"
+    " queue before it gets the lead (a flapping host rejoins with a new node and starts again).",
 )
 @click.option(
     "--journal", type=click.Path(dir_okay=False), help="Append transitions to this JSON-lines file."
@@ -158,6 +158,8 @@ def run(
     if require_fence and not fence:
         # before anything connects: nothing is joined, no member node is written
         raise UsageFailure("--require-fence: no --fence CMD given, refusing to start")
+    if not 0 <= priority <= MAX_PRIORITY:
+        raise UsageFailure(f"--priority must be from 0 (no preference) to {MAX_PRIORITY}")
     fence_argv = _argv("--fence", fence)
     health_argv = _argv("--health", health)
     _check_executable("COMMAND", command)
