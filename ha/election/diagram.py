@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import events as ev
-from .machine import HANDLED, LEADING, LEGAL, PUBLIC, Machine, Phase, State
+from .machine import HANDLED, HELD, LEADING, LEGAL, PUBLIC, Machine, Phase, State
 from .nodes import Breadcrumb, encode_breadcrumb
 
 __all__ = ("diagram", "document", "moves", "public_diagram", "situations")
@@ -112,6 +112,10 @@ def public_diagram() -> str:
         lines.append(f"    {old.value} --> {new.value}")
     for state in State:
         phases = ", ".join(p.value for p, s in PUBLIC.items() if s is state)
+        if state is State.STANDBY:  # P15: taking over shows the state it began in
+            phases += ", " + ", ".join(
+                f"{p.value} (entered as standby)" for p in Phase if p in HELD
+            )
         lines.append(f"    note right of {state.value}: phases {phases}")
     return "\n".join(lines) + "\n"
 

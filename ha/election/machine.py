@@ -62,6 +62,10 @@ P13 ``quit(need_fence=False)`` from ACTIVE stops the work, then resigns (P6); wi
     ``need_fence`` only the node goes (the next leader fences us); not leading, both go.
 P14 A report of the public state is an effect placed after the stop of the leadership scope:
     nobody is told "not active" while the old scope may still run.
+P15 Taking over (reading breadcrumbs, fencing) shows the state it began in: a standby whose
+    leader went is told nothing until it is active (Hadoop's elector calls neither
+    ``enterNeutralMode`` nor ``becomeStandby`` on the way); a failure on the way is then the
+    change it reports (a backoff: NEUTRAL).
 
 The phases, the public states and the table of which phases act on each input are in
 ``phases.py`` (with the theory of operation); ``python -m ha.election.diagram`` draws them.
@@ -73,10 +77,11 @@ from collections.abc import Callable
 
 from . import events as ev
 from .nodes import decode_breadcrumb, lower_lives, parse_entry, ticket_for
-from .phases import HANDLED, LEADING, LEGAL, PUBLIC, WAITING, Phase, State
+from .phases import HANDLED, HELD, LEADING, LEGAL, PUBLIC, WAITING, Phase, State
 
 __all__ = (
     "HANDLED",
+    "HELD",
     "LEADING",
     "LEGAL",
     "PUBLIC",
@@ -156,7 +161,13 @@ class Machine:
 
     @property
     def state(self) -> State:
-        return PUBLIC[self.phase]
+        return self._shown(self.phase)
+
+    def _shown(self, phase: Phase) -> State:
+        """The public state ``phase`` shows: a HELD one keeps what was reported (P15)."""
+        if phase in HELD and self.reported in (State.NEUTRAL, State.STANDBY):
+            return self.reported
+        return PUBLIC[phase]
 
     # ---------------------------------------------------------------------------------------
 
@@ -180,8 +191,8 @@ class Machine:
     ) -> list[ev.Effect]:
         """Move to ``phase``; if the public state changes, report it after ``effects`` (P14)."""
         out = list(effects or [])
-        was, self.phase = self.reported, phase
-        now = PUBLIC[phase]
+        was, now = self.reported, self._shown(phase)
+        self.phase = phase
         if now is not was:
             self.reported = now
             out.append(ev.Report(was, now, self.epoch if now is State.ACTIVE else None, cause))

@@ -1,7 +1,8 @@
 """The machine's phases, the public states they show as, and its table (``HANDLED``).
 
 ``Phase`` is where the machine is, ``PUBLIC`` maps it to the ``State`` a
-contender is told, ``LEGAL`` lists the public changes allowed. ``HANDLED`` declares, for every
+contender is told (but a ``HELD`` phase shows the state it was entered in), ``LEGAL`` lists the
+public changes allowed. ``HANDLED`` declares, for every
 input, the phases that act on it; ``Machine.handle`` looks the pair up before any handler runs, and an
 input outside the table changes nothing. That is the machine's answer to stale and irrelevant
 input, in one place: the answer to an effect of a phase already left, a watch that fires after
@@ -19,6 +20,7 @@ from . import events as ev
 
 __all__ = (
     "HANDLED",
+    "HELD",
     "LEADING",
     "LEGAL",
     "LIVE",
@@ -72,6 +74,12 @@ PUBLIC: dict[Phase, State] = {phase: State.NEUTRAL for phase in Phase} | {
 }
 
 LEADING = frozenset({Phase.ACTIVE, Phase.DETACHED, Phase.VERIFYING})
+
+# Taking over: these show the state they were entered in (NEUTRAL for a newcomer first in the
+# queue, STANDBY for a standby whose leader went), as Hadoop's elector tells a winning standby
+# nothing until it is active: a notification is a change the contender must act on, and
+# enter_neutral means "stop acting as active" (issue 16). PUBLIC gives NEUTRAL for them.
+HELD = frozenset({Phase.READING, Phase.FENCING})
 
 # The legal changes of the public state (ARCHITECTURE.md safety property 6).
 LEGAL = frozenset(

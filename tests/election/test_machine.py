@@ -247,11 +247,9 @@ def test_stray_breadcrumbs_make_the_successor_read_them() -> None:
     mach = standby(strays=True)
     mach.handle(ev.CrumbDeleted(S1, L_TICKET))
     effects = mach.handle(ev.NodeDeleted(S1, LEADER))
-    assert effects == [
-        ev.ReadCrumbs(S1, mach.ticket or "", TOKEN),
-        ev.Report(State.STANDBY, State.NEUTRAL, None, "the leader left"),
-        ev.NotifyNeutral(),
-    ]
+    # P15: still STANDBY to the contender while it takes over (Hadoop: no enterNeutralMode)
+    assert effects == [ev.ReadCrumbs(S1, mach.ticket or "", TOKEN)]
+    assert mach.phase is Phase.READING and mach.state is State.STANDBY
     crumbs = ((OLD_TICKET, OLD_CRUMB),)
     assert mach.handle(ev.CrumbsRead(S1, crumbs)) == [ev.FenceOldActive(S1, OLD_CRUMB)]
 
@@ -279,12 +277,8 @@ def test_the_deletion_of_another_breadcrumb_is_no_evidence() -> None:
 def test_crash_fences_the_breadcrumb_read_while_watching_then_acts_then_clears() -> None:
     mach = standby()
     effects = mach.handle(ev.NodeDeleted(S1, LEADER))
-    assert effects == [
-        ev.FenceOldActive(S1, L_CRUMB),
-        ev.Report(State.STANDBY, State.NEUTRAL, None, "fencing old active"),
-        ev.NotifyNeutral(),
-    ]
-    assert mach.phase is Phase.FENCING
+    assert effects == [ev.FenceOldActive(S1, L_CRUMB)]  # P15: no report, no neutral
+    assert mach.phase is Phase.FENCING and mach.state is State.STANDBY
     expected = won(mach, "won the election", L_TICKET)
     assert mach.handle(ev.FenceSucceeded(S1)) == expected
 
@@ -329,7 +323,13 @@ def test_a_refused_fence_leaves_the_queue_and_backs_off() -> None:
     mach.handle(ev.NodeDeleted(S1, LEADER))
     ticket, node = mach.ticket or "", mine(mach)
     effects = mach.handle(ev.FenceFailed(S1, "refused"))
-    assert effects == [ev.Leave(S1, ticket, node, False), ev.WaitBackoff(1, mach.backoff_token)]
+    # the standby told nothing while fencing (P15) is told now: it left the queue
+    assert effects == [
+        ev.Leave(S1, ticket, node, False),
+        ev.Report(State.STANDBY, State.NEUTRAL, None, "fencing failed: refused"),
+        ev.NotifyNeutral(),
+        ev.WaitBackoff(1, mach.backoff_token),
+    ]
     assert mach.phase is Phase.BACKOFF and mach.state is State.NEUTRAL and mach.ticket is None
     assert mach.handle(ev.Left(S1, ticket)) == [] and mach.unleft == {}
     token = mach.backoff_token

@@ -430,7 +430,11 @@ class MachineModel(RuleBasedStateMachine):
 
     @invariant()
     def public_state_matches_phase(self) -> None:
-        assert self.mach.state is m.PUBLIC[self.mach.phase] is self.state
+        assert self.mach.state is self.state
+        if self.mach.phase in m.HELD:  # P15: taking over shows the state it began in
+            assert self.state in (State.NEUTRAL, State.STANDBY)
+        else:
+            assert self.state is m.PUBLIC[self.mach.phase]
         if self.mach.phase in m.LEADING:
             assert self.mach.epoch == self.mach.token is not None
 
