@@ -422,8 +422,14 @@ class _EtcdFaults(Faults):
     hooks: ClassVar[dict[str, str]] = {fault: "_" + fault for fault in _FAULTS}  # EtcdDriver's
 
 
+class _KubernetesFaults(Faults):
+    backend = "kubernetes"  # expire: the session's Lease taken away, as a peer's reaping does
+    hooks: ClassVar[dict[str, str]] = {fault: "_" + fault for fault in _FAULTS}
+
+
 def faults(driver: Driver) -> Faults:
-    """The faults of ``driver``'s client (memory, sqlite, zookeeper or etcd; see ``Faults``).
+    """The faults of ``driver``'s client (memory, sqlite, zookeeper, etcd or kubernetes; see
+    ``Faults``).
 
     ``UnsupportedFault`` for a driver of another backend, whose faults ha.testing cannot reach.
     """
@@ -445,4 +451,9 @@ def faults(driver: Driver) -> Faults:
 
         if isinstance(driver, EtcdDriver):
             return _EtcdFaults(driver)
+    if name == "kubernetes":
+        from .drivers.kubernetes import KubernetesDriver
+
+        if isinstance(driver, KubernetesDriver):
+            return _KubernetesFaults(driver)
     raise UnsupportedFault(name, "inject faults", f"ha.testing knows no faults of {driver!r}")

@@ -54,6 +54,7 @@ class KubernetesDriver(FaultHooks):
 
     def __init__(self, namespace: str | None = None, name: str = "ha", **options: Any) -> None:
         super().__init__(Settings.check(namespace, name, **options))
+        self._writing = anyio.Lock()
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -147,15 +148,16 @@ class KubernetesDriver(FaultHooks):
     async def _apply(self, plan: Plan) -> list[str | Stat | None]:
         """Read the tree, decide the ops on it, write it with the version read; on 409,
         all over again. The ops are decided anew on each read (``plan``)."""
-        for attempt in range(ATTEMPTS):
-            tree = await self._tree()
-            ops = plan(tree)
-            if any(isinstance(op, Create) and op.ephemeral for op in ops):
-                self._check_session()
-            new, results = apply(tree, ops, self._session_id)
-            if new.txn == tree.txn:  # checks only: they held at that version
-                return results
-            if await self._write_tree(new) is not None:
-                return results
-            await anyio.sleep(0.001 * secrets.randbelow(attempt + 1))
+        async with self._writing:  # this driver's tasks take turns: they would only collide
+            for attempt in range(ATTEMPTS):
+                tree = await self._tree()
+                ops = plan(tree)
+                if any(isinstance(op, Create) and op.ephemeral for op in ops):
+                    self._check_session()
+                new, results = apply(tree, ops, self._session_id)
+                if new.txn == tree.txn:  # checks only: they held at that version
+                    return results
+                if await self._write_tree(new) is not None:
+                    return results
+                await anyio.sleep(0.001 * secrets.randbelow(attempt + 1))
         raise ConnectionLost(f"the ha tree kept changing ({ATTEMPTS} tries of one transaction)")

@@ -253,25 +253,17 @@ def apply(
     now = time.time() if now is None else now
     writes = any(not isinstance(op, Check) for op in ops)
     new = Tree(dict(tree.nodes), set(tree.sessions), tree.txn + writes, tree.seq, tree.version)
-    done: list[tuple[Op, str]] = []
+    results: list[str | Stat | None] = []
     for index, op in enumerate(ops):
         try:
-            done.append((op, _one(new, op, session, now)))
+            results.append(_one(new, op, session, now))
         except (NodeExists, NoNode, BadVersion, NotEmpty) as exc:
             raise TransactionFailed(index, exc) from None
-    results: list[str | Stat | None] = []
-    for op, path in done:
-        if isinstance(op, Create):
-            results.append(path)
-        elif isinstance(op, SetData):
-            results.append(new.stat(path) if path in new.nodes else None)
-        else:
-            results.append(None)
     return new, results
 
 
-def _one(tree: Tree, op: Op, session: int | None, now: float) -> str:
-    """Apply one op to ``tree`` in place; the path it acted on."""
+def _one(tree: Tree, op: Op, session: int | None, now: float) -> str | Stat | None:
+    """Apply one op to ``tree`` in place; its result (created path, new Stat, or None)."""
     if isinstance(op, Create):
         path = op.path
         if op.sequential:
@@ -300,7 +292,8 @@ def _one(tree: Tree, op: Op, session: int | None, now: float) -> str:
         del tree.nodes[op.path]
     elif isinstance(op, SetData):
         tree.nodes[op.path] = replace(entry, data=op.data, version=entry.version + 1, mtime=now)
-    return op.path
+        return tree.stat(op.path)
+    return None
 
 
 def reap(tree: Tree, sessions: Iterable[int]) -> tuple[Tree, list[str]]:

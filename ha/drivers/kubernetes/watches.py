@@ -37,14 +37,18 @@ class Watches(Reaper):
         self._stop_stream = anyio.Event()  # set: close the current watch stream
         self._stream_ended = anyio.Event()  # set while no stream is being read
         self._stream_ended.set()
+        self._reading = False  # a watch's answer has come: its stream must be closed, not cancelled
         self.resyncs = 0  # full re-reads after a 410 (for tests)
 
     def _restart_watch(self) -> None:
         self._stop_stream.set()
 
     async def _quiesce(self) -> None:
-        """End the watch stream before the tasks are cancelled (see Api.watch)."""
+        """End the watch stream before the tasks are cancelled (see Api.watch); a watch still
+        waiting for its answer has no stream yet, and is cancelled."""
         self._stop_stream.set()
+        if not self._reading:
+            return
         with anyio.move_on_after(1):
             await self._stream_ended.wait()
 
@@ -78,29 +82,30 @@ class Watches(Reaper):
         url = self.tree_url.rsplit("/", 1)[0]
         response: Any = None
         gone = False
+        error: DriverError | None = None
 
         async def closer() -> None:  # the way to end a stream early (see Api.watch)
             await self._stop_stream.wait()
             if response is not None:
                 await response.aclose()
 
-        async with anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as tg:  # errors caught inside: not grouped
             tg.start_soon(closer)
             try:
                 async with self._api.watch(url, params) as (response, events):
+                    self._reading = True
                     async for event in events:
                         if self._event(event):
                             gone = True
                             self._stop_stream.set()  # read on to the end (httpx's generators)
             except DriverError as exc:
-                if not gone:
-                    raise
-                log.debug("Kubernetes watch closed after 410: %s", exc)
+                error = exc
             finally:
+                self._reading = False
                 tg.cancel_scope.cancel()
         if gone:
             return True
-        raise ConnectionLost("the Kubernetes watch ended")
+        raise error or ConnectionLost("the Kubernetes watch ended")
 
     def _event(self, event: dict[str, Any]) -> bool:
         """Take one watch event; True if it says our version is too old (410)."""
