@@ -1,0 +1,225 @@
+"""An elector's metrics: its state, epoch, transitions, takeovers, fences and last contact.
+
+``ElectorMetrics.watch(elector)`` reads what the elector already keeps (its public state, its
+lease, its refused fences, its driver's last contact) at scrape time, and counts each
+transition from its listener (``Elector.add_listener``, called synchronously by the elector's
+reporting: no task, no I/O). Labels: ``election`` (the path) and ``identity``.
+
+Takeover latency (``ha_elector_takeover_seconds``) is measured by the contender that takes
+over, on its own clock: from the moment its driver told it that the previous leader's node or
+breadcrumb was gone to its report of ACTIVE. ``kind="failover"``: the successor fenced someone
+on the way (a crash or an expired session left the old leader's breadcrumb);
+``kind="handover"``: it fenced nobody (a graceful exit deleted the breadcrumb with the node:
+``quit``, ``ha failover``, SIGTERM of ``ha run``). Whatever else the elector did in between (listing the queue, fencing, the
+fence command) is inside the figure; the detection delay (the session timeout after a crash)
+is not, since only the backend knows when the old leader died.
+
+A transition's cause is a label with its variable parts taken out ("behind 'host-a'" becomes
+"behind", "no answer in 3s" becomes "no answer in Ns"), so the label set stays small.
+
+Fence attempts and refusals are counted by wrapping the contender (``watch`` returns the
+wrapper): the elector calls the wrapper's ``fence_old_active``, which counts and delegates.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from typing import Any
+
+import anyio
+
+from ..drivers.base import NodeEvent, NodeEventKind
+from ..election.elector import Elector
+from ..election.journal import Transition
+from ..election.machine import State
+from ..election.nodes import ElectionNodes, parse_entry
+from .backend import tap_node_events
+from .registry import Registry
+
+__all__ = ("ElectorMetrics", "cause_label")
+
+_QUOTED = re.compile(r"""\s*(?:'[^']*'|"[^"]*"|\(.*|:.*)""")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def cause_label(cause: str) -> str:
+    """A transition's cause without its variable parts (names, numbers, error details)."""
+    text = _NUMBER.sub("N", _QUOTED.sub("", cause)).strip()
+    return text[:60] or "unknown"
+
+
+def _now() -> float | None:
+    try:
+        return anyio.current_time()
+    except RuntimeError:  # rendered outside the event loop (a test): no clock to compare with
+        return None
+
+
+class ElectorMetrics:
+    """The ``ha_elector_*`` metrics of any number of electors in one registry."""
+
+    def __init__(self, registry: Registry) -> None:
+        labels = ("election", "identity")
+        self.state = registry.gauge(
+            "ha_elector_state",
+            "1 for the elector's public state, 0 for the others",
+            (*labels, "state"),
+        )
+        self.is_leader = registry.gauge(
+            "ha_elector_is_leader", "1 while the elector is ACTIVE, else 0", labels
+        )
+        self.epoch = registry.gauge(
+            "ha_elector_epoch", "The lease's epoch (fencing token) while ACTIVE", labels
+        )
+        self.transitions = registry.counter(
+            "ha_elector_transitions_total",
+            "Public state changes, by old and new state and cause",
+            (*labels, "from", "to", "cause"),
+        )
+        self.takeover = registry.histogram(
+            "ha_elector_takeover_seconds",
+            "From seeing the previous leader go to being ACTIVE, as measured by the successor"
+            " (kind: handover when it left gracefully, failover when it was fenced)",
+            (*labels, "kind"),
+        )
+        self.contact_age = registry.gauge(
+            "ha_elector_last_contact_age_seconds",
+            "Seconds since the elector's driver last heard from the backend",
+            labels,
+        )
+        self.connected = registry.gauge(
+            "ha_elector_connected", "1 while the driver is in contact with the backend", labels
+        )
+        self.fence_attempts = registry.counter(
+            "ha_elector_fence_attempts_total", "Calls of the contender's fence_old_active", labels
+        )
+        self.fence_failures = registry.counter(
+            "ha_elector_fence_failures_total", "Fences that raised (takeover refused)", labels
+        )
+        self.fence_in_a_row = registry.gauge(
+            "ha_elector_fence_refusals_in_a_row",
+            "Refused fences of the same old active in a row (0 once one succeeds)",
+            labels,
+        )
+
+    def watch(self, elector: Elector, contender: object) -> object:
+        """Export ``elector``'s metrics from now on; return ``contender`` with its fences
+        counted, to run the elector with (``elector.run(metrics.watch(elector, c))``). A later
+        elector of the same election and identity (``ha run`` makes one per turn) takes the
+        place of this one."""
+        labels = {
+            "election": elector.path,
+            "identity": elector.identity.decode(errors="replace"),
+        }
+        for state in State:
+            self.state.set_function(
+                functools.partial(_is, elector, state), **labels, state=state.value
+            )
+        self.is_leader.set_function(lambda: float(elector.state is State.ACTIVE), **labels)
+        self.epoch.set_function(lambda: _epoch(elector), **labels)
+        driver = elector.driver
+        self.contact_age.set_function(lambda: _age(driver.last_contact), **labels)
+        self.connected.set_function(lambda: float(driver.connected), **labels)
+        self.fence_in_a_row.set_function(lambda: _refusals(elector), **labels)
+        self.fence_attempts.labels(**labels)  # shown as 0 before the first
+        self.fence_failures.labels(**labels)
+        takeovers = _Takeovers(ElectionNodes(elector.path), self, labels)
+        tap_node_events(driver, (elector.path, elector.identity), takeovers.node_event)
+        elector.add_listener(takeovers.transition)
+        return _Measured(contender, takeovers)
+
+
+def _is(elector: Elector, state: State) -> float:
+    return float(elector.state is state)
+
+
+def _epoch(elector: Elector) -> float | None:
+    lease = elector.lease
+    return None if lease is None else float(lease.epoch)
+
+
+def _age(last_contact: float) -> float | None:
+    now = _now()
+    if now is None or not math.isfinite(last_contact):
+        return None
+    return max(0.0, now - last_contact)
+
+
+def _refusals(elector: Elector) -> float:
+    fencing = elector.statistics().fencing
+    return 0.0 if fencing is None else float(fencing.failures)
+
+
+class _Takeovers:
+    """Remembers when the leader's node or breadcrumb went; observes the latency on ACTIVE."""
+
+    __slots__ = ("nodes", "metrics", "labels", "gone", "fenced")
+
+    def __init__(self, nodes: ElectionNodes, metrics: ElectorMetrics, labels: dict[str, str]):
+        self.nodes = nodes
+        self.metrics = metrics
+        self.labels = labels
+        # (loop time, ticket) of the latest exit seen since the last transition
+        self.gone: tuple[float, str] | None = None
+        self.fenced = False  # a fence was called since: the takeover is a failover
+
+    def node_event(self, event: NodeEvent) -> None:
+        if event.kind is not NodeEventKind.DELETED:
+            return
+        parent, _, name = event.path.rpartition("/")
+        if parent == self.nodes.crumbs:
+            ticket = name
+        elif parent == self.nodes.queue:
+            entry = parse_entry(name)
+            if entry is None:
+                return
+            ticket = entry.ticket
+        else:
+            return
+        now = _now()
+        if now is not None and (self.gone is None or self.gone[1] != ticket):
+            # the latest exit is the one that let us lead, dated by its first node to go
+            self.gone = (now, ticket)
+
+    def transition(self, t: Transition) -> None:
+        labels = self.labels
+        self.metrics.transitions.labels(
+            **labels, **{"from": t.old.value, "to": t.new.value}, cause=cause_label(t.cause)
+        ).inc()
+        gone, fenced, self.gone, self.fenced = self.gone, self.fenced, None, False
+        if gone is not None and t.old is State.STANDBY and t.new is State.ACTIVE:
+            kind = "failover" if fenced else "handover"
+            self.metrics.takeover.labels(**labels, kind=kind).observe(
+                max(0.0, t.monotonic - gone[0])
+            )
+
+
+class _Measured:
+    """A contender whose fence calls are counted; everything else is passed through.
+
+    It always has ``fence_old_active``: the elector takes that step whether or not the
+    contender has the hook (without one the epoch alone fences), so it is counted either way.
+    """
+
+    def __init__(self, contender: object, takeovers: _Takeovers):
+        self._contender = contender
+        self._takeovers = takeovers
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._contender, name)
+
+    async def fence_old_active(self, breadcrumb: bytes) -> None:
+        takeovers = self._takeovers
+        metrics, labels = takeovers.metrics, takeovers.labels
+        takeovers.fenced = True
+        metrics.fence_attempts.labels(**labels).inc()
+        hook = getattr(self._contender, "fence_old_active", None)
+        if hook is None:
+            return
+        try:
+            await hook(breadcrumb)
+        except BaseException:  # raised, or cancelled by the fence timeout: refused
+            metrics.fence_failures.labels(**labels).inc()
+            raise

@@ -1,0 +1,204 @@
+"""Metrics: the text exposition parsed by prometheus_client's parser, and real electors on
+sqlite and ZooKeeper measured through a handover and a failover (asyncio and trio)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import anyio
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ha.election.elector import Elector
+from ha.election.machine import State
+from ha.metrics import BackendMetrics, ElectorMetrics, JobManagerMetrics, Registry, cause_label
+from ha.testing import History, Recorder, check_history, faults
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse(text: str) -> Samples:
+    """Every sample by (name, sorted labels), through the Prometheus text parser."""
+    found: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    key = (name, tuple(sorted(labels.items())))
+    assert key in samples, f"{key} not among {sorted(k for k in samples if k[0] == name)}"
+    return samples[key]
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` whose labels include ``labels``."""
+    want = set(labels.items())
+    return sum(v for (n, found), v in samples.items() if n == name and want <= set(found))
+
+
+# --- the registry and its exposition ---------------------------------------------------------
+
+
+def test_the_exposition_parses_with_every_kind_and_odd_label_values() -> None:
+    registry = Registry()
+    c = registry.counter("x_events_total", 'help with "quotes" and \\ and\nnewline', ("what",))
+    c.labels(what='a "b"\\c\nd').inc(2)
+    g = registry.gauge("x_level", "a gauge", ("k",))
+    g.labels(k="set").set(-1.5)
+    g.set_function(lambda: math.inf, k="read")
+    g.set_function(lambda: None, k="absent")
+    h = registry.histogram("x_seconds", "a histogram", (), buckets=(0.1, 1.0))
+    for v in (0.05, 0.1, 0.5, 7.0):
+        h.labels().observe(v)
+    samples = parse(registry.render())
+    assert value(samples, "x_events_total", what='a "b"\\c\nd') == 2
+    assert value(samples, "x_level", k="set") == -1.5
+    assert value(samples, "x_level", k="read") == math.inf
+    assert not [k for k in samples if k[1] == (("k", "absent"),)]
+    assert value(samples, "x_seconds_bucket", le="0.1") == 2  # le is inclusive
+    assert value(samples, "x_seconds_bucket", le="1.0") == 3
+    assert value(samples, "x_seconds_bucket", le="+Inf") == 4
+    assert value(samples, "x_seconds_count") == 4
+    assert value(samples, "x_seconds_sum") == pytest.approx(7.65)
+
+
+def test_a_registry_refuses_a_clash_and_shares_a_twin() -> None:
+    registry = Registry()
+    first = registry.counter("y_total", "one", ("a",))
+    assert registry.counter("y_total", "again", ("a",)) is first
+    with pytest.raises(ValueError, match="registered differently"):
+        registry.gauge("y_total", "clash", ("a",))
+    with pytest.raises(ValueError, match="takes labels"):
+        first.labels(b="x")
+    with pytest.raises(ValueError, match="_total"):
+        registry.counter("y", "no suffix")
+
+
+def test_causes_lose_their_variable_parts() -> None:
+    assert cause_label("behind 'host-a'") == "behind"
+    assert cause_label("no answer in 3.5s") == "no answer in Ns"
+    assert cause_label("join failed: NoNode /x/n") == "join failed"
+    assert cause_label("won the election") == "won the election"
+
+
+def test_job_manager_events_are_counted_and_handed_on() -> None:
+    registry = Registry()
+    seen: list[str] = []
+    sink = JobManagerMetrics(registry).sink("jm-1", lambda name, fields: seen.append(name))
+    sink("recovered", {"jobs": ["j1", "j2"]})
+    sink("batch_committed", {})
+    sink("batch_committed", {})
+    sink("batch_failed", {})
+    sink("job_finished", {"outcome": "succeeded"})
+    samples = parse(registry.render())
+    assert value(samples, "ha_jobmanager_batches_total", identity="jm-1", outcome="committed") == 2
+    assert value(samples, "ha_jobmanager_batches_total", identity="jm-1", outcome="failed") == 1
+    assert value(samples, "ha_jobmanager_batches_total", identity="jm-1", outcome="cancelled") == 0
+    assert value(samples, "ha_jobmanager_recoveries_total", identity="jm-1") == 1
+    assert value(samples, "ha_jobmanager_recovered_jobs_total", identity="jm-1") == 2
+    assert (
+        value(samples, "ha_jobmanager_jobs_total", identity="jm-1", event="finished_succeeded") == 1
+    )
+    assert seen == [
+        "recovered",
+        "batch_committed",
+        "batch_committed",
+        "batch_failed",
+        "job_finished",
+    ]
+
+
+# --- real electors -----------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
+def real_backend(request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue(f"{request.param}_backend")
+
+
+class Member:
+    """One elector with its own driver, registry and metrics."""
+
+    def __init__(self, driver: Any, name: str, history: History) -> None:
+        self.driver = driver
+        self.registry = Registry()
+        self.metrics = ElectorMetrics(self.registry)
+        BackendMetrics(self.registry).measure(driver)
+        self.elector = Elector(driver, "/metrics", name)
+        self.elector.add_listener(history.transition)  # the safety verdict, from outside
+        self.contender = self.metrics.watch(self.elector, Recorder(name, history))
+        self.scope = anyio.CancelScope()
+
+    async def run(self) -> None:
+        with self.scope:
+            await self.elector.run(self.contender)
+
+    def samples(self) -> Samples:
+        return parse(self.registry.render())
+
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_failover_and_handover_are_measured_by_the_successor(real_backend: Any) -> None:
+    history = History()
+    async with (
+        real_backend.driver() as da,
+        real_backend.driver() as db,
+        real_backend.driver() as dc,
+    ):
+        a, b, c = (Member(d, n, history) for d, n in ((da, "a"), (db, "b"), (dc, "c")))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(a.run)
+            lease_a = await a.elector.wait_active()
+            tg.start_soon(b.run)
+            await b.elector.wait_state(State.STANDBY)
+            tg.start_soon(c.run)
+            await c.elector.wait_state(State.STANDBY)
+
+            s = a.samples()
+            labels = {"election": "/metrics", "identity": "a"}
+            assert value(s, "ha_elector_is_leader", **labels) == 1
+            assert value(s, "ha_elector_epoch", **labels) == lease_a.epoch
+            assert value(s, "ha_elector_state", **labels, state="active") == 1
+            assert value(s, "ha_elector_state", **labels, state="standby") == 0
+            assert value(s, "ha_elector_connected", **labels) == 1
+            assert 0 <= value(s, "ha_elector_last_contact_age_seconds", **labels) < 60
+            created = value(
+                s,
+                "ha_backend_operation_seconds_count",
+                backend=da.capabilities.name,
+                op="transaction",
+            )
+            assert created >= 1  # the join
+
+            # a crashes: b takes over after fencing a's breadcrumb
+            await faults(da).crash()
+            a.scope.cancel()  # its work ends with its process
+            lease_b = await b.elector.wait_active()
+            s = b.samples()
+            labels = {"election": "/metrics", "identity": "b"}
+            assert value(s, "ha_elector_fence_attempts_total", **labels) == 1
+            assert value(s, "ha_elector_fence_failures_total", **labels) == 0
+            assert value(s, "ha_elector_takeover_seconds_count", **labels, kind="failover") == 1
+            assert value(s, "ha_elector_epoch", **labels) == lease_b.epoch > lease_a.epoch
+            took_over = {**labels, "from": "standby", "to": "active"}
+            assert total(s, "ha_elector_transitions_total", **took_over) == 1
+
+            # b leaves gracefully: c takes over without fencing
+            b.elector.quit()
+            lease_c = await c.elector.wait_active()
+            s = c.samples()
+            labels = {"election": "/metrics", "identity": "c"}
+            assert value(s, "ha_elector_fence_attempts_total", **labels) == 0
+            assert value(s, "ha_elector_takeover_seconds_count", **labels, kind="handover") == 1
+            assert (
+                "ha_elector_takeover_seconds_count",
+                tuple(sorted({**labels, "kind": "failover"}.items())),
+            ) not in s
+            assert lease_c.epoch > lease_b.epoch
+            c.elector.quit()
+    check_history(history)
