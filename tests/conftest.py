@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.support.backends.sqlite",
     "tests.support.backends.zookeeper",
     "tests.support.backends.etcd",
+    "tests.support.kubeapi.fixtures",
 ]
 
 BACKENDS = ["memory", "sqlite", "zookeeper", "etcd"]

@@ -1,0 +1,244 @@
+"""The FAKE API server's watches: NDJSON streams, synthetic ADDED, resumption, 410 Expired,
+selectors, server-side timeouts, bookmarks; as kube-apiserver does them (no real one runs
+here). Raw HTTP on asyncio and trio."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx
+import pytest
+
+from tests.kubeapi.conftest import config_maps, lease, leases
+from tests.support.kubeapi.process import FakeKubeApi
+
+pytestmark = pytest.mark.anyio
+
+
+class Watch:
+    """One watch read over a plain socket, chunk by chunk (the server sends one event per
+    chunk). Not httpx: breaking out of its line iterators leaves generators unfinished."""
+
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+        self.headers: dict[str, str] = {}
+
+    async def _line(self) -> bytes:
+        while b"\r\n" not in self.buffer:
+            self.buffer += await self.stream.receive()
+        line, self.buffer = self.buffer.split(b"\r\n", 1)
+        return line
+
+    async def _exactly(self, size: int) -> bytes:
+        while len(self.buffer) < size:
+            self.buffer += await self.stream.receive()
+        data, self.buffer = self.buffer[:size], self.buffer[size:]
+        return data
+
+    async def start(self, target: str) -> int:
+        request = f"GET {target} HTTP/1.1\r\nHost: kube\r\nAccept: application/json\r\n\r\n"
+        await self.stream.send(request.encode())
+        status = int((await self._line()).split()[1])
+        while line := await self._line():
+            name, _, value = line.decode().partition(":")
+            self.headers[name.strip().lower()] = value.strip()
+        return status
+
+    def __aiter__(self) -> Watch:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        """The next event; StopAsyncIteration at the final chunk, EndOfStream if dropped."""
+        size = int(await self._line(), 16)
+        if size == 0:
+            await self._line()
+            raise StopAsyncIteration
+        event: dict[str, Any] = json.loads(await self._exactly(size))
+        await self._exactly(2)
+        return event
+
+
+@asynccontextmanager
+async def watching(http: httpx.AsyncClient, path: str, **params: str) -> AsyncIterator[Watch]:
+    """The events of one watch (ends when the server ends the stream)."""
+    url = httpx.URL(str(http.base_url).rstrip("/") + path, params={"watch": "true", **params})
+    async with await anyio.connect_tcp(url.host, url.port or 80) as stream:
+        watch = Watch(stream)
+        assert await watch.start(url.raw_path.decode()) == 200
+        assert watch.headers["transfer-encoding"] == "chunked"
+        yield watch
+
+
+async def take(events: AsyncIterator[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    taken = []
+    with anyio.fail_after(10):
+        async for event in events:
+            taken.append(event)
+            if len(taken) == count:
+                break
+    return taken
+
+
+def summary(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(event["type"], event["object"]["metadata"].get("name", "")) for event in events]
+
+
+async def test_watch_without_version_starts_with_synthetic_added(
+    http: httpx.AsyncClient, kube_namespace: str
+) -> None:
+    await http.post(leases(kube_namespace), json=lease("a"))
+    await http.post(leases(kube_namespace), json=lease("b"))
+    async with watching(http, leases(kube_namespace)) as events:
+        first = await take(events, 2)
+        assert summary(first) == [("ADDED", "a"), ("ADDED", "b")]
+        got = (await http.get(f"{leases(kube_namespace)}/a")).json()
+        await http.put(
+            f"{leases(kube_namespace)}/a",
+            json=dict(got, spec={**got["spec"], "holderIdentity": "z"}),
+        )
+        await http.delete(f"{leases(kube_namespace)}/b")
+        later = await take(events, 2)
+    assert summary(later) == [("MODIFIED", "a"), ("DELETED", "b")]
+    assert later[0]["object"]["spec"]["holderIdentity"] == "z"
+    versions = [int(event["object"]["metadata"]["resourceVersion"]) for event in later]
+    assert versions == sorted(versions) and versions[0] > int(got["metadata"]["resourceVersion"])
+
+
+async def test_watch_resumes_after_a_resource_version(
+    http: httpx.AsyncClient, kube_namespace: str
+) -> None:
+    first = (await http.post(config_maps(kube_namespace), json={"metadata": {"name": "a"}})).json()
+    await http.post(config_maps(kube_namespace), json={"metadata": {"name": "b"}})
+    await http.post(config_maps(kube_namespace), json={"metadata": {"name": "c"}})
+    since = first["metadata"]["resourceVersion"]
+    async with watching(http, config_maps(kube_namespace), resourceVersion=since) as events:
+        assert summary(await take(events, 2)) == [("ADDED", "b"), ("ADDED", "c")]
+
+
+async def test_watch_from_a_compacted_version_gets_410_expired(
+    private_kube_api: FakeKubeApi,
+) -> None:
+    private_kube_api.create_namespace("w")
+    async with httpx.AsyncClient(base_url=private_kube_api.url) as http:
+        old = (await http.post(config_maps("w"), json={"metadata": {"name": "a"}})).json()
+        await http.post(config_maps("w"), json={"metadata": {"name": "b"}})
+        private_kube_api.compact()
+        version = old["metadata"]["resourceVersion"]
+        async with watching(http, config_maps("w"), resourceVersion=version) as events:
+            (error,) = await take(events, 1)
+            assert [event async for event in events] == []  # the stream ends after it
+        assert error["type"] == "ERROR"
+        assert error["object"]["code"] == 410 and error["object"]["reason"] == "Expired"
+        assert error["object"]["message"].startswith(f"too old resource version: {version} (")
+        # a re-list gives a version to watch from again
+        listed = (await http.get(config_maps("w"))).json()
+        fresh = listed["metadata"]["resourceVersion"]
+        async with watching(http, config_maps("w"), resourceVersion=fresh) as events:
+            await http.post(config_maps("w"), json={"metadata": {"name": "c"}})
+            assert summary(await take(events, 1)) == [("ADDED", "c")]
+
+
+async def test_history_limit_expires_old_versions(tmp_path: Any) -> None:
+    server = FakeKubeApi(tmp_path, history=3)
+    server.start()
+    try:
+        server.create_namespace("h")
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            old = (await http.post(config_maps("h"), json={"metadata": {"name": "a"}})).json()
+            for name in "bcde":
+                await http.post(config_maps("h"), json={"metadata": {"name": name}})
+            version = old["metadata"]["resourceVersion"]
+            async with watching(http, config_maps("h"), resourceVersion=version) as events:
+                assert (await take(events, 1))[0]["object"]["code"] == 410
+    finally:
+        server.remove()
+
+
+async def test_selectors_turn_changes_into_added_and_deleted(
+    http: httpx.AsyncClient, kube_namespace: str
+) -> None:
+    path = config_maps(kube_namespace)
+    await http.post(path, json={"metadata": {"name": "a", "labels": {"on": "yes"}}})
+    await http.post(path, json={"metadata": {"name": "b"}})
+    async with watching(http, path, labelSelector="on=yes") as events:
+        assert summary(await take(events, 1)) == [("ADDED", "a")]
+        merge = {"Content-Type": "application/merge-patch+json"}
+        await http.patch(f"{path}/b", json={"metadata": {"labels": {"on": "yes"}}}, headers=merge)
+        await http.patch(f"{path}/a", json={"metadata": {"labels": {"on": None}}}, headers=merge)
+        await http.patch(f"{path}/b", json={"data": {"k": "v"}}, headers=merge)
+        assert summary(await take(events, 3)) == [
+            ("ADDED", "b"),
+            ("DELETED", "a"),
+            ("MODIFIED", "b"),
+        ]
+    async with watching(http, path, fieldSelector="metadata.name=b") as events:
+        await http.post(path, json={"metadata": {"name": "c"}})
+        await http.delete(f"{path}/b")
+        assert summary(await take(events, 2)) == [("ADDED", "b"), ("DELETED", "b")]
+
+
+async def test_the_server_ends_a_watch_after_timeout_seconds(
+    http: httpx.AsyncClient, kube_namespace: str
+) -> None:
+    with anyio.fail_after(10):
+        async with watching(http, leases(kube_namespace), timeoutSeconds="1") as events:
+            assert [event async for event in events] == []  # ended cleanly, nothing happened
+
+
+async def test_bookmarks_carry_the_current_version(tmp_path: Any) -> None:
+    server = FakeKubeApi(tmp_path, bookmark_interval=0.2)
+    server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            created = (
+                await http.post(config_maps("default"), json={"metadata": {"name": "a"}})
+            ).json()
+            version = created["metadata"]["resourceVersion"]
+            params = {"resourceVersion": version, "allowWatchBookmarks": "true"}
+            async with watching(http, config_maps("default"), **params) as events:
+                (bookmark,) = await take(events, 1)
+        assert bookmark["type"] == "BOOKMARK"
+        assert bookmark["object"]["kind"] == "ConfigMap"
+        assert int(bookmark["object"]["metadata"]["resourceVersion"]) >= int(version)
+    finally:
+        server.remove()
+
+
+async def test_bad_watch_parameters_are_400(http: httpx.AsyncClient, kube_namespace: str) -> None:
+    for params in (
+        {"resourceVersion": "abc"},
+        {"fieldSelector": "spec.x=1"},
+        {"labelSelector": "a in ()"},
+    ):
+        answer = await http.get(leases(kube_namespace), params={"watch": "true", **params})
+        assert answer.status_code == 400, params
+
+
+async def test_close_watches_ends_every_stream(
+    http: httpx.AsyncClient, kube_api: FakeKubeApi, kube_namespace: str
+) -> None:
+    async with watching(http, leases(kube_namespace)) as events:
+        await http.post(leases(kube_namespace), json=lease("a"))
+        assert summary(await take(events, 1)) == [("ADDED", "a")]
+        kube_api.close_watches()
+        with anyio.fail_after(10):
+            assert [event async for event in events] == []
+
+
+async def test_abrupt_close_drops_the_connection(
+    http: httpx.AsyncClient, kube_api: FakeKubeApi, kube_namespace: str
+) -> None:
+    with pytest.raises(anyio.EndOfStream):
+        async with watching(http, leases(kube_namespace)) as events:
+            await http.post(leases(kube_namespace), json=lease("a"))
+            await take(events, 1)
+            kube_api.close_watches(abrupt=True)
+            with anyio.fail_after(10):
+                async for _ in events:
+                    pass

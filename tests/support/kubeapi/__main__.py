@@ -1,0 +1,66 @@
+"""``python -m tests.support.kubeapi --port 0 [--state-file F] [--port-file P]``: run the fake.
+
+It prints ``listening on http://127.0.0.1:PORT`` once it answers, and writes the port to
+``--port-file`` (written to a temporary name, then renamed, so a reader never sees half of it).
+SIGTERM or SIGINT stop it; every write is already in the state file, so SIGKILL loses nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+from tests.support.kubeapi.server import FakeApiServer
+from tests.support.kubeapi.store import Store
+from tests.support.kubeapi.watch import WatchSettings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.kubeapi",
+        description="A FAKE Kubernetes API server (Namespaces, ConfigMaps, Leases, Events) for tests.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--state-file", type=Path, help="keep objects here across restarts")
+    parser.add_argument("--port-file", type=Path, help="write the port here when ready")
+    parser.add_argument("--history", type=int, default=1000, help="watch events kept (older: 410)")
+    parser.add_argument(
+        "--min-request-timeout",
+        type=float,
+        default=1800.0,
+        help="watches without timeoutSeconds end after a random time in [T, 2T)",
+    )
+    parser.add_argument("--bookmark-interval", type=float, default=60.0)
+    parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    args = parser.parse_args(argv)
+    if args.history < 1:
+        parser.error("--history must be at least 1")
+    store = Store(args.state_file, history=args.history)
+    settings = WatchSettings(args.min_request_timeout, args.bookmark_interval)
+    try:
+        server = FakeApiServer((args.host, args.port), store, settings, verbose=args.verbose)
+    except OSError as error:
+        print(f"cannot listen on {args.host}:{args.port}: {error.strerror}", file=sys.stderr)
+        return 1
+    port = server.server_address[1]
+    if args.port_file is not None:
+        temporary = args.port_file.with_name(args.port_file.name + ".tmp")
+        temporary.write_text(str(port))
+        os.replace(temporary, args.port_file)
+    print(f"listening on http://{args.host}:{port}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        server.serve_forever(poll_interval=0.1)
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

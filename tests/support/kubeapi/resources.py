@@ -1,0 +1,77 @@
+"""The kinds the fake API server serves: Namespaces, ConfigMaps (core v1), Leases
+(coordination.k8s.io/v1), and Events (core v1, so that ``kubectl describe`` finds none).
+
+One ``Resource`` per kind says where it lives in the URL space, whether it is namespaced and
+what discovery advertises for it. Everything else (storage, validation, routing) looks kinds up
+here, so serving another kind starts with one row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ("RESOURCES", "Resource", "find")
+
+VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    singular: str
+    kind: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    # fields a fieldSelector may name beyond metadata.name and metadata.namespace
+    fields: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> str:
+        """The storage prefix, as the real server's /registry/<plural>."""
+        return f"{self.group}/{self.plural}"
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+
+RESOURCES: tuple[Resource, ...] = (
+    Resource("", "v1", "namespaces", "namespace", "Namespace", False, ("ns",), ("status.phase",)),
+    Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, ("cm",)),
+    Resource(
+        "",
+        "v1",
+        "events",
+        "event",
+        "Event",
+        True,
+        ("ev",),
+        (
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ),
+    ),
+    Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
+)
+
+
+def find(group: str, version: str, plural: str) -> Resource | None:
+    for resource in RESOURCES:
+        if (resource.group, resource.version, resource.plural) == (group, version, plural):
+            return resource
+    return None

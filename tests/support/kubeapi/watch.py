@@ -1,0 +1,150 @@
+"""Watches: ``?watch=true`` answered as a stream of JSON lines, one event per chunk.
+
+What kube-apiserver does, and so the fake:
+
+- without a ``resourceVersion`` (or with "0"), the stream starts with a synthetic ADDED event
+  per current object, then goes on with changes;
+- with one, it sends every change after it; if that version is older than the kept history
+  the stream is a single ERROR event carrying a 410 Expired Status (HTTP status 200);
+- selectors apply to both sides of a change: an object that stops matching is sent as
+  DELETED, one that starts matching as ADDED;
+- the server ends each watch after ``timeoutSeconds``, or by default after a random time
+  between the minimum request timeout and twice it, so clients must resume from the last
+  resourceVersion they saw;
+- ``allowWatchBookmarks=true`` adds BOOKMARK events (an object with only
+  ``metadata.resourceVersion``) every bookmark interval.
+
+The fault hooks can end every open watch (``close-watches``), cleanly or by dropping the
+connection, as a restarting apiserver does.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.support.kubeapi.resources import Resource
+from tests.support.kubeapi.selectors import Matcher, matcher
+from tests.support.kubeapi.status import bad_request, expired
+from tests.support.kubeapi.store import Event, Store, TooOld
+
+__all__ = ("Abort", "WatchSettings", "parse_version", "serve_watch")
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    min_request_timeout: float = 1800.0
+    bookmark_interval: float = 60.0
+
+
+class Abort(Exception):
+    """End the watch by dropping the connection, without the final empty chunk."""
+
+
+def parse_version(value: str | None) -> int | None:
+    """A resourceVersion from a query: None for "start from now", 400 if not a number."""
+    if value in (None, "", "0"):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise bad_request(f"resourceVersion: Invalid value: {value!r}: must be a number") from None
+
+
+def _translate(event: Event, match: Matcher) -> str | None:
+    now = match(event.object)
+    if event.type == "MODIFIED" and event.previous is not None:
+        before = match(event.previous)
+        if now and before:
+            return "MODIFIED"
+        if now:
+            return "ADDED"
+        return "DELETED" if before else None
+    return event.type if now else None
+
+
+def serve_watch(
+    store: Store,
+    resource: Resource,
+    namespace: str | None,
+    query: dict[str, str],
+    send: Callable[[dict[str, Any]], None],
+    closed: Callable[[], str | None],
+    settings: WatchSettings,
+) -> None:
+    """Stream events through ``send`` until timeout, 410, ``closed()`` says so, or send fails.
+
+    ``closed()`` returns None while the watch may go on, "graceful" or "abrupt" (then Abort
+    is raised so the caller drops the connection).
+    """
+    match = matcher(resource, query.get("labelSelector"), query.get("fieldSelector"))
+    start = parse_version(query.get("resourceVersion"))
+    if query.get("timeoutSeconds"):
+        timeout = float(query["timeoutSeconds"])
+    else:
+        low = settings.min_request_timeout
+        timeout = random.uniform(low, 2 * low)
+    bookmarks = query.get("allowWatchBookmarks") == "true"
+    deadline = time.monotonic() + timeout
+    next_bookmark = time.monotonic() + settings.bookmark_interval
+
+    def wanted(event: Event) -> bool:
+        res, ns, _ = event.key
+        return res == resource.key and (namespace is None or ns == namespace)
+
+    with store.cond:
+        if start is None:
+            initial = [obj for obj in store.select(resource.key, namespace) if match(obj)]
+            cursor = store.rv
+        else:
+            initial, cursor = [], start
+            try:
+                store.since(cursor)
+            except TooOld as too_old:
+                send({"type": "ERROR", "object": expired(too_old.requested, too_old.oldest)})
+                return
+    for obj in initial:
+        send({"type": "ADDED", "object": obj})
+    while True:
+        with store.cond:
+            while True:
+                state = closed()
+                if state == "abrupt":
+                    raise Abort
+                now = time.monotonic()
+                if state == "graceful" or now >= deadline:
+                    return
+                try:
+                    events = store.since(cursor)
+                except TooOld as too_old:
+                    events = None
+                    error = expired(too_old.requested, too_old.oldest)
+                    break
+                if events or (bookmarks and now >= next_bookmark):
+                    break
+                wake = min(deadline, next_bookmark) if bookmarks else deadline
+                store.cond.wait(max(0.0, min(wake - now, 1.0)))
+            rv = store.rv
+        if events is None:
+            send({"type": "ERROR", "object": error})
+            return
+        for event in events:
+            cursor = event.rv
+            kind = _translate(event, match) if wanted(event) else None
+            if kind is not None:
+                send({"type": kind, "object": event.object})
+        if bookmarks and time.monotonic() >= next_bookmark:
+            next_bookmark = time.monotonic() + settings.bookmark_interval
+            send(
+                {
+                    "type": "BOOKMARK",
+                    "object": {
+                        "kind": resource.kind,
+                        "apiVersion": resource.api_version,
+                        "metadata": {"resourceVersion": str(max(rv, cursor))},
+                    },
+                }
+            )
