@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -25,6 +26,7 @@ from tests.support.kubeapi.rest import Rest
 from tests.support.kubeapi.selectors import matcher
 from tests.support.kubeapi.status import ApiError, bad_request, status
 from tests.support.kubeapi.store import Store
+from tests.support.kubeapi.table import table, wants_table
 from tests.support.kubeapi.watch import Abort, WatchSettings, parse_version, serve_watch
 
 __all__ = ("FakeApiServer", "Target", "route")
@@ -271,6 +273,10 @@ class Handler(BaseHTTPRequestHandler):
                     "MethodNotAllowed",
                     "the server does not allow this method on the requested resource",
                 )
+        if method == "GET" and wants_table(self.headers.get("Accept", "")):
+            objects = answer["items"] if target.name is None else [answer]
+            version = answer["metadata"].get("resourceVersion", "")
+            answer = table(resource, objects, version)
         time.sleep(delay)
         if failure is not None:  # carried out, but the client is told it failed
             raise self.server.faults.error(
@@ -289,6 +295,16 @@ class Handler(BaseHTTPRequestHandler):
                 return None
             return "abrupt" if server.faults.abrupt else "graceful"
 
+        def send_table(event: dict[str, Any]) -> None:
+            obj = event["object"]
+            if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                version = obj["metadata"]["resourceVersion"]
+                event = {**event, "object": table(target.resource, [obj], version)}
+            self.send_chunk(event)
+
+        # kubectl get -w asks for one-row tables
+        tables = wants_table(self.headers.get("Accept", ""))
+        send: Callable[[dict[str, Any]], None] = send_table if tables else self.send_chunk
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -299,7 +315,7 @@ class Handler(BaseHTTPRequestHandler):
                 target.resource,
                 target.namespace,
                 query,
-                self.send_chunk,
+                send,
                 closed,
                 server.settings,
             )
