@@ -3,7 +3,8 @@
 Watches: one-shot ``exists`` watches, re-armed after every firing and after every reconnect
 (kazoo 2.11 has no persistent watches). Each arming reads the node's stat; the difference from
 the last stat seen becomes the events (created, changed, deleted, or deleted then created for a
-node replaced in between), so nothing that changed while the watch was down goes unreported,
+node replaced in between, or created then deleted for a node that came and went between the
+firing and the read), so nothing that changed while the watch was down goes unreported,
 only coalesced (as ZooKeeper's own watches are). A deletion is reported as soon as it fires.
 """
 
@@ -29,7 +30,7 @@ log = logging.getLogger("ha.drivers.zookeeper")
 class _Watch:
     """The re-armed watch of one subscribed path."""
 
-    __slots__ = ("path", "active", "arming", "again", "armed", "last")
+    __slots__ = ("path", "active", "arming", "again", "armed", "last", "fired")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -40,6 +41,7 @@ class _Watch:
         # what is known of the node: _UNKNOWN before the first arming (which only records the
         # baseline: events are changes after subscribing), None if absent, else its ZnodeStat
         self.last: Any = _UNKNOWN
+        self.fired: str | None = None  # the kind of the last firing not yet read back
 
 
 _UNKNOWN = object()
@@ -107,6 +109,8 @@ class Watches(KazooSession):
         if kind == EventType.DELETED and watch.last is not None and watch.last is not _UNKNOWN:
             watch.last = None
             self._emit(NodeEvent(watch.path, NodeEventKind.DELETED))
+        else:
+            watch.fired = kind
         self._arm(watch)
 
     def _armed(self, watch: _Watch, result: Any) -> None:
@@ -125,10 +129,15 @@ class Watches(KazooSession):
 
     def _diff(self, watch: _Watch, stat: Any) -> None:
         before, watch.last = watch.last, stat
+        fired, watch.fired = watch.fired, None
         if before is _UNKNOWN:
             return
         events: list[NodeEventKind] = []
-        if before is None and stat is not None:
+        if before is None and stat is None and fired == EventType.CREATED:
+            # created and deleted again before this read (a leader's node spoiled the moment
+            # it was published): the subscriber must hear of it, to put back what it owns
+            events = [NodeEventKind.CREATED, NodeEventKind.DELETED]
+        elif before is None and stat is not None:
             events = [NodeEventKind.CREATED]
         elif before is not None and stat is None:
             events = [NodeEventKind.DELETED]
