@@ -120,3 +120,9 @@ async def test_paused_server_answers_nothing_until_resumed(private_kube_api: Fak
         finally:
             server.resume()
         assert (await http.get(leases("default"), timeout=10)).status_code == 200
+
+
+async def test_admin_input_errors_are_400(http: httpx.AsyncClient) -> None:
+    assert (await http.post("/_fake/fail", json={"code": "teapot"})).status_code == 400
+    assert (await http.post("/_fake/nothing", json={})).status_code == 404
+    assert (await http.get("/_fake/fail")).status_code == 405

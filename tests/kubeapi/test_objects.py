@@ -222,3 +222,33 @@ async def test_lists_with_selectors_and_pages(http: httpx.AsyncClient, kube_name
     assert rest == ["c"]
     everywhere = (await http.get("/api/v1/configmaps", params={"labelSelector": "role=y"})).json()
     assert {item["metadata"]["namespace"] for item in everywhere["items"]} >= {kube_namespace}
+
+
+async def test_delete_collection_with_a_selector(
+    http: httpx.AsyncClient, kube_namespace: str
+) -> None:
+    for name, role in (("a", "x"), ("b", "y"), ("c", "x")):
+        body = {"metadata": {"name": name, "labels": {"role": role}}}
+        await http.post(config_maps(kube_namespace), json=body)
+    deleted = await http.delete(config_maps(kube_namespace), params={"labelSelector": "role=x"})
+    assert deleted.status_code == 200
+    assert [item["metadata"]["name"] for item in deleted.json()["items"]] == ["a", "c"]
+    left = (await http.get(config_maps(kube_namespace))).json()["items"]
+    assert [item["metadata"]["name"] for item in left] == ["b"]
+
+
+async def test_malformed_parameters_are_400_and_unknown_paths_404(
+    http: httpx.AsyncClient, kube_namespace: str
+) -> None:
+    for params in ({"limit": "many"}, {"labelSelector": "a in (b"}, {"continue": "garbage"}):
+        answer = await http.get(config_maps(kube_namespace), params=params)
+        assert answer.status_code == 400, params
+        assert answer.json()["kind"] == "Status"
+    watch = {"watch": "true", "timeoutSeconds": "soon"}
+    assert (await http.get(config_maps(kube_namespace), params=watch)).status_code == 400
+    for path in (
+        "/api/v1/configmaps/x",
+        "/api/v2/configmaps",
+        f"{config_maps(kube_namespace)}/c/status",
+    ):
+        assert (await http.get(path)).status_code == 404, path

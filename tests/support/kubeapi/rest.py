@@ -266,6 +266,19 @@ class Rest:
         self.store.delete(self._key(resource, namespace, name))
         return success(resource.group, resource.plural, name, old["metadata"]["uid"])
 
+    def delete_collection(
+        self, resource: Resource, namespace: str | None, query: dict[str, str], body: Any
+    ) -> dict[str, Any]:
+        """DELETE on a collection: every object the selectors match; the list of them."""
+        if resource.kind == "Namespace":
+            raise ApiError(405, "MethodNotAllowed", "namespaces cannot be deleted as a collection")
+        listed = self.list(resource, namespace, {**query, "limit": ""})
+        for item in listed["items"]:
+            item_namespace = item["metadata"].get("namespace")
+            self.delete(resource, item_namespace, item["metadata"]["name"], body)
+        listed["metadata"]["resourceVersion"] = str(self.store.rv)
+        return listed
+
 
 def _order(obj: dict[str, Any]) -> tuple[str, str]:
     return (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -231,6 +232,12 @@ class Handler(BaseHTTPRequestHandler):
             self.serve_resource(method, target, query, body)
         except ApiError as error:
             self.send_json(error.code, error.status(), error.headers)
+        except (ValueError, TypeError) as error:  # a malformed parameter or admin body
+            self.send_json(400, bad_request(f"invalid request: {error}").status())
+        except Exception as error:  # a bug in the fake: say so, keep serving
+            traceback.print_exc()
+            message = f"Internal error occurred: {type(error).__name__}: {error}"
+            self.send_json(500, status(500, "InternalError", message))
 
     def serve_resource(self, method: str, target: Target, query: dict[str, str], body: Any) -> None:
         watching = method == "GET" and (target.watch or query.get("watch") in ("true", "1"))
@@ -247,6 +254,7 @@ class Handler(BaseHTTPRequestHandler):
                 query = {**query, "fieldSelector": f"metadata.name={target.name}"}
             # 400 for a bad version or selector before the stream starts
             parse_version(query.get("resourceVersion"))
+            float(query.get("timeoutSeconds") or 0)
             matcher(resource, query.get("labelSelector"), query.get("fieldSelector"))
             time.sleep(delay)
             self.serve_watch(target, query)
@@ -267,6 +275,8 @@ class Handler(BaseHTTPRequestHandler):
                 answer = rest.patch(resource, target.namespace, target.name, media_type, body)
             elif method == "DELETE" and target.name is not None:
                 answer = rest.delete(resource, target.namespace, target.name, body)
+            elif method == "DELETE":
+                answer = rest.delete_collection(resource, target.namespace, query, body)
             else:
                 raise ApiError(
                     405,
