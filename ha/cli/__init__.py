@@ -1,8 +1,10 @@
 """The ``ha`` command: run, watch and operate elections on any backend.
 
 Every error is one line on stderr and a non-zero exit code (``--debug`` shows the traceback).
-``--url`` and ``--debug`` go before or after the command's name; commands that only read
-(``status``, ``watch``) create nothing, not even the embedded file.
+``--url``, ``--debug``, ``--config``, ``--log-format`` and ``--log-level`` go before or after the
+command's name; a config file (``config.py``) holds any option's value, which flags and the
+environment override. Commands that only read (``status``, ``watch``) create nothing, not
+even the embedded file.
 Exit codes: 0 ok; 1 error; 2 usage; 3 no active (``status``, ``failover``); 4 overlapping
 leadership found (``report``); 130 interrupted.
 
@@ -18,12 +20,14 @@ from typing import NoReturn
 import click
 
 from . import demo, election, jobs, report
-from ._run import CONTEXT, Failure, Options, add_global_options, setup_logging
+from ._logs import LOG_FORMATS, LOG_LEVELS
+from ._run import CONTEXT, Failure, Options, add_global_options
+from .config import ConfiguredGroup
 
 __all__ = ("cli", "main")
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(cls=ConfiguredGroup, context_settings=CONTEXT)
 @click.option(
     "--url",
     envvar="HA_URL",
@@ -32,9 +36,33 @@ __all__ = ("cli", "main")
     " Default: the embedded file under your state directory.",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.option(
+    "--config",
+    metavar="FILE",
+    expose_value=False,
+    help="Config file (TOML; env HA_CONFIG). Default: the first of ./ha.toml,"
+    " ~/.config/ha/config.toml, /etc/ha/config.toml. Flags and environment win over it.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    envvar="HA_LOG_FORMAT",
+    default="text",
+    show_default=True,
+    help="Logs on stderr as text or JSON lines (env HA_LOG_FORMAT).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    envvar="HA_LOG_LEVEL",
+    help="Level of ha's logs (env HA_LOG_LEVEL). Default: warnings, and the story of"
+    " `ha run` and job managers at info.",
+)
 @click.version_option(package_name="ha", prog_name="ha")
 @click.pass_context
-def cli(ctx: click.Context, url: str | None, debug: bool) -> None:
+def cli(
+    ctx: click.Context, url: str | None, debug: bool, log_format: str, log_level: str | None
+) -> None:
     """High availability for services: active/standby leader election with fencing.
 
     \b
@@ -46,7 +74,8 @@ def cli(ctx: click.Context, url: str | None, debug: bool) -> None:
     """
     source = ctx.get_parameter_source("url")
     ctx.obj = Options(url, source is click.core.ParameterSource.COMMANDLINE, debug)
-    setup_logging(debug)
+    ctx.obj.log_level, ctx.obj.log_format = log_level, log_format
+    ctx.obj.setup_logging()
 
 
 cli.add_command(election.run)

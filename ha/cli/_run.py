@@ -17,10 +17,8 @@ cancellation is the one shown.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import shutil
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,17 +30,21 @@ import click
 from ..drivers import connect
 from ..drivers.base import Driver
 from ..errors import ConfigurationError, HAError
+from ._logs import LOG_FORMATS, LOG_LEVELS, run_as, setup_logging
 
 __all__ = (
     "CONTEXT",
     "EXIT_NO_ACTIVE",
     "EXIT_OVERLAP",
+    "GLOBAL_NAMES",
     "Failure",
     "Interrupted",
     "NoActiveFailure",
     "Options",
     "UsageFailure",
     "add_global_options",
+    "global_options",
+    "http_option",
     "call",
     "check_master",
     "master_option",
@@ -145,6 +147,16 @@ def master_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+def http_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--http HOST:PORT, for the commands that take part in an election (``ha/http/``)."""
+    return click.option(
+        "--http",
+        metavar="HOST:PORT",
+        help="Serve /healthz, /readyz (200 only on the active), /leader and /metrics"
+        " (Prometheus) on HOST:PORT, e.g. 127.0.0.1:8008 (port 0: any free port, logged).",
+    )(fn)
+
+
 def check_master(master: str) -> None:
     """Spark's own rule, checked before a JVM starts (a job manager whose Spark cannot start
     would be elected again and again)."""
@@ -175,6 +187,11 @@ class Options:
     url: str | None
     url_given: bool  # on the command line (not from HA_URL)
     debug: bool
+    log_level: str | None = None  # None: the default levels (``_logs.py``)
+    log_format: str = "text"
+
+    def setup_logging(self) -> None:
+        setup_logging(self.debug, self.log_level, self.log_format)
 
     def backend_url(self, *, read_only: bool = False) -> str:
         """The --url, else the embedded default file (``read_only``: without creating its
@@ -188,7 +205,7 @@ class Options:
         return "sqlite://" + quote(str(default_path(create=not read_only)))
 
 
-# --- --url and --debug after the command's name too (as kubectl, etcdctl, patronictl) -----------
+# --- ha's own options after the command's name too (as kubectl, etcdctl, patronictl) ----------
 
 
 def _set_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -201,7 +218,61 @@ def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None
     opts = ctx.find_object(Options)
     if value and opts is not None:
         opts.debug = True
-        setup_logging(True)
+        opts.setup_logging()
+
+
+def _set_log(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    opts = ctx.find_object(Options)
+    if value is not None and opts is not None and param.name is not None:
+        setattr(opts, param.name, value)
+        opts.setup_logging()
+
+
+def global_options() -> list[click.Option]:
+    """``--url``, ``--debug``, ``--config``, ``--log-format``, ``--log-level`` as a command
+    takes them after its name (``ha`` itself takes them first, in ``__init__.py``). The config
+    file is found before any parsing (``config.py``): here ``--config`` is only declared."""
+    return [
+        click.Option(
+            ["--url"],
+            metavar="URL",
+            expose_value=False,
+            callback=_set_url,
+            help="Backend URL, as `ha --url` (wins over HA_URL).",
+        ),
+        click.Option(
+            ["--debug"],
+            is_flag=True,
+            expose_value=False,
+            callback=_set_debug,
+            help="Show tracebacks and debug logs, as `ha --debug`.",
+        ),
+        click.Option(
+            ["--config"],
+            metavar="FILE",
+            expose_value=False,
+            help="Config file (TOML), as `ha --config`.",
+        ),
+        click.Option(
+            ["--log-format"],
+            "log_format",
+            type=click.Choice(LOG_FORMATS),
+            expose_value=False,
+            callback=_set_log,
+            help="Logs as text or JSON lines, as `ha --log-format`.",
+        ),
+        click.Option(
+            ["--log-level"],
+            "log_level",
+            type=click.Choice(LOG_LEVELS, case_sensitive=False),
+            expose_value=False,
+            callback=_set_log,
+            help="Log level, as `ha --log-level`.",
+        ),
+    ]
+
+
+GLOBAL_NAMES = frozenset(name for option in global_options() for name in option.opts)
 
 
 def add_global_options(command: click.Command) -> None:
@@ -209,26 +280,9 @@ def add_global_options(command: click.Command) -> None:
     ``ha status --url X /p`` means ``ha --url X status /p``. A command's own ``--url`` (the
     demo's) stays its own. ``ha run``'s COMMAND after ``--`` keeps every option it is given."""
     taken = {name for param in command.params for name in param.opts}
-    if "--url" not in taken:
-        command.params.append(
-            click.Option(
-                ["--url"],
-                metavar="URL",
-                expose_value=False,
-                callback=_set_url,
-                help="Backend URL, as `ha --url` (wins over HA_URL).",
-            )
-        )
-    if "--debug" not in taken:
-        command.params.append(
-            click.Option(
-                ["--debug"],
-                is_flag=True,
-                expose_value=False,
-                callback=_set_debug,
-                help="Show tracebacks and debug logs, as `ha --debug`.",
-            )
-        )
+    for option in global_options():
+        if option.opts[0] not in taken:
+            command.params.append(option)
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             add_global_options(sub)
@@ -308,42 +362,3 @@ def _read_only_options(url: str) -> dict[str, Any]:
                 " `ha run` or `ha format` creates it)"
             )
     return {}
-
-
-# --- logging: warnings and the supervisor's story on stderr -------------------------------------
-
-
-class _Formatter(logging.Formatter):
-    """``12:00:00.123 ha.elector message``; the supervisor's lines say ``ha run ID``."""
-
-    run_as = ""
-
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s.%(msecs)03d %(name)s %(message)s", datefmt="%H:%M:%S")
-
-    def format(self, record: logging.LogRecord) -> str:
-        if record.name == "ha.supervisor" and self.run_as:
-            record.name = f"ha run {self.run_as}:"
-        return super().format(record)
-
-
-_formatter = _Formatter()
-
-
-def run_as(identity: str) -> None:
-    """The supervisor's log lines name ``identity`` from now on (``ha run`` and job managers)."""
-    _formatter.run_as = identity
-
-
-def setup_logging(debug: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_formatter)
-    ours = logging.getLogger("ha")
-    ours.handlers[:] = [handler]
-    ours.propagate = False
-    ours.setLevel(logging.DEBUG if debug else logging.WARNING)
-    logging.getLogger("ha.supervisor").setLevel(logging.DEBUG if debug else logging.INFO)
-    # client libraries (kazoo) log each failed attempt; our error says it once
-    other = logging.getLogger()
-    other.handlers[:] = [handler if debug else logging.NullHandler()]
-    other.setLevel(logging.DEBUG if debug else logging.WARNING)

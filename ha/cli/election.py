@@ -23,6 +23,7 @@ from ..admin.status import check_election
 from ..drivers.base import Driver
 from ..election.preference import MAX_PRIORITY
 from ..errors import ConfigurationError
+from ..http import parse_address
 from ._run import (
     EXIT_NO_ACTIVE,
     Failure,
@@ -30,6 +31,7 @@ from ._run import (
     Options,
     UsageFailure,
     call,
+    http_option,
     run_as,
     with_driver,
 )
@@ -114,6 +116,7 @@ def _check_executable(what: str, argv: tuple[str, ...]) -> None:
 @click.option(
     "--journal", type=click.Path(dir_okay=False), help="Append transitions to this JSON-lines file."
 )
+@http_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 def run(
@@ -130,6 +133,7 @@ def run(
     priority: int,
     settle: float,
     journal: str | None,
+    http: str | None,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND only while this host is the active of the election at PATH.
@@ -179,6 +183,7 @@ def run(
             journal=journal,
             priority=priority,
             settle=settle,
+            http=parse_address(http) if http else None,
         )
     except ConfigurationError as exc:
         raise Failure(str(exc)) from None

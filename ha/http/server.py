@@ -69,7 +69,12 @@ async def serve(
     task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Answer requests on ``host:port`` with ``handler`` until cancelled."""
-    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    try:
+        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    except OSError as exc:  # in use, not ours, unknown host: said in one line
+        raise ConfigurationError(
+            f"cannot serve http on {host}:{port}: {exc.strerror or exc}"
+        ) from None
     bound = listener.extra(SocketAttribute.local_address)
     async with listener:
         task_status.started((str(bound[0]), int(bound[1])))

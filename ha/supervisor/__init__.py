@@ -49,7 +49,10 @@ from ..election.lease import Lease
 from ..election.machine import State
 from ..election.nodes import ElectionNodes, decode_breadcrumb
 from ..errors import DriverError, ElectionFailed, HAError
+from ..http import ElectionEndpoints, serve
+from ..metrics import BackendMetrics, ElectorMetrics, Registry
 from .eligibility import Decision, Eligibility, Standing
+from .health import check_health
 from .preferred import HandBack
 from .process import Child, describe_exit, spawn
 from .settings import Settings, timing_for
@@ -69,12 +72,26 @@ class Supervisor:
 
     ``await Supervisor(driver, settings).run()`` returns after ``stop()`` (or SIGINT/SIGTERM
     with ``handle_signals``) once COMMAND is stopped and the election quit; it raises
-    ``ElectionFailed`` on a fatal election error.
+    ``ElectionFailed`` on a fatal election error. ``registry``: where its metrics go (made
+    when ``settings.http`` asks for the endpoint, which serves them at ``/metrics``).
     """
 
-    def __init__(self, driver: Driver, settings: Settings, *, handle_signals: bool = False):
+    def __init__(
+        self,
+        driver: Driver,
+        settings: Settings,
+        *,
+        handle_signals: bool = False,
+        registry: Registry | None = None,
+    ):
         self.driver = driver
         self.settings = settings
+        if registry is None and settings.http is not None:
+            registry = Registry()
+        self.registry = registry
+        self._metrics = None if registry is None else ElectorMetrics(registry)
+        if registry is not None:
+            BackendMetrics(registry).measure(driver)
         self.identity = settings.identity.encode()
         self.timing = dataclasses.replace(
             timing_for(driver.session_timeout, settings.grace),
@@ -116,6 +133,20 @@ class Supervisor:
         self._poke()
 
     async def run(self) -> None:
+        if self.settings.http is None or self.registry is None:
+            await self._run()
+            return
+        host, port = self.settings.http
+        routes = ElectionEndpoints(
+            self.driver, self.settings.path, self.identity, lambda: self._state, self.registry
+        )
+        async with anyio.create_task_group() as tg:  # the endpoint lives as long as we do
+            bound = await tg.start(serve, host, port, routes)
+            log.info("http on %s:%d: /healthz /readyz /leader /metrics", *bound)
+            await self._run()
+            tg.cancel_scope.cancel()
+
+    async def _run(self) -> None:
         # refuse a duplicate --id before anything else: two supervisors of one identity
         # would confuse `ha failover` and `ha status`, and one's exit would delete the
         # other's member node
@@ -231,8 +262,9 @@ class Supervisor:
         *,
         task_status: anyio.abc.TaskStatus[Elector] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
+        contender = self if self._metrics is None else self._metrics.watch(elector, self)
         try:
-            await elector.run(self, task_status=task_status)
+            await elector.run(contender, task_status=task_status)
         except ElectionFailed as exc:
             self._failure = exc
         finally:
@@ -399,27 +431,12 @@ class Supervisor:
 
     # --- health -------------------------------------------------------------------------------
 
-    async def _check_health(self) -> tuple[bool, str]:
-        env = {"HA_ELECTION": self.settings.path, "HA_IDENTITY": self.settings.identity}
-        env["HA_STATE"] = self._state
-        try:
-            child = await spawn(self.settings.health, env, guard=False)  # often: cheap
-        except OSError as exc:
-            return False, f"cannot run {self.settings.health[0]}: {exc.strerror}"
-        code: int | None = None
-        try:
-            with anyio.move_on_after(self.settings.health_timeout):
-                code = await child.wait()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await child.stop(0.0)
-        if code is None:
-            return False, f"no answer in {self.settings.health_timeout:g}s"
-        return code == 0, describe_exit(code)
-
     async def _health_loop(self) -> None:
         while True:
-            healthy, why = await self._check_health()
+            env = {"HA_ELECTION": self.settings.path, "HA_IDENTITY": self.settings.identity}
+            env["HA_STATE"] = self._state
+            s = self.settings
+            healthy, why = await check_health(s.health, env, s.health_timeout)
             self._act(self._eligibility.health_checked(anyio.current_time(), healthy, why))
             await anyio.sleep(self.settings.health_interval)
 

@@ -189,11 +189,13 @@ async def spawn(
     *,
     stdin: int | None = None,
     guard: bool = True,
+    output: int | None = None,
 ) -> Child:
     """Start ``argv`` (never through a shell) in its own process group, bound to our life.
 
     With ``guard`` (on Linux), every descendant of ``argv`` dies with us too, even when we are
     SIGKILLed, and ``stop`` returns only when none is left; it costs an interpreter start.
+    ``output`` (without a guard): a file descriptor for its stdout and stderr (else ours).
     """
     if not argv:
         raise ConfigurationError("empty command")
@@ -213,6 +215,8 @@ async def spawn(
             list(argv),
             env=full_env,
             stdin=stdin_fd,
+            stdout=output,
+            stderr=output,
             process_group=0,  # signals for the group reach what COMMAND starts too
             close_fds=True,
             **options,  # type: ignore[call-overload]

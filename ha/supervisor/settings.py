@@ -35,6 +35,7 @@ class Settings:
     priority: int = 0  # a preferred leader's rank (0: none), ha/election/preference.py
     settle: float = 10.0  # seconds in the queue before a preferred standby gets the lead back
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    http: tuple[str, int] | None = None  # --http: serve /healthz /readyz /leader /metrics
 
     def __post_init__(self) -> None:
         validate_path(self.path)

@@ -1,0 +1,122 @@
+"""Operating `ha run`: its --http endpoint scraped and parsed while two hosts hand over, on
+sqlite and ZooKeeper; JSON logs; the health check's output prefixed. Real processes."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.helpers import Supervisors, popen_ha, wait_until
+from tests.ops.test_metrics import parse, total, value
+from tests.support.backends.zookeeper import ZooKeeperBackend, zookeeper_backend, zookeeper_server
+
+__all__ = ("zookeeper_backend", "zookeeper_server")  # fixtures, until the plugin is registered
+
+SLEEP = (sys.executable, "-c", "import time; time.sleep(600)")
+
+
+def http_get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+class Hosts(Supervisors):
+    """Supervisors of /svc, each with --http on a port of its choosing (read from its log)."""
+
+    def start(self, name: str, *extra: str) -> None:
+        log = self.directory / f"{name}.log"
+        self.procs[name] = popen_ha(
+            "run", "/svc", "--id", name, "--http", "127.0.0.1:0", *extra, "--", *SLEEP,
+            env=self.env, log=log,
+        )  # fmt: skip
+
+    def log(self, name: str) -> str:
+        return (self.directory / f"{name}.log").read_text(errors="replace")
+
+    def port(self, name: str) -> int:
+        found = wait_until(
+            lambda: re.search(r"http on 127\.0\.0\.1:(\d+)", self.log(name)), f"{name}'s http"
+        )
+        return int(found.group(1))
+
+    def ready(self, name: str) -> bool:
+        return http_get(self.port(name), "/readyz")[0] == 200
+
+    def metrics(self, name: str) -> Any:
+        status, body = http_get(self.port(name), "/metrics")
+        assert status == 200
+        return parse(body.decode())
+
+
+def handover(hosts: Hosts) -> None:
+    hosts.start("a")
+    wait_until(lambda: hosts.ready("a"), "a to be ready")
+    hosts.start("b")
+    b = hosts.port("b")
+    wait_until(lambda: json.loads(http_get(b, "/healthz")[1])["state"] == "standby", "b standby")
+    assert http_get(b, "/readyz") == (503, b"standby\n")
+
+    status, body = http_get(b, "/leader")
+    leader = json.loads(body)
+    assert status == 200 and leader["identity"] == "a" and leader["self"] is False
+    a_labels = {"election": "/svc", "identity": "a"}
+    metrics_a = hosts.metrics("a")
+    assert value(metrics_a, "ha_elector_is_leader", **a_labels) == 1
+    assert value(metrics_a, "ha_elector_epoch", **a_labels) == leader["epoch"]
+    assert value(hosts.metrics("b"), "ha_elector_is_leader", election="/svc", identity="b") == 0
+
+    hosts.procs["a"].terminate()  # a leaves gracefully: b takes over, fencing nobody
+    wait_until(lambda: hosts.ready("b"), "b to be ready")
+    metrics_b = hosts.metrics("b")
+    b_labels = {"election": "/svc", "identity": "b"}
+    assert value(metrics_b, "ha_elector_takeover_seconds_count", **b_labels, kind="handover") == 1
+    took_over = {**b_labels, "from": "standby", "to": "active"}
+    assert total(metrics_b, "ha_elector_transitions_total", **took_over) == 1
+    assert total(metrics_b, "ha_backend_operation_seconds_count") > 0
+    leader_b = json.loads(http_get(b, "/leader")[1])
+    assert leader_b["identity"] == "b" and leader_b["self"] is True
+    assert leader_b["epoch"] > leader["epoch"]
+
+
+def test_run_http_on_sqlite(tmp_path: Path) -> None:
+    with Hosts(tmp_path) as hosts:
+        handover(hosts)
+
+
+@pytest.mark.zookeeper
+def test_run_http_on_zookeeper(zookeeper_backend: ZooKeeperBackend, tmp_path: Path) -> None:
+    with Hosts(tmp_path, zookeeper_backend.url() + "?session_timeout=2") as hosts:
+        handover(hosts)
+
+
+def test_json_logs_carry_the_structured_fields(tmp_path: Path) -> None:
+    with Hosts(tmp_path, HA_LOG_FORMAT="json") as hosts:
+        hosts.start("a", "--log-level", "info")
+        wait_until(lambda: hosts.ready("a"), "a to be ready")
+        hosts.stop_all()
+        records = [json.loads(line) for line in hosts.log("a").splitlines()]  # every line
+    won = [r for r in records if r["logger"] == "ha.elector" and r.get("to_state") == "active"]
+    assert won and won[0]["identity"] == "a" and won[0]["election"] == "/svc"
+    assert isinstance(won[0]["epoch"], int) and won[0]["level"] == "info"
+    assert any(r.get("run_as") == "a" and r["logger"] == "ha.supervisor" for r in records)
+
+
+def test_the_health_checks_output_is_prefixed(tmp_path: Path) -> None:
+    check = "sh -c 'echo first line; echo to stderr >&2; exit 1'"
+    with Hosts(tmp_path) as hosts:
+        hosts.start("a", "--health", check, "--health-interval", "0.2")
+        wait_until(lambda: "health: to stderr" in hosts.log("a"), "the check's output")
+        hosts.stop_all()
+        lines = hosts.log("a").splitlines()
+    assert any(line.endswith("ha run a: health: first line") for line in lines)
+    assert "first line" not in lines and "to stderr" not in lines  # never copied raw
