@@ -37,7 +37,8 @@ the components named, as configured addresses do in Flink's standalone mode.
 
 Where things are: this module holds ``HAServices`` (the one elector, the leadership scope, and
 each component's grant in one ``_Grant`` record) and ``services()``; ``component.py`` the
-``Component`` protocol and the ``LeaderElection`` handle; ``retrieval.py`` the ``LeaderInfo``
+``Component`` protocol, the ``LeaderElection`` handle and ``ComponentError`` (what fails on a
+component's behalf reaches its ``on_error``); ``retrieval.py`` the ``LeaderInfo``
 document and ``LeaderRetrieval``; ``publication.py`` one term's fenced writes of confirmed
 addresses; ``cleanup.py`` the removal of a cluster's nodes at the end of its life.
 """
@@ -48,7 +49,6 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -67,11 +67,19 @@ from ..errors import ConfigurationError, DriverError, Fenced
 from ..stores import BlobStore, Stores
 from ..stores.layout import Layout, check_name
 from .cleanup import NoBlobs, remove_cluster_nodes, remove_election
-from .component import Component, LeaderElection
+from .component import Component, ComponentError, LeaderElection
 from .publication import Term
 from .retrieval import STANDALONE_SESSION, LeaderInfo, LeaderRetrieval
 
-__all__ = ("Component", "HAServices", "LeaderElection", "LeaderInfo", "LeaderRetrieval", "services")
+__all__ = (
+    "Component",
+    "ComponentError",
+    "HAServices",
+    "LeaderElection",
+    "LeaderInfo",
+    "LeaderRetrieval",
+    "services",
+)
 
 log = logging.getLogger("ha.services")
 
@@ -245,6 +253,7 @@ class HAServices:
                 await term.unpublish(election.name, election.path)
             except (Fenced, DriverError) as exc:
                 log.info("%s: published address not removed: %s", election.name, exc)
+                election.report_error("remove the published address", exc)
         await self._revoke(election)
         watch = self._watches.pop(election.name, None)
         if watch is not None:
@@ -314,10 +323,11 @@ class HAServices:
             try:
                 with grant.scope:
                     await component.grant_leadership(session_id)
-            except Exception:
+            except Exception as exc:
                 # the component's own failure: it keeps its grant (and no address is published
                 # unless it confirmed); the other components and the election carry on
                 log.exception("%s: grant_leadership raised", election.name)
+                election.report_error("grant_leadership", exc)
             finally:
                 grant.done.set()
 
@@ -339,9 +349,7 @@ class HAServices:
         grant = self._grants.pop(election.name, None)
         if grant is None or election.component is None:
             return
-        await _bounded(
-            election.component.revoke_leadership, self.timing.hook_timeout, election.name
-        )
+        await _bounded(election, self.timing.hook_timeout)
 
     # --- publishing ---------------------------------------------------------------------------
 
@@ -352,6 +360,7 @@ class HAServices:
             await self._publish(election)
         except DriverError as exc:
             log.info("%s: address not published yet: %s", election.name, exc)
+            election.report_error("publish the address", exc)
             self._retry_publication()
 
     async def _publish(self, election: LeaderElection) -> None:
@@ -385,6 +394,7 @@ class HAServices:
                     await self._publish(election)
                 except DriverError as exc:
                     log.info("%s: correction postponed: %s", election.name, exc)
+                    election.report_error("correct the published address", exc)
                     failed = True
             if failed:  # try again, more and more slowly, until it works or the term ends
                 await anyio.sleep(delay)
@@ -415,14 +425,19 @@ class _Leadership:
         await self.services._lead(lease)
 
 
-async def _bounded(hook: Callable[[], Awaitable[None]], limit: float, name: str) -> None:
+async def _bounded(election: LeaderElection, limit: float) -> None:
+    """The component's ``revoke_leadership``, bounded by ``limit``; a failure is told."""
+    assert election.component is not None
+    name = election.name
     try:
         with anyio.fail_after(limit):
-            await hook()
-    except TimeoutError:
+            await election.component.revoke_leadership()
+    except TimeoutError as exc:
         log.error("%s: revoke_leadership did not finish in %gs", name, limit)
-    except Exception:
+        election.report_error("revoke_leadership", exc)
+    except Exception as exc:
         log.exception("%s: revoke_leadership raised", name)
+        election.report_error("revoke_leadership", exc)
 
 
 def services(
