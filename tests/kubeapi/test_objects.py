@@ -3,6 +3,7 @@ each as kube-apiserver behaves; raw HTTP on asyncio and trio. No real apiserver 
 
 from __future__ import annotations
 
+import anyio
 import httpx
 import pytest
 
@@ -252,3 +253,19 @@ async def test_malformed_parameters_are_400_and_unknown_paths_404(
         f"{config_maps(kube_namespace)}/c/status",
     ):
         assert (await http.get(path)).status_code == 404, path
+
+
+async def test_concurrent_updates_from_one_version_let_exactly_one_through(
+    http: httpx.AsyncClient, kube_namespace: str
+) -> None:
+    created = (await http.post(leases(kube_namespace), json=lease("l"))).json()
+    codes: list[int] = []
+
+    async def update(holder: str) -> None:
+        body = dict(created, spec={**created["spec"], "holderIdentity": holder})
+        codes.append((await http.put(f"{leases(kube_namespace)}/l", json=body)).status_code)
+
+    async with anyio.create_task_group() as tasks:
+        for index in range(8):
+            tasks.start_soon(update, f"h{index}")
+    assert sorted(codes) == [200] + [409] * 7

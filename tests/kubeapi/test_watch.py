@@ -5,7 +5,7 @@ here). Raw HTTP on asyncio and trio."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,6 +18,20 @@ from tests.kubeapi.conftest import config_maps, lease, leases
 from tests.support.kubeapi.process import FakeKubeApi
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKubeApi]:
+    """A server of this module's own: 3 events of history, bookmarks every 0.2 s, and
+    0.5 s of waiting for a future resourceVersion (instead of 1000, 60 s and 3 s)."""
+    server = FakeKubeApi(
+        tmp_path_factory.mktemp("kubeapi-tuned"), history=3, bookmark_interval=0.2, fresh_wait=0.5
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.remove()
 
 
 class Watch:
@@ -144,20 +158,50 @@ async def test_watch_from_a_compacted_version_gets_410_expired(
             assert summary(await take(events, 1)) == [("ADDED", "c")]
 
 
-async def test_history_limit_expires_old_versions(tmp_path: Any) -> None:
-    server = FakeKubeApi(tmp_path, history=3)
-    server.start()
-    try:
-        server.create_namespace("h")
-        async with httpx.AsyncClient(base_url=server.url) as http:
-            old = (await http.post(config_maps("h"), json={"metadata": {"name": "a"}})).json()
-            for name in "bcde":
-                await http.post(config_maps("h"), json={"metadata": {"name": name}})
-            version = old["metadata"]["resourceVersion"]
-            async with watching(http, config_maps("h"), resourceVersion=version) as events:
-                assert (await take(events, 1))[0]["object"]["code"] == 410
-    finally:
-        server.remove()
+async def test_history_limit_expires_old_versions(tuned: FakeKubeApi) -> None:
+    tuned.create_namespace("h")
+    async with httpx.AsyncClient(base_url=tuned.url) as http:
+        old = (await http.post(config_maps("h"), json={"metadata": {"generateName": "a"}})).json()
+        for _ in range(4):  # the tuned server keeps 3 events
+            await http.post(config_maps("h"), json={"metadata": {"generateName": "b"}})
+        version = old["metadata"]["resourceVersion"]
+        async with watching(http, config_maps("h"), resourceVersion=version) as events:
+            assert (await take(events, 1))[0]["object"]["code"] == 410
+
+
+async def test_watch_from_a_future_version_waits_for_it_then_504(tuned: FakeKubeApi) -> None:
+    async with httpx.AsyncClient(base_url=tuned.url) as http:
+        listed = (await http.get(config_maps("default"))).json()
+        future = str(int(listed["metadata"]["resourceVersion"]) + 1000)
+        params = {"watch": "true", "resourceVersion": future}
+        too_large = await http.get(config_maps("default"), params=params)
+        assert too_large.status_code == 504
+        assert too_large.json()["reason"] == "Timeout"
+        assert too_large.json()["message"].startswith("Timeout: Too large resource version")
+        cause = too_large.json()["details"]["causes"][0]
+        assert cause["reason"] == "ResourceVersionTooLarge"
+        # one version ahead: the watch waits for the write that reaches it, then streams
+        # what comes after it
+        nearly = str(int(listed["metadata"]["resourceVersion"]) + 1)
+        got: list[dict[str, Any]] = []
+
+        async def watch() -> None:
+            async with watching(http, config_maps("default"), resourceVersion=nearly) as events:
+                got.extend(await take(events, 1))
+
+        watches = tuned.stats()["requests"].get("watch", 0)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watch)
+            with anyio.fail_after(10):
+                while tuned.stats()["requests"].get("watch", 0) == watches:
+                    await anyio.sleep(0.01)  # until the server holds the watch
+            reached = await http.post(
+                config_maps("default"), json={"metadata": {"generateName": "g-"}}
+            )
+            assert reached.json()["metadata"]["resourceVersion"] == nearly
+            await http.post(config_maps("default"), json={"metadata": {"generateName": "h-"}})
+        ((kind, name),) = summary(got)
+        assert kind == "ADDED" and name.startswith("h-")
 
 
 async def test_selectors_turn_changes_into_added_and_deleted(
@@ -191,23 +235,18 @@ async def test_the_server_ends_a_watch_after_timeout_seconds(
             assert [event async for event in events] == []  # ended cleanly, nothing happened
 
 
-async def test_bookmarks_carry_the_current_version(tmp_path: Any) -> None:
-    server = FakeKubeApi(tmp_path, bookmark_interval=0.2)
-    server.start()
-    try:
-        async with httpx.AsyncClient(base_url=server.url) as http:
-            created = (
-                await http.post(config_maps("default"), json={"metadata": {"name": "a"}})
-            ).json()
-            version = created["metadata"]["resourceVersion"]
-            params = {"resourceVersion": version, "allowWatchBookmarks": "true"}
-            async with watching(http, config_maps("default"), **params) as events:
-                (bookmark,) = await take(events, 1)
-        assert bookmark["type"] == "BOOKMARK"
-        assert bookmark["object"]["kind"] == "ConfigMap"
-        assert int(bookmark["object"]["metadata"]["resourceVersion"]) >= int(version)
-    finally:
-        server.remove()
+async def test_bookmarks_carry_the_current_version(tuned: FakeKubeApi) -> None:
+    async with httpx.AsyncClient(base_url=tuned.url) as http:
+        created = (
+            await http.post(config_maps("default"), json={"metadata": {"generateName": "a"}})
+        ).json()
+        version = created["metadata"]["resourceVersion"]
+        params = {"resourceVersion": version, "allowWatchBookmarks": "true"}
+        async with watching(http, config_maps("default"), **params) as events:
+            (bookmark,) = await take(events, 1)
+    assert bookmark["type"] == "BOOKMARK"
+    assert bookmark["object"]["kind"] == "ConfigMap"
+    assert int(bookmark["object"]["metadata"]["resourceVersion"]) >= int(version)
 
 
 async def test_bad_watch_parameters_are_400(http: httpx.AsyncClient, kube_namespace: str) -> None:

@@ -35,12 +35,18 @@ def main(argv: list[str] | None = None) -> int:
         help="watches without timeoutSeconds end after a random time in [T, 2T)",
     )
     parser.add_argument("--bookmark-interval", type=float, default=60.0)
+    parser.add_argument(
+        "--fresh-wait",
+        type=float,
+        default=3.0,
+        help="a watch from a future resourceVersion waits this long, then gets 504",
+    )
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = parser.parse_args(argv)
     if args.history < 1:
         parser.error("--history must be at least 1")
     store = Store(args.state_file, history=args.history)
-    settings = WatchSettings(args.min_request_timeout, args.bookmark_interval)
+    settings = WatchSettings(args.min_request_timeout, args.bookmark_interval, args.fresh_wait)
     try:
         server = FakeApiServer((args.host, args.port), store, settings, verbose=args.verbose)
     except OSError as error:

@@ -42,6 +42,7 @@ class FakeKubeApi:
         history: int = 1000,
         min_request_timeout: float = 1800.0,
         bookmark_interval: float = 60.0,
+        fresh_wait: float = 3.0,
         verbose: bool = False,
     ) -> None:
         self.directory = Path(directory or tempfile.mkdtemp(prefix="ha-kubeapi-"))
@@ -53,6 +54,7 @@ class FakeKubeApi:
             *("--history", str(history)),
             *("--min-request-timeout", str(min_request_timeout)),
             *("--bookmark-interval", str(bookmark_interval)),
+            *("--fresh-wait", str(fresh_wait)),
             *(["--verbose"] if verbose else []),
         ]
         self.port: int | None = None
@@ -184,7 +186,7 @@ class FakeKubeApi:
 
     def fail(
         self,
-        count: int = 1,
+        count: int | None = 1,
         code: int = 500,
         *,
         verb: str | None = None,
@@ -192,7 +194,8 @@ class FakeKubeApi:
         apply: bool = False,
         retry_after: int = 1,
     ) -> None:
-        """The next ``count`` matching requests get ``code`` (after being carried out if ``apply``)."""
+        """The next ``count`` matching requests (None: all, until ``reset_faults``) get ``code``,
+        after being carried out if ``apply``."""
         self._admin(
             "fail",
             {

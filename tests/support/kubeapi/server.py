@@ -28,7 +28,13 @@ from tests.support.kubeapi.selectors import matcher
 from tests.support.kubeapi.status import ApiError, bad_request, status
 from tests.support.kubeapi.store import Store
 from tests.support.kubeapi.table import table, wants_table
-from tests.support.kubeapi.watch import Abort, WatchSettings, parse_version, serve_watch
+from tests.support.kubeapi.watch import (
+    Abort,
+    WatchSettings,
+    parse_version,
+    serve_watch,
+    wait_fresh,
+)
 
 __all__ = ("FakeApiServer", "Target", "route")
 
@@ -253,8 +259,10 @@ class Handler(BaseHTTPRequestHandler):
             if target.name is not None:  # legacy /watch/.../name: a watch on one object
                 query = {**query, "fieldSelector": f"metadata.name={target.name}"}
             # 400 for a bad version or selector before the stream starts
-            parse_version(query.get("resourceVersion"))
+            version = parse_version(query.get("resourceVersion"))
             float(query.get("timeoutSeconds") or 0)
+            if version is not None:
+                wait_fresh(self.server.store, version, self.server.settings.fresh_wait)
             matcher(resource, query.get("labelSelector"), query.get("fieldSelector"))
             time.sleep(delay)
             self.serve_watch(target, query)

@@ -5,7 +5,9 @@ What kube-apiserver does, and so the fake:
 - without a ``resourceVersion`` (or with "0"), the stream starts with a synthetic ADDED event
   per current object, then goes on with changes;
 - with one, it sends every change after it; if that version is older than the kept history
-  the stream is a single ERROR event carrying a 410 Expired Status (HTTP status 200);
+  the stream is a single ERROR event carrying a 410 Expired Status (HTTP status 200); if it
+  is newer than the store, the request waits up to 3 s for it, then gets 504 "Too large
+  resource version";
 - selectors apply to both sides of a change: an object that stops matching is sent as
   DELETED, one that starts matching as ADDED;
 - the server ends each watch after ``timeoutSeconds``, or by default after a random time
@@ -28,16 +30,42 @@ from typing import Any
 
 from tests.support.kubeapi.resources import Resource
 from tests.support.kubeapi.selectors import Matcher, matcher
-from tests.support.kubeapi.status import bad_request, expired
+from tests.support.kubeapi.status import ApiError, bad_request, expired
 from tests.support.kubeapi.store import Event, Store, TooOld
 
-__all__ = ("Abort", "WatchSettings", "parse_version", "serve_watch")
+__all__ = ("Abort", "WatchSettings", "parse_version", "serve_watch", "wait_fresh")
 
 
 @dataclass(frozen=True)
 class WatchSettings:
     min_request_timeout: float = 1800.0
     bookmark_interval: float = 60.0
+    fresh_wait: float = 3.0  # how long a watch from a future version waits for it
+
+
+def wait_fresh(store: Store, version: int, wait: float) -> None:
+    """Wait until the store has reached ``version``; 504 "Too large resource version" if it
+    does not within ``wait`` seconds (the watch cache's 3 s), as kube-apiserver answers."""
+    deadline = time.monotonic() + wait
+    with store.cond:
+        while store.rv < version:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ApiError(
+                    504,
+                    "Timeout",
+                    f"Timeout: Too large resource version: {version}, current: {store.rv}",
+                    {
+                        "causes": [
+                            {
+                                "reason": "ResourceVersionTooLarge",
+                                "message": "Too large resource version",
+                            }
+                        ],
+                        "retryAfterSeconds": 1,
+                    },
+                )
+            store.cond.wait(left)
 
 
 class Abort(Exception):
