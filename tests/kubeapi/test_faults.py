@@ -90,24 +90,33 @@ async def test_restart_keeps_objects_and_versions(private_kube_api: FakeKubeApi)
     port = server.port
     async with httpx.AsyncClient(base_url=server.url) as http:
         created = (await http.post(leases("default"), json=lease("l"))).json()
-        await http.post(config_maps("default"), json={"metadata": {"name": "b"}})
-    server.restart()  # SIGKILL, then start on the same port and state file
-    assert server.port == port
-    # a new client: the old one's kept-alive connection died with the server
-    async with httpx.AsyncClient(base_url=server.url) as http:
-        got = await http.get(f"{leases('default')}/l")
-        assert got.status_code == 200 and got.json() == created
-        # the counter goes on from where it was
-        other = (await http.post(config_maps("default"), json={"metadata": {"name": "c"}})).json()
-        assert int(other["metadata"]["resourceVersion"]) > int(
-            created["metadata"]["resourceVersion"]
-        )
-        # the watch history is gone: watching from before the restart's version is 410
-        stale = await http.get(
-            leases("default"),
-            params={"watch": "true", "resourceVersion": created["metadata"]["resourceVersion"]},
-        )
-        assert stale.json()["object"]["code"] == 410
+        body = dict(created, spec={**created["spec"], "holderIdentity": "b"})
+        updated = (await http.put(f"{leases('default')}/l", json=body)).json()
+        await http.post(config_maps("default"), json={"metadata": {"name": "gone"}})
+        await http.delete(f"{config_maps('default')}/gone")
+        before = (await http.get(config_maps("default"))).json()["metadata"]["resourceVersion"]
+    for _ in range(2):  # twice: the second start reads the first one's snapshot and log
+        server.restart()  # SIGKILL, then start on the same port and state file
+        assert server.port == port
+        # a new client: the old one's kept-alive connection died with the server
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            got = await http.get(f"{leases('default')}/l")
+            assert got.status_code == 200 and got.json() == updated
+            assert (await http.get(f"{config_maps('default')}/gone")).status_code == 404
+            listed = (await http.get(config_maps("default"))).json()
+            assert listed["metadata"]["resourceVersion"] == before
+            # the counter goes on from where it was
+            other = (
+                await http.post(config_maps("default"), json={"metadata": {"generateName": "c"}})
+            ).json()
+            assert int(other["metadata"]["resourceVersion"]) == int(before) + 1
+            before = other["metadata"]["resourceVersion"]
+            # the watch history is gone: watching from before the restart's version is 410
+            stale = await http.get(
+                leases("default"),
+                params={"watch": "true", "resourceVersion": created["metadata"]["resourceVersion"]},
+            )
+            assert stale.json()["object"]["code"] == 410
 
 
 async def test_paused_server_answers_nothing_until_resumed(private_kube_api: FakeKubeApi) -> None:

@@ -8,9 +8,9 @@ The history keeps the last ``history`` write events so that watches can resume f
 resourceVersion. A watch from before the oldest kept event gets 410 Expired, as it does when the
 real server's watch cache (or etcd's compaction) has moved on; ``compact()`` forces that.
 
-With a state file, every write is saved (write to a temporary file, then rename), so a killed
-server started again on the same file keeps its objects and its counter, like a control plane
-whose etcd survives. The history does not survive: after a restart only watches from the
+With a state file, every write is appended to it before it is answered, so a killed server
+started again on the same file keeps its objects and its counter, like a control plane whose
+etcd survives. The history does not survive: after a restart only watches from the
 current resourceVersion can resume, older ones get 410, as after a real apiserver restart.
 
 One lock (``cond``) guards everything; the REST layer holds it across check-then-write, and
@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 __all__ = ("Event", "Key", "Store", "TooOld")
 
@@ -66,8 +66,9 @@ class Store:
         self.history: deque[Event] = deque()
         self.limit = history
         self.compacted = 1  # events after this resourceVersion are all in the history
-        if path is not None and path.exists():
-            self._load(path)
+        self._log: TextIO | None = None
+        if path is not None:
+            self._open(path)
 
     # reads (callers hold cond)
 
@@ -127,25 +128,43 @@ class Store:
         self.history.append(Event(self.rv, kind, key, copy.deepcopy(obj), previous))
         while len(self.history) > self.limit:
             self.compacted = self.history.popleft().rv
-        self._save()
+        self._save(kind, key, obj)
         self.cond.notify_all()
         return copy.deepcopy(obj)
 
-    # the state file
+    # the state file: a snapshot line, then one line per write (appending costs one object,
+    # where rewriting the file would cost them all); rewritten as one snapshot at each start
 
-    def _save(self) -> None:
-        if self.path is None:
+    def _save(self, kind: str, key: Key, obj: dict[str, Any]) -> None:
+        if self._log is None:
             return
-        state = {
+        record = {"rv": self.rv, "key": list(key), "deleted": kind == "DELETED", "object": obj}
+        self._log.write(json.dumps(record) + "\n")
+        self._log.flush()  # in the page cache, so a SIGKILL loses nothing (no fsync: no crash)
+
+    def _open(self, path: Path) -> None:
+        if path.exists():
+            for number, line in enumerate(path.read_text().splitlines()):
+                try:
+                    record = json.loads(line)
+                except ValueError:  # a line cut short by a kill: its write was never answered
+                    continue
+                if number == 0:
+                    self.rv = int(record["resourceVersion"])
+                    self.objects = {(r, ns, name): obj for r, ns, name, obj in record["objects"]}
+                    continue
+                self.rv = int(record["rv"])
+                key = (record["key"][0], record["key"][1], record["key"][2])
+                if record["deleted"]:
+                    self.objects.pop(key, None)
+                else:
+                    self.objects[key] = record["object"]
+            self.compacted = self.rv
+        snapshot = {
             "resourceVersion": self.rv,
             "objects": [[*key, obj] for key, obj in self.objects.items()],
         }
-        temporary = self.path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(state))
-        os.replace(temporary, self.path)
-
-    def _load(self, path: Path) -> None:
-        state = json.loads(path.read_text())
-        self.rv = int(state["resourceVersion"])
-        self.objects = {(res, ns, name): obj for res, ns, name, obj in state["objects"]}
-        self.compacted = self.rv
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(json.dumps(snapshot) + "\n")
+        os.replace(temporary, path)
+        self._log = open(path, "a")  # kept open for the life of the process
