@@ -7,9 +7,13 @@ highest priority above its own, never one that has just joined or keeps rejoinin
 from __future__ import annotations
 
 import math
+from contextlib import AsyncExitStack
 
+import anyio
 import pytest
 
+from ha.admin import election_status
+from ha.election.elector import Elector
 from ha.election.nodes import QueueEntry, parse_entry, ticket_for
 from ha.election.preference import (
     MAX_PRIORITY,
@@ -114,3 +118,39 @@ def test_forget_starts_every_count_again() -> None:
     rules.forget()  # we stopped leading in between
     assert rules.look(10.0, [me, high], b"me", 0).target is None
     assert rules.look(20.0, [me, high], b"me", 0).target == high
+
+
+# --- through the real API: what an Elector publishes ---------------------------------------------
+
+
+class Leads:
+    async def become_active(self, lease: object) -> None:
+        await anyio.sleep_forever()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", ["memory", "sqlite", "zookeeper"])
+async def test_an_electors_priority_is_published_with_its_join(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    backend = request.getfixturevalue(f"{name}_backend")
+    with pytest.raises(ConfigurationError, match="priority must be an integer"):
+        Elector(backend.driver(), "/svc", "x", priority=-1)
+    priorities = {b"a": 0, b"b": 7, b"c": 3}
+    async with AsyncExitStack() as stack:
+        electors = []
+        for identity, priority in priorities.items():
+            driver = await stack.enter_async_context(backend.driver(session_timeout=2.0))
+            electors.append(Elector(driver, "/svc", identity, priority=priority))
+        tg = await stack.enter_async_context(anyio.create_task_group())  # closed first
+        for elector in electors:
+            await tg.start(elector.run, Leads())
+        with anyio.fail_after(15):
+            while len(await electors[0].contenders()) < 3:
+                await anyio.sleep(0.01)
+        status = await election_status(electors[0].driver, "/svc")
+        assert {c.identity: c.priority for c in status.contenders} == priorities
+        shown = {c["identity"]: c["priority"] for c in status.to_json()["contenders"]}
+        assert shown == {"a": 0, "b": 7, "c": 3}
+        for elector in electors:
+            elector.quit()
