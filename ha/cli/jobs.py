@@ -21,6 +21,7 @@ import click
 from .. import admin
 from ..drivers.base import Driver
 from ..errors import ConfigurationError
+from ..http import parse_address
 from ._run import (
     CONTEXT,
     Failure,
@@ -28,6 +29,7 @@ from ._run import (
     UsageFailure,
     call,
     check_master,
+    http_option,
     master_option,
     need_spark,
     run,
@@ -417,6 +419,7 @@ def cancel(opts: Options, job_id: str, cluster: str, blobs: str | None) -> None:
     "--journal", type=click.Path(dir_okay=False), help="Append transitions to this JSON-lines file."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print events as JSON lines.")
+@http_option
 @click.pass_obj
 def manager(
     opts: Options,
@@ -428,6 +431,7 @@ def manager(
     imports: tuple[str, ...],
     journal: str | None,
     as_json: bool,
+    http: str | None,
 ) -> None:
     """Run one job manager of the cluster until SIGTERM or Ctrl-C.
 
@@ -455,6 +459,10 @@ def manager(
         settings = SparkSettings(master=master, app_name=f"ha-jobmanager-{identity}")
     except ConfigurationError as exc:
         raise UsageFailure(str(exc)) from None
+    try:
+        address = parse_address(http) if http else None
+    except ConfigurationError as exc:
+        raise UsageFailure(str(exc)) from None
     run_as(identity)
 
     def go() -> Awaitable[None]:
@@ -468,6 +476,7 @@ def manager(
             hot_standby=hot_standby,
             journal=journal,
             on_event=print_event_json if as_json else print_event,
+            http=address,
         )
 
     run(opts, go, spark=True)

@@ -1,10 +1,19 @@
 """The ``--http`` endpoint: a small HTTP/1.1 server on anyio (``server.py``) and the routes of a
-process in an election (``endpoints.py``): ``/healthz``, ``/readyz``, ``/leader``, ``/metrics``.
+process in an election (``endpoints.py``): ``/healthz``, ``/readyz``, ``/leader``, ``/metrics``;
+``jobs.py`` measures and serves a job manager.
 """
 
 from __future__ import annotations
 
 from .endpoints import ElectionEndpoints
+from .jobs import serve_job_manager
 from .server import Handler, Response, parse_address, serve
 
-__all__ = ("ElectionEndpoints", "Handler", "Response", "parse_address", "serve")
+__all__ = (
+    "ElectionEndpoints",
+    "Handler",
+    "Response",
+    "parse_address",
+    "serve",
+    "serve_job_manager",
+)

@@ -20,6 +20,7 @@ import anyio
 from .._process import die_with_parent, quit_on_signals
 from ..drivers import connect
 from ..election.timing import Timing
+from ..http import serve_job_manager
 from .jobmanager import EventSink, JobManager
 from .registry import import_pipelines
 from .spark import SparkSettings
@@ -41,9 +42,11 @@ async def run_job_manager(
     timing: Timing | None = None,
     prefix: str = "/ha",
     on_event: EventSink | None = None,
+    http: tuple[str, int] | None = None,
     **driver_options: Any,
 ) -> None:
-    """Run one job manager until SIGTERM/SIGINT (then leave the election gracefully)."""
+    """Run one job manager until SIGTERM/SIGINT (then leave the election gracefully).
+    ``http``: (host, port) to serve its endpoint and metrics on (``ha/http/jobs.py``)."""
     import_pipelines(imports)
     async with connect(url, **driver_options) as driver:
         manager = JobManager(
@@ -61,6 +64,9 @@ async def run_job_manager(
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(quit_on_signals, manager.quit)
+            if http is not None:
+                bound = await tg.start(serve_job_manager, manager, *http)
+                logging.getLogger("ha.supervisor").info("http on %s:%d", *bound)
             await manager.run()
             tg.cancel_scope.cancel()
         await anyio.to_thread.run_sync(manager.warm.stop)  # Spark's JVM goes with us anyway

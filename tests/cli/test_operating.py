@@ -4,6 +4,7 @@ sqlite and ZooKeeper; JSON logs; the health check's output prefixed. Real proces
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import urllib.error
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.helpers import Supervisors, popen_ha, wait_until
+from tests.cli.helpers import Supervisors, ha, popen_ha, wait_until
 from tests.ops.test_metrics import parse, total, value
 from tests.support.backends.zookeeper import ZooKeeperBackend, zookeeper_backend, zookeeper_server
 
@@ -120,3 +121,42 @@ def test_the_health_checks_output_is_prefixed(tmp_path: Path) -> None:
         lines = hosts.log("a").splitlines()
     assert any(line.endswith("ha run a: health: first line") for line in lines)
     assert "first line" not in lines and "to stderr" not in lines  # never copied raw
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_job_manager_http(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """`ha jobs manager --http`: ready while active, its batches and recovery counted."""
+    # a JVM and a job: about 40 s on 2 cores (tests/ops/test_http.py serves a standby's)
+    if "slow" not in (request.config.getoption("markexpr") or "") and not os.environ.get("HA_SLOW"):
+        pytest.skip("a job manager runs a job on Spark (40 s): select with -m slow or HA_SLOW=1")
+    pytest.importorskip("pyspark")
+    from ha.pipeline.clicks import generate_clicks
+
+    generate_clicks(tmp_path / "clicks", days=2, rows_per_day=500, users=20, seed=1)
+    with Hosts(tmp_path) as hosts:
+        log = tmp_path / "jm-1.log"
+        hosts.procs["jm-1"] = popen_ha(
+            "jobs", "manager", "--id", "jm-1", "--http", "127.0.0.1:0", env=hosts.env, log=log
+        )
+        done = ha(
+            "jobs", "submit", "clicks.sessionize", "-p", f"input={tmp_path / 'clicks'}",
+            "-o", str(tmp_path / "out"), "--job-id", "s1", "--wait", "--timeout", "100",
+            env=hosts.env, timeout=110,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr + log.read_text()
+        assert hosts.ready("jm-1")
+        samples = hosts.metrics("jm-1")
+        labels = {"identity": "jm-1"}
+        assert value(samples, "ha_jobmanager_batches_total", **labels, outcome="committed") == 2
+        assert value(samples, "ha_jobmanager_recoveries_total", **labels) == 1
+        assert value(samples, "ha_jobmanager_jobs_total", **labels, event="finished_succeeded") == 1
+        election = json.loads(http_get(hosts.port("jm-1"), "/leader")[1])
+        assert election["identity"] == "jm-1" and election["self"] is True
+        assert (
+            value(
+                samples, "ha_elector_is_leader", election="/ha/default/jobmanager", identity="jm-1"
+            )
+            == 1
+        )

@@ -5,6 +5,7 @@ server's answers to what it does not serve."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -13,7 +14,7 @@ import pytest
 from ha.election.elector import Elector
 from ha.election.machine import State
 from ha.errors import ConfigurationError
-from ha.http import ElectionEndpoints, Response, parse_address, serve
+from ha.http import ElectionEndpoints, Response, parse_address, serve, serve_job_manager
 from ha.metrics import ElectorMetrics, Registry
 from ha.testing import History, Recorder
 from tests.ops.test_metrics import parse, value
@@ -133,3 +134,41 @@ def test_addresses() -> None:
     for bad in ("8008", "host:", "host:x", "h:70000"):
         with pytest.raises(ConfigurationError, match="HOST:PORT"):
             parse_address(bad)
+
+
+async def test_a_standby_job_manager_is_served_and_measured(
+    sqlite_backend: Any, tmp_path: Path
+) -> None:
+    """serve_job_manager on a cold standby (no Spark until elected): 503, the leader named,
+    its metrics present, its fences counted through the hook set on the instance."""
+    from ha.pipeline.jobmanager import JobManager
+
+    history = History()
+    async with sqlite_backend.driver() as dx, sqlite_backend.driver() as dj:
+        manager = JobManager(dj, "c1", identity="jm-1", blobs=tmp_path / "blobs", hot_standby=False)
+        leader = Elector(dx, manager.elector.path, "x")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(leader.run, Recorder("x", history))
+            lease = await leader.wait_active()
+            address = await tg.start(serve_job_manager, manager, "127.0.0.1", 0)
+            tg.start_soon(manager.run)
+            await manager.elector.wait_state(State.STANDBY)
+            assert (await get(address, "/readyz"))[:3:2] == (503, b"standby\n")
+            found = json.loads((await get(address, "/leader"))[2])
+            assert found["identity"] == "x" and found["epoch"] == lease.epoch
+            samples = parse((await get(address, "/metrics"))[2].decode())
+            path = manager.elector.path
+            assert value(samples, "ha_elector_is_leader", election=path, identity="jm-1") == 0
+            assert (
+                value(samples, "ha_jobmanager_batches_total", identity="jm-1", outcome="committed")
+                == 0
+            )
+            assert (
+                value(samples, "ha_elector_fence_attempts_total", election=path, identity="jm-1")
+                == 0
+            )
+            assert callable(manager.fence_old_active)  # type: ignore[attr-defined]
+            manager.quit()
+            leader.quit()
+            await manager.elector.wait_state(State.NEUTRAL)
+            tg.cancel_scope.cancel()  # the server serves until cancelled
