@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
 
 __all__ = ("LATENCY_BUCKETS", "Counter", "Gauge", "Histogram", "Metric", "Registry")
 
@@ -26,6 +27,8 @@ LATENCY_BUCKETS = (
 )  # fmt: skip
 
 Labels = tuple[str, ...]
+C = TypeVar("C")  # what one set of label values holds: a value, or a histogram's buckets
+M = TypeVar("M", bound="Metric[Any]")
 
 
 def _number(value: float) -> str:
@@ -47,8 +50,9 @@ def _label_text(names: Sequence[str], values: Sequence[str]) -> str:
     return "{" + pairs + "}"
 
 
-class Metric:
-    """A family of samples with one name, one help text and fixed label names."""
+class Metric(Generic[C]):
+    """A family of samples with one name, one help text and fixed label names; ``labels()``
+    gives what one set of label values holds, made on first use."""
 
     kind = "untyped"
 
@@ -58,11 +62,22 @@ class Metric:
         self.name = name
         self.help = help
         self.labelnames = tuple(labelnames)
+        self._children: dict[Labels, C] = {}
 
     def _key(self, labels: dict[str, str]) -> Labels:
         if set(labels) != set(self.labelnames):
             raise ValueError(f"{self.name} takes labels {self.labelnames}, got {tuple(labels)}")
         return tuple(str(labels[n]) for n in self.labelnames)
+
+    def _make(self) -> C:
+        raise NotImplementedError
+
+    def labels(self, **labels: str) -> C:
+        key = self._key(labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self._make()
+        return child
 
     def samples(self) -> Iterator[tuple[str, Sequence[str], Sequence[str], float]]:
         """(suffixed name, label names, label values, value) of each sample."""
@@ -89,7 +104,7 @@ class _Value:
         self.value = float(value)
 
 
-class Counter(Metric):
+class Counter(Metric[_Value]):
     """Only goes up. Name it ``..._total``."""
 
     kind = "counter"
@@ -98,36 +113,26 @@ class Counter(Metric):
         if not name.endswith("_total"):
             raise ValueError(f"a counter's name ends in _total: {name!r}")
         super().__init__(name, help, labelnames)
-        self._children: dict[Labels, _Value] = {}
 
-    def labels(self, **labels: str) -> _Value:
-        key = self._key(labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = _Value()
-        return child
+    def _make(self) -> _Value:
+        return _Value()
 
     def samples(self) -> Iterator[tuple[str, Sequence[str], Sequence[str], float]]:
         for key, child in sorted(self._children.items()):
             yield self.name, self.labelnames, key, child.value
 
 
-class Gauge(Metric):
+class Gauge(Metric[_Value]):
     """A value that goes up and down, set now or read at scrape time (``set_function``)."""
 
     kind = "gauge"
 
     def __init__(self, name: str, help: str, labelnames: Sequence[str] = ()) -> None:
         super().__init__(name, help, labelnames)
-        self._children: dict[Labels, _Value] = {}
         self._functions: dict[Labels, Callable[[], float | None]] = {}
 
-    def labels(self, **labels: str) -> _Value:
-        key = self._key(labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = _Value()
-        return child
+    def _make(self) -> _Value:
+        return _Value()
 
     def set_function(self, read: Callable[[], float | None], **labels: str) -> None:
         """Read the value from ``read()`` at each scrape (None: no sample). Replaces the one
@@ -165,7 +170,7 @@ class _Buckets:
         self.sum += value
 
 
-class Histogram(Metric):
+class Histogram(Metric[_Buckets]):
     """Observations counted into buckets (cumulative ``le`` buckets at render time)."""
 
     kind = "histogram"
@@ -181,14 +186,9 @@ class Histogram(Metric):
         if "le" in self.labelnames:
             raise ValueError("'le' is the histogram's own label")
         self.buckets = tuple(sorted(float(b) for b in buckets if not math.isinf(b)))
-        self._children: dict[Labels, _Buckets] = {}
 
-    def labels(self, **labels: str) -> _Buckets:
-        key = self._key(labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = _Buckets(self.buckets)
-        return child
+    def _make(self) -> _Buckets:
+        return _Buckets(self.buckets)
 
     def samples(self) -> Iterator[tuple[str, Sequence[str], Sequence[str], float]]:
         names = (*self.labelnames, "le")
@@ -207,28 +207,21 @@ class Registry:
     CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
     def __init__(self) -> None:
-        self._metrics: dict[str, Metric] = {}
+        self._metrics: dict[str, Metric[Any]] = {}
 
-    def add(self, metric: Metric) -> Metric:
-        """Register ``metric``; a metric of the same name and kind already there is returned
-        instead, so that two users of one registry share it."""
-        found = self._metrics.get(metric.name)
-        if found is None:
-            self._metrics[metric.name] = metric
-            return metric
+    def add(self, metric: M) -> M:
+        """Register ``metric``; a metric of the same name, kind and labels already there is
+        returned instead, so that two users of one registry share it."""
+        found = self._metrics.setdefault(metric.name, metric)  # of M's type: checked below
         if type(found) is not type(metric) or found.labelnames != metric.labelnames:
             raise ValueError(f"metric {metric.name} already registered differently")
         return found
 
     def counter(self, name: str, help: str, labelnames: Sequence[str] = ()) -> Counter:
-        metric = self.add(Counter(name, help, labelnames))
-        assert isinstance(metric, Counter)
-        return metric
+        return self.add(Counter(name, help, labelnames))
 
     def gauge(self, name: str, help: str, labelnames: Sequence[str] = ()) -> Gauge:
-        metric = self.add(Gauge(name, help, labelnames))
-        assert isinstance(metric, Gauge)
-        return metric
+        return self.add(Gauge(name, help, labelnames))
 
     def histogram(
         self,
@@ -237,9 +230,7 @@ class Registry:
         labelnames: Sequence[str] = (),
         buckets: Sequence[float] = LATENCY_BUCKETS,
     ) -> Histogram:
-        metric = self.add(Histogram(name, help, labelnames, buckets))
-        assert isinstance(metric, Histogram)
-        return metric
+        return self.add(Histogram(name, help, labelnames, buckets))
 
     def render(self) -> str:
         """Every metric in the text format, by name."""
