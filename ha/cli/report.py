@@ -15,6 +15,9 @@ from ._run import EXIT_OVERLAP, Failure, Options, call, check_master, master_opt
 
 __all__ = ("report",)
 
+# ha.report.analysis.DEFAULT_SESSION_TIMEOUT, not imported: ha.report loads when the command runs
+DEFAULT_SESSION_TIMEOUT = 10.0
+
 
 @click.command()
 @click.argument("journals", nargs=-1, required=True, metavar="JOURNALS...")
@@ -33,9 +36,23 @@ __all__ = ("report",)
     metavar="SIZE",
     help="spark.driver.memory (the JVM's heap with local[N]).",
 )
+@click.option(
+    "--session-timeout",
+    default=DEFAULT_SESSION_TIMEOUT,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    metavar="S",
+    help="The backend's session timeout: a killed active is taken to have stopped this long"
+    " before the next active took over (0 for a backend that sees a dead process at once).",
+)
 @click.pass_obj
 def report(
-    opts: Options, journals: tuple[str, ...], out: str, master: str, driver_memory: str
+    opts: Options,
+    journals: tuple[str, ...],
+    out: str,
+    master: str,
+    driver_memory: str,
+    session_timeout: float,
 ) -> None:
     """Analyze election journals on Spark: leadership, failovers, overlaps, availability.
 
@@ -44,6 +61,11 @@ def report(
     intervals, each failover's gap (no active to new active), overlapping leadership between
     identities (two actives at once: must never happen), epochs, availability, transitions per
     hour. Prints the summary table and writes the HTML report with plots.
+
+    A process killed while active records nothing more. The next active got the lock once
+    the backend gave up the old session, a session timeout after its last contact: the
+    report takes the killed active to have stopped then, so the crash's gap is about
+    --session-timeout and that time counts as unavailable.
 
     Exit code 0 when no overlapping leadership was found, 4 when some was (the report shows
     where), 1 on error.
@@ -83,6 +105,8 @@ def report(
             master=master,
             driver_memory=driver_memory,
             console=Console(highlight=False),
+            session_timeout=session_timeout,
+            quiet=not opts.debug,
         ),
         spark=True,
     )

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from ..pipeline.registry import Param, pipeline
-from .analysis import JournalReport, analyze, leadership_intervals, read_journals, sweep
+from .analysis import (
+    DEFAULT_SESSION_TIMEOUT,
+    JournalReport,
+    analyze,
+    leadership_intervals,
+    read_journals,
+    sweep,
+)
 from .render import render_html, summary_table
 
 if TYPE_CHECKING:
@@ -35,13 +42,20 @@ def _journal_batches(params: Any) -> list[str]:
 @pipeline(
     "journal.intervals",
     batches=_journal_batches,
-    params={"journals": Param(str, help="comma-separated journal paths, directories or globs")},
+    params={
+        "journals": Param(str, help="comma-separated journal paths, directories or globs"),
+        "session_timeout": Param(
+            float,
+            DEFAULT_SESSION_TIMEOUT,
+            help="the backend's session timeout (s): dates the end of a killed active",
+        ),
+    },
     sort_by=("election", "start", "identity"),
 )
 def journal_intervals(spark: SparkSession, params: Any, batch: Any) -> DataFrame:
     """Leadership intervals of election journals, swept: failovers, gaps and overlaps."""
     events = read_journals(spark, str(batch).split(",")).where("valid").drop("valid")
-    return sweep(leadership_intervals(events))
+    return sweep(leadership_intervals(events, float(params["session_timeout"])))
 
 
 def run_report(
@@ -52,14 +66,18 @@ def run_report(
     master: str = "local[2]",
     driver_memory: str = "2g",
     console: Any = None,
+    session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+    quiet: bool = True,
 ) -> JournalReport:
     """What ``ha report JOURNALS... --out report.html`` does: analyze, write HTML, print table.
 
     Builds a SparkSession on ``master`` unless one is given (``driver_memory`` applies only
-    when this process has no Spark JVM yet). ``console`` is a rich Console
-    (default: stdout); pass ``False`` to print nothing.
+    when this process has no Spark JVM yet; ``quiet`` sends that JVM's output to a log file,
+    see ``session``). ``console`` is a rich Console (default: stdout); pass ``False`` to print
+    nothing. ``session_timeout`` is the backend's: it dates the end of a killed active.
     """
-    from ..pipeline.spark import SparkSettings, build_session
+    from ..pipeline.spark import SparkSettings
+    from .session import report_session
 
     if not paths:
         raise ConfigurationError("no journal given")
@@ -72,8 +90,8 @@ def run_report(
             fast_start=False,
             conf={"spark.driver.memory": driver_memory},
         )
-        spark = build_session(settings)
-    report = analyze(spark, paths)
+        spark = report_session(settings, quiet=quiet)
+    report = analyze(spark, paths, session_timeout=session_timeout)
     if out is not None:
         Path(out).write_text(render_html(report))
     if console is not False:

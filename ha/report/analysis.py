@@ -3,19 +3,28 @@
 Definitions (per election):
 
 - A **leadership interval** of an identity runs from its transition to ``active`` until its
-  next record, which normally leaves ``active`` (``end_kind`` "left"). A process killed while
-  active writes nothing more, so an interval can stay unclosed; it is then closed by the first
-  of: the identity's next record, from a restarted process ("restarted"); the start of the
-  next interval with a higher epoch, which proves the old one deposed ("superseded"); the
-  election's last record ("open": still active when the journal ends).
+  next record, which normally leaves ``active`` (``end_kind`` "left").
+- A process killed while active (kill -9, a power cut) writes nothing more: when it stopped
+  acting is not in the journal. What is: its last record (its ``active`` one), the ``active``
+  record of the next leader, and, when the same identity is started again, the first record of
+  the new process. The next leader got the lock only once the backend had given up the old
+  session, a **session timeout** after the old active's last contact, and a killed process
+  stops acting when it stops talking to the backend. So a killed active's interval ends at
+  ``max(its start, next leader's start - session_timeout)`` ("superseded"), or at the first
+  record of its restarted process if that comes sooner ("restarted"); an interval with no later
+  evidence is still active when the journal ends ("open"). The crash's failover gap is then
+  about the session timeout, where the old rule (the interval closed at the next leader's
+  start) showed none and counted the outage as available. Backends that see a dead process
+  sooner than a session timeout (the sqlite driver, through the process's lock file) hand over
+  sooner: give them a smaller ``session_timeout`` (``ha report --session-timeout``).
 - Intervals are swept in start order, keeping the latest end seen so far. An interval that
   starts before that end **overlaps** the interval holding it (two actives at once: a safety
-  violation, which must never appear). One that starts at or after it is a **failover**; its
-  **gap** is the time with no active in between, known only when the previous holder recorded
-  its leaving (after a crash, the moment it stopped is not in the journal).
+  violation, which must never appear). One that starts at or after it is a **failover**, a
+  **crash** when the previous holder did not record its leaving; its **gap** is the time with
+  no active in between.
 - **Availability** is the share of the election's observed span (first to last record)
-  covered by at least one interval (an upper bound when intervals were closed by supersession);
-  **transitions per hour** counts every record over that span.
+  covered by at least one interval; **transitions per hour** counts every record over that
+  span.
 - **Epochs** must strictly increase from one interval to the next; a violation is counted.
 
 All of it runs in Spark (windows partitioned by election), so journals of tens of millions of
@@ -41,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "COLUMNS",
+    "DEFAULT_SESSION_TIMEOUT",
     "STATES",
     "JournalReport",
     "analyze",
@@ -64,6 +74,8 @@ COLUMNS = {
     "cause": "string",
 }
 
+# ha's default for ZooKeeper, etcd and Kubernetes sessions: what a crash costs there.
+DEFAULT_SESSION_TIMEOUT = 10.0
 MAX_OVERLAP_ROWS = 1_000
 GAP_SAMPLE = 200_000
 TIMELINE_INTERVALS = 40
@@ -113,11 +125,19 @@ def _expand(paths: Sequence[str]) -> list[str]:
     return found
 
 
-def leadership_intervals(events: DataFrame) -> DataFrame:
-    """One row per leadership interval: election, identity, start, end, epoch, end_kind."""
+def leadership_intervals(
+    events: DataFrame, session_timeout: float = DEFAULT_SESSION_TIMEOUT
+) -> DataFrame:
+    """One row per leadership interval: election, identity, start, end, epoch, end_kind.
+
+    ``session_timeout`` (seconds) dates the end of an active that recorded no leaving (see the
+    module's docstring).
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    if session_timeout < 0:
+        raise ConfigurationError(f"session_timeout must be >= 0 seconds, got {session_timeout}")
     span = events.groupBy("election").agg(F.max("ts").alias("election_end"))
     # At equal times a departure sorts first: it closes the interval it belongs to.
     departs = (F.col("from") == "active").cast("int")
@@ -144,7 +164,12 @@ def leadership_intervals(events: DataFrame) -> DataFrame:
         | F.col("epoch").isNull()
         | (F.col("succ_epoch") > F.col("epoch"))
     )
-    superseded_at = F.when(higher, F.col("succ_ts"))
+    # The successor got the lock a session timeout after the old active's last contact.
+    # (greatest() skips nulls: without a successor there is nothing to date by.)
+    superseded_at = F.when(
+        higher & F.col("succ_ts").isNotNull(),
+        F.greatest(F.col("ts"), F.col("succ_ts") - F.lit(float(session_timeout))),
+    )
     # least() skips nulls: the earliest of the candidates that exist.
     end = F.when(left, F.col("next_ts")).otherwise(
         F.least("next_ts", superseded_at, "election_end")
@@ -174,8 +199,8 @@ def sweep(intervals: DataFrame) -> DataFrame:
     """Intervals in start order with what came before: the latest earlier end and its holder.
 
     Adds ``prev_end``, ``prev_identity``, ``prev_epoch`` (of the interval with that end),
-    ``kind`` (``first``, ``failover`` or ``overlap``), ``gap`` (failovers whose previous
-    holder recorded its leaving), ``overlap``
+    ``kind`` (``first``, ``failover`` or ``overlap``), ``gap`` (failovers), ``crash``
+    (failovers whose previous holder recorded no leaving), ``overlap``
     (seconds shared with ``prev_identity``), ``covered`` (seconds added to the union) and
     ``epoch_ok`` (strictly above the previous interval's epoch, in start order).
     """
@@ -201,10 +226,8 @@ def sweep(intervals: DataFrame) -> DataFrame:
     return s.drop("prev").select(
         "*",
         F.when(first, "first").when(overlapping, "overlap").otherwise("failover").alias("kind"),
-        F.when(
-            ~first & ~overlapping & (F.col("prev_end_kind") == "left"),
-            F.col("start") - F.col("prev_end"),
-        ).alias("gap"),
+        F.when(~first & ~overlapping, F.col("start") - F.col("prev_end")).alias("gap"),
+        F.when(~first & ~overlapping, F.col("prev_end_kind") != "left").alias("crash"),
         F.when(overlapping, F.least("end", "prev_end") - F.col("start")).alias("overlap"),
         F.greatest(
             F.lit(0.0), F.col("end") - F.greatest("start", F.coalesce("prev_end", "start"))
@@ -221,21 +244,29 @@ class JournalReport:
     overlaps: pd.DataFrame  # first MAX_OVERLAP_ROWS overlaps, by election and start
     overlap_count: int
     gaps: pd.DataFrame  # election, gap: a sample of at most GAP_SAMPLE failovers
-    hourly: pd.DataFrame  # election, hour (unix s), transitions
+    rates: pd.DataFrame  # election, bucket (unix s), transitions: records per bucket
+    rate_bucket_s: float  # the buckets' width: 60 s, or 3600 s for journals of 6 h or more
     timeline: pd.DataFrame  # the first intervals of the busiest elections
     closeups: pd.DataFrame  # intervals around the first overlaps, column ``closeup``: its number
     epochs: pd.DataFrame  # election, start, epoch: thinned to EPOCH_POINTS per election
     events: int
     malformed: int
     seconds: float  # time spent in Spark
+    session_timeout: float = DEFAULT_SESSION_TIMEOUT  # what dated the ends of killed actives
 
     @property
     def events_per_second(self) -> float:
         return self.events / self.seconds if self.seconds else 0.0
 
 
-def analyze(spark: SparkSession, paths: Sequence[str]) -> JournalReport:
-    """Run the report's Spark job over the journals at ``paths``."""
+def analyze(
+    spark: SparkSession,
+    paths: Sequence[str],
+    *,
+    session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+) -> JournalReport:
+    """Run the report's Spark job over the journals at ``paths``; ``session_timeout`` dates
+    the end of a killed active (see the module's docstring)."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -243,7 +274,9 @@ def analyze(spark: SparkSession, paths: Sequence[str]) -> JournalReport:
     started = time.perf_counter()
     records = read_journals(spark, paths).persist(StorageLevel.MEMORY_AND_DISK)
     events = records.where("valid").drop("valid")
-    swept = sweep(leadership_intervals(events)).persist(StorageLevel.MEMORY_AND_DISK)
+    swept = sweep(leadership_intervals(events, session_timeout)).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
     try:
         per_election = events.groupBy("election").agg(
             F.count(F.lit(1)).alias("events"),
@@ -257,6 +290,7 @@ def analyze(spark: SparkSession, paths: Sequence[str]) -> JournalReport:
             F.sum(F.col("end_kind").isin("restarted", "superseded").cast("int")).alias("unclosed"),
             F.sum((F.col("kind") == "failover").cast("int")).alias("failovers"),
             F.count("gap").alias("known_gaps"),
+            F.coalesce(F.sum(F.col("crash").cast("int")), F.lit(0)).alias("crashes"),
             F.percentile_approx("gap", 0.5, 10_000).alias("gap_p50"),
             F.percentile_approx("gap", 0.9, 10_000).alias("gap_p90"),
             F.max("gap").alias("gap_max"),
@@ -285,6 +319,7 @@ def analyze(spark: SparkSession, paths: Sequence[str]) -> JournalReport:
             .orderBy("election")
             .toPandas()
         )
+        total = int(summary["events"].sum())
         overlap_rows = swept.where(F.col("kind") == "overlap").select(
             "election",
             F.col("prev_identity").alias("first"),
@@ -299,15 +334,18 @@ def analyze(spark: SparkSession, paths: Sequence[str]) -> JournalReport:
             overlap_rows.orderBy("election", "start").limit(MAX_OVERLAP_ROWS).toPandas()
         )
         overlap_count = int(summary["overlaps"].fillna(0).sum())
-        failovers = swept.where(F.col("gap").isNotNull())  # failovers with a known gap
+        failovers = swept.where(F.col("gap").isNotNull())  # every failover
         total_failovers = int(summary["known_gaps"].fillna(0).sum())
         if total_failovers > GAP_SAMPLE:
             failovers = failovers.sample(fraction=GAP_SAMPLE / total_failovers, seed=1)
         gaps: pd.DataFrame = failovers.select("election", "gap").toPandas()
-        hourly: pd.DataFrame = (
-            events.groupBy("election", (F.floor(F.col("ts") / 3600) * 3600).alias("hour"))
+        # Minutes for a journal of a few hours, hours beyond: enough points for a line.
+        observed = float(summary["last_ts"].max() - summary["first_ts"].min()) if total else 0.0
+        bucket = 3600.0 if observed >= 6 * 3600 else 60.0
+        rates: pd.DataFrame = (
+            events.groupBy("election", (F.floor(F.col("ts") / bucket) * bucket).alias("bucket"))
             .agg(F.count(F.lit(1)).alias("transitions"))
-            .orderBy("election", "hour")
+            .orderBy("election", "bucket")
             .toPandas()
         )
         busiest = list(summary.sort_values("events", ascending=False)["election"])
@@ -329,7 +367,6 @@ def analyze(spark: SparkSession, paths: Sequence[str]) -> JournalReport:
             .toPandas()
         )
         closeups = _closeups(swept, overlaps)
-        total = int(summary["events"].sum())
         bad = records.where(~F.col("valid")).count()
     finally:
         swept.unpersist()
@@ -339,13 +376,15 @@ def analyze(spark: SparkSession, paths: Sequence[str]) -> JournalReport:
         overlaps=overlaps,
         overlap_count=overlap_count,
         gaps=gaps,
-        hourly=hourly,
+        rates=rates,
+        rate_bucket_s=bucket,
         timeline=timeline,
         closeups=closeups,
         epochs=epochs,
         events=total,
         malformed=bad,
         seconds=time.perf_counter() - started,
+        session_timeout=session_timeout,
     )
 
 

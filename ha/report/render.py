@@ -1,6 +1,8 @@
-"""The report's presentation: the per-election summary table (rich), the plots and the HTML page.
+"""The report's presentation: the per-election summary table (rich) and the HTML page.
 
-Everything here works on a ``JournalReport`` (small pandas frames), never on Spark.
+Everything here works on a ``JournalReport`` (small pandas frames), never on Spark. The
+terminal table keeps to 80 columns (its less telling columns are in the HTML only); times
+are shown as ISO local time, never as unix seconds.
 """
 
 from __future__ import annotations
@@ -11,17 +13,26 @@ import io
 from typing import TYPE_CHECKING, Any
 
 from .analysis import JournalReport
+from .plots import figures, local_time
 
 if TYPE_CHECKING:
     from rich.table import Table
 
 __all__ = ("render_html", "summary_table")
 
-TERMINAL_SKIP = ("span", "intervals", "unclosed")  # in the HTML only: keep the table narrow
+# What fits 80 columns (the title gives the number of events); the HTML has every column.
+TERMINAL_COLUMNS = (
+    "election", "failovers", "crashes", "gap p50", "gap max", "overlaps", "available",
+)  # fmt: skip
+ELECTION_WIDTH = 18  # longer names wrap in the terminal table
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value != value  # None or NaN
 
 
 def _fmt_s(value: Any) -> str:
-    if value is None or value != value:  # None or NaN
+    if _missing(value):
         return "-"
     v = float(value)
     if v < 1:
@@ -34,31 +45,29 @@ def _fmt_s(value: Any) -> str:
 
 
 def _fmt_int(value: Any) -> str:
-    if value is None or value != value:
-        return "-"
-    return f"{int(value):,}"
+    return "-" if _missing(value) else f"{int(value):,}"
 
 
 def _summary_rows(report: JournalReport) -> list[dict[str, str]]:
     rows = []
     for r in report.summary.to_dict("records"):
-        avail = r.get("availability")
+        avail, rate = r.get("availability"), r["transitions_per_hour"]
         rows.append(
             {
                 "election": str(r["election"]),
                 "events": _fmt_int(r["events"]),
+                "from": "-" if _missing(r["first_ts"]) else local_time(r["first_ts"]),
+                "to": "-" if _missing(r["last_ts"]) else local_time(r["last_ts"]),
                 "span": _fmt_s(r["span_s"]),
                 "intervals": _fmt_int(r["intervals"]),
                 "failovers": _fmt_int(r["failovers"]),
-                "unclosed": _fmt_int(r["unclosed"]),
+                "crashes": _fmt_int(r["crashes"]),
                 "gap p50": _fmt_s(r["gap_p50"]),
                 "gap p90": _fmt_s(r["gap_p90"]),
                 "gap max": _fmt_s(r["gap_max"]),
                 "overlaps": _fmt_int(r["overlaps"]),
-                "availability": "-" if avail != avail or avail is None else f"{avail:.4%}",
-                "transitions/h": "-"
-                if r["transitions_per_hour"] != r["transitions_per_hour"]
-                else f"{r['transitions_per_hour']:.1f}",
+                "available": "-" if _missing(avail) else f"{avail:.3%}",
+                "transitions/h": "-" if _missing(rate) else f"{rate:.1f}",
                 "epochs": f"{_fmt_int(r['first_epoch'])}..{_fmt_int(r['last_epoch'])}",
                 "epoch errors": _fmt_int(r["epoch_violations"]),
             }
@@ -66,130 +75,54 @@ def _summary_rows(report: JournalReport) -> list[dict[str, str]]:
     return rows
 
 
+def _assumption(report: JournalReport) -> str:
+    return (
+        f"A crash (an active that recorded no leaving) is taken to have stopped a session "
+        f"timeout ({report.session_timeout:g} s, --session-timeout) before the next active "
+        "took over."
+    )
+
+
 def summary_table(report: JournalReport) -> Table:
-    """The per-election summary as a rich table (print it with ``rich.print``)."""
+    """The per-election summary as a rich table, at most 80 columns wide."""
+    from rich import box
     from rich.table import Table
 
-    bad = report.overlap_count > 0
+    summary = report.summary
+    span = ""
+    if len(summary):
+        span = (
+            f"\n{local_time(summary['first_ts'].min())} to {local_time(summary['last_ts'].max())}"
+        )
+    crashes = int(summary["crashes"].fillna(0).sum()) if len(summary) else 0
     table = Table(
         title=f"Election journal: {report.events:,} events, {report.malformed:,} malformed, "
-        f"{report.overlap_count:,} overlaps",
-        title_style="bold red" if bad else "bold",
+        f"{report.overlap_count:,} overlaps{span}",
+        title_style="bold red" if report.overlap_count else "bold",
+        caption=_assumption(report) if crashes else None,
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),  # with the box's blank divider: two spaces between columns
     )
-    rows = [{k: v for k, v in r.items() if k not in TERMINAL_SKIP} for r in _summary_rows(report)]
-    columns = list(rows[0]) if rows else ["election"]
-    for name in columns:
-        table.add_column(name, justify="left" if name == "election" else "right")
-    for row in rows:
-        style = "red" if row.get("overlaps") not in ("0", "-") else None
-        table.add_row(*row.values(), style=style)
+    for name in TERMINAL_COLUMNS:
+        if name == "election":
+            table.add_column(name, max_width=ELECTION_WIDTH, overflow="fold")
+        else:
+            table.add_column(name, justify="right")
+    for row in _summary_rows(report):
+        style = "red" if row["overlaps"] not in ("0", "-") else None
+        table.add_row(*(row[name] for name in TERMINAL_COLUMNS), style=style)
     return table
 
 
 def _png(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode()
-
-
-def _plots(report: JournalReport) -> list[tuple[str, str]]:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display; also safe in worker threads
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    out: list[tuple[str, str]] = []
-
-    tl = report.timeline
-    if len(tl):
-        elections = list(dict.fromkeys(tl["election"]))
-        fig, axes = plt.subplots(
-            len(elections), 1, figsize=(10, 1.2 + 1.1 * len(elections)), squeeze=False
-        )
-        for ax, name in zip(axes[:, 0], elections, strict=True):
-            rows = tl[tl["election"] == name]
-            idents = sorted(rows["identity"].unique())
-            t0 = rows["start"].min()
-            for y, ident in enumerate(idents):
-                mine = rows[rows["identity"] == ident]
-                bars = list(zip(mine["start"] - t0, mine["end"] - mine["start"], strict=True))
-                colors = ["#d62728" if k == "overlap" else "#1f77b4" for k in mine["kind"]]
-                ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=colors)
-            ax.set_yticks(range(len(idents)), idents)
-            ax.set_title(f"{name}: first {len(rows)} leadership intervals", fontsize=9)
-            ax.set_xlabel("seconds since first interval", fontsize=8)
-        fig.tight_layout()
-        out.append(("Who was active (red: overlapping leadership)", _png(fig)))
-
-    gaps = report.gaps
-    if len(gaps):
-        fig, ax = plt.subplots(figsize=(10, 3.5))
-        positive = gaps["gap"].clip(lower=1e-6)
-        bins = np.logspace(np.log10(positive.min()), np.log10(positive.max()) + 1e-9, 60).tolist()
-        for name, group in gaps.groupby("election"):
-            ax.hist(group["gap"].clip(lower=1e-6), bins=bins, histtype="step", label=str(name))
-        ax.set_xscale("log")
-        ax.set_xlabel("failover gap (s, no active to new active)")
-        ax.set_ylabel("failovers")
-        if gaps["election"].nunique() <= 12:
-            ax.legend(fontsize=7)
-        out.append(("Failover gaps", _png(fig)))
-
-    hourly = report.hourly
-    if len(hourly):
-        # Hundreds of bins at most: one line per hour over months is only noise.
-        t0 = hourly["hour"].min()
-        width = max(3600.0, float(hourly["hour"].max() - t0 + 3600) / 200)
-        binned = hourly.assign(bin=((hourly["hour"] - t0) // width) * width)
-        rates = binned.groupby(["election", "bin"])["transitions"].sum() / (width / 3600)
-        fig, ax = plt.subplots(figsize=(10, 3.5))
-        for name, series in rates.groupby(level="election"):
-            x = series.index.get_level_values("bin") / 3600
-            ax.plot(x, series.to_numpy(), lw=0.9, label=str(name))
-        ax.set_xlabel("hours since the first record")
-        ax.set_ylabel("transitions per hour")
-        ax.set_ylim(bottom=0)
-        if hourly["election"].nunique() <= 12:
-            ax.legend(fontsize=7)
-        out.append(("Transitions per hour, per election", _png(fig)))
-
-    close = report.closeups
-    if len(close):
-        shots = list(dict.fromkeys(close["closeup"]))
-        fig, axes = plt.subplots(len(shots), 1, figsize=(10, 0.6 + 1.3 * len(shots)), squeeze=False)
-        for ax, shot in zip(axes[:, 0], shots, strict=True):
-            rows = close[close["closeup"] == shot]
-            lo, hi = float(rows["lo"].iloc[0]), float(rows["hi"].iloc[0])
-            idents = sorted(rows["identity"].unique())
-            for y, ident in enumerate(idents):
-                mine = rows[rows["identity"] == ident]
-                starts = mine["start"].clip(lower=lo) - lo
-                ends = mine["end"].clip(upper=hi) - lo
-                bars = list(zip(starts, ends - starts, strict=True))
-                colors = ["#d62728" if k == "overlap" else "#1f77b4" for k in mine["kind"]]
-                ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=colors)
-            first = rows.iloc[0]
-            ax.axvspan(first["ov_start"] - lo, first["ov_end"] - lo, color="#d62728", alpha=0.15)
-            ax.set_xlim(0, hi - lo)
-            ax.set_yticks(range(len(idents)), idents)
-            ax.set_title(f"{rows['election'].iloc[0]} from unix {lo:.3f}", fontsize=9)
-        axes[-1, 0].set_xlabel("seconds")
-        fig.tight_layout()
-        out.append(("Overlapping leadership up close (red: the later interval)", _png(fig)))
-
-    ep = report.epochs
-    if len(ep):
-        fig, ax = plt.subplots(figsize=(10, 3.5))
-        for _name, group in ep.groupby("election"):
-            ax.step((group["start"] - ep["start"].min()) / 3600, group["epoch"], where="post")
-        ax.set_xlabel("hours since the first interval")
-        ax.set_ylabel("epoch")
-        out.append(("Epochs of successive leaders", _png(fig)))
-    return out
 
 
 def _html_table(rows: list[dict[str, str]]) -> str:
@@ -211,8 +144,8 @@ def render_html(report: JournalReport, title: str = "Election journal report") -
             "first": str(r["first"]),
             "second": str(r["second"]),
             "epochs": f"{_fmt_int(r['first_epoch'])} / {_fmt_int(r['second_epoch'])}",
-            "from (unix s)": f"{r['start']:.6f}",
-            "to (unix s)": f"{r['end']:.6f}",
+            "from": local_time(r["start"]),
+            "to": local_time(r["end"]),
             "overlap": _fmt_s(r["overlap"]),
         }
         for r in report.overlaps.to_dict("records")
@@ -227,10 +160,10 @@ def render_html(report: JournalReport, title: str = "Election journal report") -
     shown = (
         f" (first {len(overlap_rows):,} shown)" if report.overlap_count > len(overlap_rows) else ""
     )
-    figures = "".join(
+    charts = "".join(
         f'<h2>{html.escape(caption)}</h2><img alt="{html.escape(caption)}" '
-        f'src="data:image/png;base64,{data}">'
-        for caption, data in _plots(report)
+        f'src="data:image/png;base64,{_png(fig)}">'
+        for caption, fig in figures(report)
     )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -248,8 +181,10 @@ analyzed in {report.seconds:.1f} s ({report.events_per_second:,.0f} events/s).</
 {verdict}
 <h2>Per election</h2>
 {_html_table(_summary_rows(report))}
+<p>{html.escape(_assumption(report))} A failover's gap is the time with no active; availability
+is the share of the observed span with an active.</p>
 <h2>Overlapping leadership{shown}</h2>
 {_html_table(overlap_rows)}
-{figures}
+{charts}
 </body></html>
 """

@@ -14,3 +14,10 @@ def test_the_report_reads_the_fields_a_transition_writes() -> None:
 
 def test_the_report_knows_every_public_state() -> None:
     assert set(STATES) == {state.value for state in State}
+
+
+def test_the_command_and_the_analysis_assume_the_same_session_timeout() -> None:
+    from ha.cli.report import DEFAULT_SESSION_TIMEOUT as command_default
+    from ha.report.analysis import DEFAULT_SESSION_TIMEOUT
+
+    assert command_default == DEFAULT_SESSION_TIMEOUT

@@ -21,6 +21,7 @@ from ha.report.analysis import (  # noqa: E402
     read_journals,
     sweep,
 )
+from ha.report.plots import figures, local_time  # noqa: E402
 from ha.report.render import render_html, summary_table  # noqa: E402
 from ha.report.synthetic import generate_journal  # noqa: E402
 
@@ -44,9 +45,10 @@ def _write(path: Path, rows: list[tuple[object, ...]], extra: list[str] = ()) ->
     return str(path)
 
 
-def _swept(spark, path: str) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+def _swept(spark, path: str, session_timeout: float = 10.0) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
     events = read_journals(spark, [path]).where("valid").drop("valid")
-    rows = sweep(leadership_intervals(events)).orderBy("election", "start").collect()
+    swept = sweep(leadership_intervals(events, session_timeout))
+    rows = swept.orderBy("election", "start").collect()
     return [r.asDict() for r in rows]
 
 
@@ -133,16 +135,53 @@ def test_crashes_restarts_and_epoch_errors(spark, tmp_path: Path) -> None:  # ty
         (12.0, "/e", "z", "neutral", "standby", None, "connected"),
         (13.0, "/e", "x", "standby", "active", 8, "won"),
     ]
-    swept = _swept(spark, _write(tmp_path / "j.jsonl", rows))
+    # x was killed: y got the lock a session timeout (0.5 s) after x's last contact.
+    swept = _swept(spark, _write(tmp_path / "j.jsonl", rows), session_timeout=0.5)
     assert [(r["identity"], r["end"], r["end_kind"]) for r in swept] == [
-        ("x", 4.0, "superseded"),
+        ("x", 3.5, "superseded"),
         ("y", 9.0, "left"),
         ("z", 12.0, "restarted"),
         ("x", 13.0, "open"),
     ]
-    # A crash's gap is unknown; a recorded leaving gives one.
-    assert [r["gap"] for r in swept] == [None, None, 0.5, None]
+    # Every failover has a gap; a crash's counts from the killed active's estimated end.
+    assert [r["gap"] for r in swept] == [None, 0.5, 0.5, 1.0]
+    assert [r["crash"] for r in swept] == [None, True, False, True]
     assert [r["epoch_ok"] for r in swept] == [True, True, False, True]
+
+
+# The journals of a real kill -9 on ZooKeeper (session timeout 4 s): a was active from 0, was
+# killed at about 4.0 and restarted at 14.6; b took over at 7.8. Nothing records a's end.
+KILLED = [
+    (0.0, "/k", "a", "neutral", "active", 11, "first in the queue, nobody to fence"),
+    (3.0, "/k", "b", "neutral", "standby", None, "behind a"),
+    (7.8, "/k", "b", "standby", "active", 16, "won the election"),
+    (14.6, "/k", "a", "neutral", "standby", None, "behind b"),
+    (16.0, "/k", "b", "active", "neutral", None, "quit"),
+    # Restarted before the takeover: the new process's first record bounds the old one's end.
+    (0.0, "/r", "a", "neutral", "active", 1, "first in the queue, nobody to fence"),
+    (2.0, "/r", "a", "neutral", "standby", None, "behind b"),
+    (10.0, "/r", "b", "standby", "active", 2, "won the election"),
+    (12.0, "/r", "b", "active", "neutral", None, "quit"),
+]
+
+
+def test_a_killed_active_leaves_a_gap_and_costs_availability(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = _write(tmp_path / "j.jsonl", KILLED)
+    report = analyze(spark, [path], session_timeout=4.0)
+    k, r = report.summary.to_dict("records")
+    # a's interval ends a session timeout before b's start: 3.8; the outage is 4 s, not 0.
+    assert (k["failovers"], k["crashes"]) == (1, 1)
+    assert k["gap_max"] == pytest.approx(4.0)
+    assert k["availability"] == pytest.approx((3.8 + 8.2) / 16)
+    assert (r["failovers"], r["crashes"]) == (1, 1)
+    assert r["gap_max"] == pytest.approx(8.0)
+    assert r["availability"] == pytest.approx((2.0 + 2.0) / 12)
+    # Without a session timeout (a backend that sees a death at once) the gap is the takeover.
+    at_once = _swept(spark, path, session_timeout=0.0)
+    assert [(r["identity"], r["end"], r["gap"]) for r in at_once if r["election"] == "/k"] == [
+        ("a", 7.8, None),
+        ("b", 16.0, 0.0),
+    ]
 
 
 def test_a_generated_journal_with_injected_overlaps(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -188,6 +227,43 @@ def test_report_files_and_terminal_table(spark, tmp_path: Path) -> None:  # type
     assert html.count("data:image/png;base64,") == 5  # timeline, gaps, rate, close-up, epochs
     assert report.events == truth.events
     assert summary_table(report).row_count == 2
+
+
+def test_the_terminal_table_fits_80_columns_with_local_times(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    long_name = "/a/rather/long/election/path/for/the/payments-service"
+    rows = [(1_790_000_000.0 + ts, long_name, *rest) for ts, _, *rest in KILLED[:5]]
+    report = analyze(spark, [_write(tmp_path / "j.jsonl", rows)], session_timeout=4.0)
+    console = Console(record=True, width=200)  # wide: the table's own width is measured
+    console.print(summary_table(report))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert local_time(1_790_000_000.0) in text  # when the journal starts, in local time
+    assert "1790000000" not in text
+    assert "4 s, --session-timeout" in " ".join(text.split())  # the crash rule's assumption
+    assert "75.000%" in text  # available: 12 s of 16
+
+
+def test_every_chart_has_data_and_a_legend(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import matplotlib.pyplot as plt
+
+    generate_journal(tmp_path / "gen", events=20_000, elections=2, overlaps=1, seed=3)
+    long = analyze(spark, [str(tmp_path / "gen")])
+    short = analyze(spark, [_write(tmp_path / "j.jsonl", HAND)])
+    for report, expected in (
+        (long, ["Who was active", "Failover gaps", "Transitions per hour", "up close", "Epochs"]),
+        # 40 s of records: a rate line would be one point
+        (short, ["Who was active", "Failover gaps", "Epochs"]),
+    ):
+        drawn = figures(report)
+        assert len(drawn) == len(expected)
+        for (caption, fig), start in zip(drawn, expected, strict=True):
+            assert start in caption
+            for ax in fig.axes:
+                assert ax.get_legend() is not None, caption
+                assert ax.has_data(), caption
+            plt.close(fig)
 
 
 # --- journals written by real electors -----------------------------------------------------
