@@ -9,7 +9,10 @@ Timing: etcd's leader expires a lease TTL seconds after it last renewed it, chec
 500 ms (so up to half a second later, never earlier), and it renews on a keepalive's arrival.
 ``last_contact`` is therefore the time a keepalive was *sent*, once its reply shows the lease
 still alive (a TTL): never later than the server's renewal. A grant is dated the same way.
-Other requests do not renew a lease and never move ``last_contact``.
+Other requests do not renew a lease and never move ``last_contact``. The lease's requests
+(grant, keepalive, revoke) have a connection of their own: a keepalive never waits behind the
+node operations of a busy driver (1,000 electors starting at once), whose queue could
+otherwise outlast the third of the timeout a keepalive is given.
 
 States: a keepalive that fails (no reply in time, connection refused) -> DISCONNECTED, and the
 loop tries again every tenth of the timeout; the next one answered with a TTL -> RECONNECTED.
@@ -46,6 +49,7 @@ class EtcdSession(Driver):
         self.settings = settings
         self.space = KeySpace(settings.prefix)
         self._gateway = Gateway(settings)
+        self._lease_gateway = Gateway(settings)  # grant, keepalive, revoke: never queued
         self._requested_timeout = settings.options.session_timeout
         self._session_timeout = settings.options.session_timeout
         self._lease = 0  # the current lease's ID; 0: none (not started, or between two)
@@ -63,9 +67,15 @@ class EtcdSession(Driver):
     # --- requests ---------------------------------------------------------------------------
 
     async def _request(
-        self, method: str, body: dict[str, Any], within: float | None = None
+        self,
+        method: str,
+        body: dict[str, Any],
+        within: float | None = None,
+        *,
+        lease: bool = False,
     ) -> dict[str, Any]:
-        """One request to etcd, as the client's faults let it through."""
+        """One request to etcd, as the client's faults let it through (``lease``: one of the
+        lease's own, on its connection)."""
         within = within or self.settings.op_timeout
         if self._task is None or self._crashed:
             raise ConnectionLost("the etcd driver is not started (or closed)")
@@ -77,7 +87,8 @@ class EtcdSession(Driver):
                 await partition.wait()
             if not partition.is_set():
                 raise ConnectionLost(f"no reply from etcd within {within:g} s")
-        return await self._gateway.call(method, body, within)
+        gateway = self._lease_gateway if lease else self._gateway
+        return await gateway.call(method, body, within)
 
     async def _ranges(
         self, requests: list[dict[str, Any]], revision: int = 0, *, own: bool = False
@@ -115,6 +126,7 @@ class EtcdSession(Driver):
         if self._task is not None or self._closing:
             raise RuntimeError("driver already started")
         self._gateway.open()
+        self._lease_gateway.open()
         self._task = BackgroundTask(self._run, name=f"etcd session at {self.settings.where}")
         connect_timeout = self.settings.options.connect_timeout
         last: ConnectionLost | None = None
@@ -136,6 +148,7 @@ class EtcdSession(Driver):
         except BaseException:
             self._task = None
             await self._gateway.aclose()
+            await self._lease_gateway.aclose()
             raise
         self._task.start()
         self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._lease))
@@ -152,12 +165,13 @@ class EtcdSession(Driver):
         if lease and not self._crashed:
             try:  # its ephemeral nodes go with it, at once
                 with anyio.CancelScope(shield=True):
-                    await self._gateway.call(
+                    await self._lease_gateway.call(
                         "lease/revoke", {"ID": str(lease)}, self.settings.op_timeout
                     )
             except DriverError as exc:
                 log.warning("could not revoke the etcd lease %x: %s", lease, exc)
         await self._gateway.aclose()
+        await self._lease_gateway.aclose()
         self._closed()
         if had_session and not self._crashed:
             self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
@@ -185,7 +199,7 @@ class EtcdSession(Driver):
         """Open a session: a new lease (CONNECTED is the caller's to report)."""
         sent = anyio.current_time()
         ttl = max(1, math.ceil(self._requested_timeout))
-        reply = await self._request("lease/grant", {"TTL": ttl})
+        reply = await self._request("lease/grant", {"TTL": ttl}, lease=True)
         lease, granted = int(reply.get("ID") or 0), int(reply.get("TTL") or 0)
         if not lease or granted <= 0:
             raise ConnectionLost(f"etcd granted no lease: {reply.get('error') or reply}")
@@ -222,7 +236,7 @@ class EtcdSession(Driver):
         sent = anyio.current_time()
         try:
             reply = await self._request(
-                "lease/keepalive", {"ID": str(lease)}, self._session_timeout / 3
+                "lease/keepalive", {"ID": str(lease)}, self._session_timeout / 3, lease=True
             )
         except DriverError:
             self._lost_contact()
