@@ -1,0 +1,78 @@
+"""One ``ha`` process holding many elections (one path each) on one etcd driver connection.
+
+Prints ``SETTLED <seconds> RSS <MiB> BASE <MiB>`` as ``peers_zookeeper/ha_many.py`` does: the
+time from starting every elector until each one is active, the resident memory then, and
+before the electors existed; or, if they were not all active within ``--limit`` seconds,
+``UNSETTLED`` and how far they got (an election that failed for good is counted, not raised). ``--profile FILE`` writes a cProfile of the run (asyncio only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+import anyio
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "peers_zookeeper"))
+sys.path.insert(0, os.environ.get("HA_ROOT") or os.path.join(HERE, "..", ".."))
+
+from ha_many import Counter, rss_mib  # noqa: E402
+
+import ha  # noqa: E402
+from ha.errors import ElectionFailed  # noqa: E402
+
+
+async def main(hosts: str, count: int, session_timeout: float, limit: float) -> None:
+    prefix = f"/many-{os.getpid()}"
+    async with ha.connect(f"etcd://{hosts}{prefix}?session_timeout={session_timeout}") as driver:
+        base = rss_mib()
+        counter = Counter(count)
+        electors = [ha.Elector(driver, f"/e{i}", f"p{os.getpid()}") for i in range(count)]
+        failed: list[str] = []
+
+        async def run(elector: ha.Elector) -> None:
+            try:
+                await elector.run(counter)
+            except ElectionFailed as exc:  # counted and reported, not raised
+                failed.append(str(exc))
+
+        started = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            for elector in electors:
+                tg.start_soon(run, elector)
+            with anyio.move_on_after(limit):
+                await counter.all_active.wait()
+            settled = time.monotonic() - started
+            if counter.all_active.is_set():
+                print(f"SETTLED {settled:.3f} RSS {rss_mib():.1f} BASE {base:.1f}", flush=True)
+            else:
+                print(
+                    f"UNSETTLED {counter.active} of {count} active after {settled:.0f} s,"
+                    f" {len(failed)} elections failed ({failed[0] if failed else ''})",
+                    flush=True,
+                )
+            for elector in electors:
+                elector.quit()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--hosts", required=True)
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--session-timeout", type=float, default=2.0)
+    parser.add_argument("--backend", default="asyncio")
+    parser.add_argument("--limit", type=float, default=60.0, help="seconds before giving up")
+    parser.add_argument("--profile", help="write a cProfile of the run to this file")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    run = (main, args.hosts, args.count, args.session_timeout, args.limit)
+    if args.profile:
+        import cProfile
+
+        cProfile.run("anyio.run(*run, backend=args.backend)", args.profile)
+    else:
+        anyio.run(*run, backend=args.backend)
