@@ -255,7 +255,6 @@ def global_options() -> list[click.Option]:
         ),
         click.Option(
             ["--log-format"],
-            "log_format",
             type=click.Choice(LOG_FORMATS),
             expose_value=False,
             callback=_set_log,
@@ -263,7 +262,6 @@ def global_options() -> list[click.Option]:
         ),
         click.Option(
             ["--log-level"],
-            "log_level",
             type=click.Choice(LOG_LEVELS, case_sensitive=False),
             expose_value=False,
             callback=_set_log,
