@@ -17,11 +17,12 @@ from typing import Any, Self
 import anyio
 
 from ...errors import (
+    BadVersion,
     ConfigurationError,
     ConnectionLost,
+    DriverError,
     NodeExists,
     NoNode,
-    NotEmpty,
     SessionExpired,
     TransactionFailed,
 )
@@ -35,9 +36,9 @@ from ..base import (
     SetData,
     Stat,
     parent_of,
-    post_order,
     validate_path,
 )
+from . import subtree
 from .faults import FaultHooks
 from .keys import unb64
 from .mapping import Node, Reads, Snapshot, get, node_of, plan
@@ -156,20 +157,34 @@ class EtcdDriver(FaultHooks):
         if not recursive:
             await self._one(Delete(path, version))
             return
-        # the subtree in one transaction, children first; listed again if it grew meanwhile
-        for _attempt in range(10):
-            below = await post_order(self, path)
-            if not below:
+        for attempt in range(ATTEMPTS):
+            levels = await self._levels(path)
+            node = levels.node
+            if node is None:
                 raise NoNode(path)
-            ops: list[Op] = [*(Delete(p) for p in below[:-1]), Delete(path, version)]
-            try:
-                await self.transaction(ops)
+            if version != -1 and node.version != version:
+                raise BadVersion(path, version, node.version)
+            if levels.deepest - levels.depth > subtree.LEVELS:  # too deep for one transaction
+                await self._operation("kv/txn", subtree.unguarded(self.space, levels))
+                continue
+            reply = await self._operation("kv/txn", subtree.guarded(self.space, levels))
+            if reply.get("succeeded"):
                 return
-            except TransactionFailed as exc:
-                last = exc.index == len(ops) - 1
-                if last and not isinstance(exc.cause, NotEmpty):
-                    raise exc.cause from None
-        raise NotEmpty(path)
+            await anyio.sleep(random.uniform(0, 0.002 * attempt))  # a node came or went: again
+        raise ConnectionLost(f"etcd: the subtree at {path} kept changing ({ATTEMPTS} tries)")
+
+    async def _levels(self, path: str) -> subtree.Levels:
+        """The node at ``path`` and the levels of its subtree, at one revision."""
+        depth = path.count("/") + 1
+        depths = range(depth, depth + subtree.BATCH)
+        revision, replies = await self._ranges(subtree.reads(self.space, path, depths))
+        levels = subtree.Levels.first(path, revision, replies)
+        while not levels.complete and levels.node is not None:
+            depths = range(depths.stop, depths.stop + subtree.BATCH)
+            requests = subtree.reads(self.space, path, depths)[2:]
+            _, replies = await self._ranges(requests, revision)
+            levels = levels.more(replies)
+        return levels
 
     async def _one(self, op: Op) -> str | Stat | None:
         """One op: in one round trip if it can (``single``), else read, decide and write."""
@@ -202,7 +217,16 @@ class EtcdDriver(FaultHooks):
             if not outcome.writes:  # checks only: they held at that revision
                 return outcome.results
             body = {"compare": outcome.compares, "success": outcome.writes}
-            reply = await self._operation("kv/txn", body)
+            try:
+                reply = await self._operation("kv/txn", body)
+            except DriverError as exc:
+                if "too many operations" not in str(exc):
+                    raise
+                raise DriverError(
+                    f"etcd: a transaction of {len(ops)} ops takes {len(outcome.compares)} "
+                    f"compares and {len(outcome.writes)} writes, over the server's limit on "
+                    "one transaction (--max-txn-ops, 128 by default): split it"
+                ) from None
             if reply.get("succeeded"):
                 done = int((reply.get("header") or {}).get("revision") or 0)
                 return [_created_at(result, done) for result in outcome.results]

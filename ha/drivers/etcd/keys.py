@@ -75,8 +75,16 @@ class KeySpace:
 
     def children(self, path: str) -> tuple[bytes, bytes]:
         """The key range of the nodes directly under ``path``."""
-        depth = 1 if path == "/" else path.count("/") + 1
+        return self.level(path, 1 if path == "/" else path.count("/") + 1)
+
+    def level(self, path: str, depth: int) -> tuple[bytes, bytes]:
+        """The key range of the nodes under ``path`` (at any distance) whose depth is ``depth``."""
         start = b"%s%03d%s/" % (self.start, depth, path.rstrip("/").encode())
+        return start, prefix_end(start)
+
+    def incarnations_below(self, path: str) -> tuple[bytes, bytes]:
+        """The key range of the incarnation records of every node under ``path``."""
+        start = self.incarnation(path.rstrip("/") + "/")
         return start, prefix_end(start)
 
     def path_of(self, key: bytes) -> tuple[str, str] | None:

@@ -86,8 +86,11 @@ def put(key: bytes, value: bytes, lease: int = 0) -> dict[str, Any]:
     return {"request_put": request}
 
 
-def remove(key: bytes) -> dict[str, Any]:
-    return {"request_delete_range": {"key": b64(key)}}
+def remove(key: bytes, end: bytes | None = None) -> dict[str, Any]:
+    request = {"key": b64(key)}
+    if end is not None:
+        request["range_end"] = b64(end)
+    return {"request_delete_range": request}
 
 
 def compare(key: bytes, target: str, result: str, value: int, end: bytes | None = None) -> Any:
@@ -276,14 +279,22 @@ class _Run:
         return op.path
 
     def compares(self) -> list[dict[str, Any]]:
-        """Every key read pinned as it was, and no child born since under a deleted node."""
+        """Every key read pinned as it was, and no child born since under a deleted node.
+
+        An incarnation record is written only by a transaction that writes its node's key
+        too, and expires with the node's lease: the node's pin holds its record still, so a
+        node costs one compare, not two (etcd's limit counts compares)."""
+        pinned = [*self.snap.kvs.items(), *((key, None) for key in self.assumed)]
+        keys = {key for key, _ in pinned}
         rules = []
-        for key, kv in self.snap.kvs.items():
+        for key, kv in pinned:
+            where = self.space.path_of(key)
+            if where and where[0] == "incarnation" and self.space.node(where[1]) in keys:
+                continue
             if kv is None:
                 rules.append(compare(key, "CREATE", "EQUAL", 0))
             else:
                 rules.append(compare(key, "MOD", "EQUAL", kv_int(kv, "mod_revision")))
-        rules += [compare(key, "CREATE", "EQUAL", 0) for key in self.assumed]
         for path in self.snap.children:
             if path in self.paths and self.paths[path].now is None:
                 start, end = self.space.children(path)
