@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import sys
 import urllib.error
 import urllib.request
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.helpers import Supervisors, ha, popen_ha, wait_until
+from tests.cli.helpers import Supervisors, ha, one_error_line, popen_ha, wait_until
 from tests.ops.test_metrics import parse, total, value
 from tests.support.backends.zookeeper import ZooKeeperBackend, zookeeper_backend, zookeeper_server
 
@@ -89,9 +90,23 @@ def handover(hosts: Hosts) -> None:
     assert leader_b["epoch"] > leader["epoch"]
 
 
-def test_run_http_on_sqlite(tmp_path: Path) -> None:
-    with Hosts(tmp_path) as hosts:
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_run_http_on_sqlite(tmp_path: Path, async_backend: str) -> None:
+    with Hosts(tmp_path, HA_ASYNC_BACKEND=async_backend) as hosts:
         handover(hosts)
+
+
+def test_run_http_errors_are_one_line(tmp_path: Path) -> None:
+    env = Supervisors(tmp_path).env
+    line = one_error_line(ha("run", "/svc", "--id", "a", "--http", "8008", "--", *SLEEP, env=env))
+    assert line == "ha: error: --http '8008': give HOST:PORT, e.g. 127.0.0.1:8008"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        address = f"127.0.0.1:{port}"
+        result = ha("run", "/svc", "--id", "a", "--http", address, "--", *SLEEP, env=env)
+    assert one_error_line(result).startswith(f"ha: error: cannot serve http on {address}: ")
 
 
 @pytest.mark.zookeeper
