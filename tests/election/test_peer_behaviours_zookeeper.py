@@ -10,9 +10,12 @@ timing. Behaviours 1 and 2, on every backend, are in ``test_peer_behaviours.py``
 
 from __future__ import annotations
 
+import shutil
+import sys
 import threading
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -165,3 +168,95 @@ async def test_the_active_closes_while_the_server_is_down_a_new_leader_follows(
         await wait_for(lambda: b.state is ha.State.ACTIVE, within=30)
         b.quit()
     check_history(history)
+
+
+# --- 3. an ensemble replaced by a new one -------------------------------------------------------
+
+
+async def test_an_ensemble_replaced_by_a_new_one_elects_a_leader(
+    zookeeper_server_factory: Callable[[], ZooKeeperServer],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The server's data is wiped and it starts again: its zxid starts again too, and it
+    refuses clients that have seen a later one ("client has seen zxid ... our last zxid
+    is ..."). Each driver says so in one line, starts a fresh session, and one leader is
+    elected on the new ensemble (Curator recovers)."""
+    server = zookeeper_server_factory()
+    history = History()
+    drivers = [ZooKeeperDriver(server.hosts, session_timeout=SESSION) for _ in "ab"]
+    electors = [
+        ha.Elector(d, "/svc", name, timing=FAST) for d, name in zip(drivers, "ab", strict=True)
+    ]
+    for elector in electors:
+        elector.add_listener(history.transition)
+    async with anyio.create_task_group() as tg:
+        for driver, elector, name in zip(drivers, electors, "ab", strict=True):
+
+            async def run(driver: ZooKeeperDriver, elector: ha.Elector, name: str) -> None:
+                async with driver:
+                    await elector.run(Recorder(name, history))
+
+            tg.start_soon(run, driver, elector, name)
+        await wait_for(lambda: sorted(e.state.value for e in electors) == ["active", "standby"])
+        old = [d.session_id for d in drivers]
+        # enough writes that the clients have seen a zxid the new server will not reach soon
+        async with ZooKeeperDriver(server.hosts) as probe:
+            for i in range(20):
+                await probe.create(f"/filler-{i}", b"x")
+        await anyio.to_thread.run_sync(server.stop)
+        # both stop and wait (the active on its local deadline); a new ensemble is a new
+        # history: its tokens (creation orders) start again, as everything it held did
+        await wait_for(lambda: all(e.state is ha.State.NEUTRAL for e in electors))
+        before, after = History(), History()
+        before.events, after.events = list(history.events), []
+        history.events = after.events
+        await anyio.to_thread.run_sync(wipe, server)
+        await anyio.to_thread.run_sync(server.start)
+        await anyio.to_thread.run_sync(server.wait_serving)
+        await wait_for(
+            lambda: (
+                sorted(e.state.value for e in electors) == ["active", "standby"]
+                and all(d.session_id not in (None, *old) for d in drivers)
+            ),
+            within=60,
+        )
+        said = [r for r in caplog.records if "has seen" in r.getMessage()]
+        assert said and all(r.levelname == "ERROR" for r in said)
+        for elector in electors:
+            elector.quit()
+    check_history(before)
+    check_history(after)
+    assert [e for e in after.events if e.kind == "start"]  # the new ensemble's leader's
+
+
+def wipe(server: ZooKeeperServer) -> None:
+    shutil.rmtree(server.data_dir)
+    server.data_dir.mkdir()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # a command: runs its own loop
+def test_ha_run_says_so_and_leads_again_on_a_replaced_ensemble(
+    zookeeper_server_factory: Callable[[], ZooKeeperServer], tmp_path: Path, anyio_backend: str
+) -> None:
+    """``ha run`` prints the one line, and its COMMAND runs again on the new ensemble."""
+    from tests.cli.helpers import ha_env, popen_ha, stop_procs, wait_until
+
+    server = zookeeper_server_factory()
+    env = ha_env(tmp_path, HA_URL=f"zk://{server.hosts}?session_timeout=1")
+    starts = tmp_path / "starts"
+    command = [sys.executable, "-c", f"open({str(starts)!r}, 'a').write('x'); "
+               "import time; time.sleep(600)"]  # fmt: skip
+    log = tmp_path / "run.log"
+    proc = popen_ha("run", "/svc", "--id", "a", "--", *command, env=env, log=log)
+    try:
+        wait_until(lambda: starts.exists() and starts.read_text() == "x", "COMMAND to start")
+        server.stop()
+        wipe(server)
+        server.start()
+        server.wait_serving()
+        wait_until(lambda: starts.read_text() == "xx", "COMMAND to start again", within=60)
+        said = [line for line in log.read_text().splitlines() if "has seen" in line]
+        assert len(said) == 1, log.read_text()
+        assert "refuses this client" in said[0] and "fresh session" in said[0]
+    finally:
+        stop_procs([proc])

@@ -13,7 +13,9 @@ apart from the event loop in both directions:
 
 States: kazoo's CONNECTED with a new session id -> CONNECTED, SUSPENDED -> DISCONNECTED,
 CONNECTED with the same id -> RECONNECTED, LOST -> EXPIRED; kazoo then opens a new session on
-its own (CONNECTED with the new id).
+its own (CONNECTED with the new id). A client refused by every server for a session timeout
+after its last contact (an ensemble replaced, its zxid started again) is replaced by a fresh
+one, said in one error line: EXPIRED, then CONNECTED with the new session (``_refused``).
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class KazooSession(ContactDating):
         self._clock_offset = 0.0  # anyio.current_time() - time.monotonic(), taken on the loop
         self._connect_sent: float | None = None  # time.monotonic(); kazoo's connection thread
         self._first_session = anyio.Event()
+        self._refused_since: float | None = None  # refused at every attempt since (_refused)
         # test hooks (faults.py): injected errors and a gate on requests
         self._injected = Injected()
 
@@ -180,25 +183,7 @@ class KazooSession(ContactDating):
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.1, max_delay=1.0)
-        self._client = KazooClient(
-            hosts=self.hosts,
-            handler=InlineHandler(),
-            timeout=self._requested_timeout,
-            auth_data=[("digest", opts.auth)] if opts.auth else None,
-            randomize_hosts=opts.randomize_hosts,
-            connection_retry=retry,
-            logger=_SessionLog(self._granted),
-            use_ssl=opts.use_ssl,
-            certfile=opts.certfile,
-            keyfile=opts.keyfile,
-            keyfile_password=opts.keyfile_password,
-            ca=opts.ca,
-            verify_certs=opts.verify_certs,
-            check_hostname=opts.check_hostname,
-        )
-        self._client.add_listener(self._kazoo_state)
-        self._date_connects(self._client)
+        self._client = self._new_client()
         self._clock_offset = loop_minus_monotonic()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -224,6 +209,30 @@ class KazooSession(ContactDating):
         except BaseException:
             await self._shutdown(emit=False)
             raise
+
+    def _new_client(self) -> Any:
+        """A kazoo client of our own, with no session and no transaction seen yet."""
+        opts = self.options
+        retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.1, max_delay=1.0)
+        client = KazooClient(
+            hosts=self.hosts,
+            handler=InlineHandler(),
+            timeout=self._requested_timeout,
+            auth_data=[("digest", opts.auth)] if opts.auth else None,
+            randomize_hosts=opts.randomize_hosts,
+            connection_retry=retry,
+            logger=_SessionLog(self._granted),
+            use_ssl=opts.use_ssl,
+            certfile=opts.certfile,
+            keyfile=opts.keyfile,
+            keyfile_password=opts.keyfile_password,
+            ca=opts.ca,
+            verify_certs=opts.verify_certs,
+            check_hostname=opts.check_hostname,
+        )
+        client.add_listener(self._kazoo_state)
+        self._date_connects(client)
+        return client
 
     async def _check_chroot(self) -> None:
         if not self.chroot:
@@ -308,9 +317,75 @@ class KazooSession(ContactDating):
         @functools.wraps(connect)
         def dated_connect(*args: Any, **kwargs: Any) -> Any:
             self._connect_sent = time.monotonic()
-            return connect(*args, **kwargs)
+            try:
+                return connect(*args, **kwargs)
+            except kx.ConnectionDropped:
+                if getattr(handler, "_socket", None) is not None:
+                    # the server took the connection and closed it without answering the
+                    # session request: it refuses this client (see _refused)
+                    self._post(functools.partial(self._refused, client))
+                raise
 
         handler._connect = dated_connect
+
+    def _refused(self, client: Any) -> None:
+        """A server closed our connection without answering the session request.
+
+        A server refuses a client that has seen a later transaction (zxid) than its own: the
+        ensemble was replaced, or its data wiped, and its zxid started again. kazoo keeps the
+        zxid it has seen for the life of the client, so it would be refused forever, new
+        session or not. Once no server has heard from us for a whole session timeout, our
+        session is over anyway (the timing assumption of ``drivers/base.py``), so a fresh
+        kazoo client, and a fresh session, loses nothing (Curator does the same: a new
+        ZooKeeper handle once the session timeout has passed without a connection). Refusals
+        for less than a session timeout (a server that is starting, or joining its quorum,
+        closes connections too) are waited out.
+        """
+        if client is not self._client or self._closing or self._connected or self._tg is None:
+            return
+        if not client.last_zxid:  # a client that has seen nothing is refused for other reasons
+            return
+        now = anyio.current_time()
+        if self._refused_since is None:
+            self._refused_since = now
+        if min(now - self._last_contact, now - self._refused_since) <= self._session_timeout:
+            return
+        self._refused_since = None
+        log.error(
+            "ZooKeeper at %s refuses this client: it has seen a later transaction (zxid) than"
+            " the servers have, so the ensemble was replaced or its data wiped; starting a"
+            " fresh session",
+            self.hosts,
+        )
+        fresh = self._new_client()
+        self._client = fresh
+        client.remove_listener(self._kazoo_state)
+        old, self._session_id = self._session_id, None
+        self._watches_down()
+        if old is not None:
+            self._emit(ConnectionEvent(ConnectionState.EXPIRED, old))
+        self._tg.start_soon(self._swap_clients, client, fresh)
+
+    async def _swap_clients(self, old: Any, fresh: Any) -> None:
+        def swap() -> None:
+            try:
+                old.stop()  # not connected: no goodbye to send, its threads end
+            finally:
+                old.close()
+            if not self._closing:
+                fresh.start_async()
+
+        def stop_fresh() -> None:
+            fresh.stop()
+            fresh.close()
+
+        try:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(swap)
+                if self._closing:  # closed meanwhile: its stop may have come before our start
+                    await anyio.to_thread.run_sync(stop_fresh)
+        except Exception:
+            log.warning("replacing the kazoo client failed", exc_info=True)
 
     def _kazoo_state(self, state: str) -> None:  # kazoo's connection thread: must not block
         client = self._client
@@ -340,6 +415,7 @@ class KazooSession(ContactDating):
                     )
                 self._session_timeout = granted
             self._connected = True
+            self._refused_since = None
             # the server answered a connect request sent at ``contact`` (dated on kazoo's
             # thread, not now: the loop may have been stalled since), having had the leader
             # revalidate or create the session; it is later than every earlier answer
