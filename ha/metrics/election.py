@@ -1,24 +1,26 @@
 """An elector's metrics: its state, epoch, transitions, takeovers, fences and last contact.
 
-``ElectorMetrics.watch(elector)`` reads what the elector already keeps (its public state, its
-lease, its refused fences, its driver's last contact) at scrape time, and counts each
-transition from its listener (``Elector.add_listener``, called synchronously by the elector's
-reporting: no task, no I/O). Labels: ``election`` (the path) and ``identity``.
+``contender = ElectorMetrics(registry).watch(elector, contender)`` before ``elector.run``:
+what the elector already keeps (its public state, its lease, its refused fences, its driver's
+last contact) is read at scrape time, and each transition is counted by a listener
+(``Elector.add_listener``, called synchronously by the elector's reporting: no task, no I/O).
+Labels: ``election`` (the path) and ``identity``.
 
 Takeover latency (``ha_elector_takeover_seconds``) is measured by the contender that takes
 over, on its own clock: from the moment its driver told it that the previous leader's node or
-breadcrumb was gone to its report of ACTIVE. ``kind="failover"``: the successor fenced someone
-on the way (a crash or an expired session left the old leader's breadcrumb);
+breadcrumb was gone to its report of ACTIVE. ``kind="failover"``: on the way, the elector
+fenced an old leader's breadcrumb (a crash or an expired session left it behind);
 ``kind="handover"``: it fenced nobody (a graceful exit deleted the breadcrumb with the node:
-``quit``, ``ha failover``, SIGTERM of ``ha run``). Whatever else the elector did in between (listing the queue, fencing, the
-fence command) is inside the figure; the detection delay (the session timeout after a crash)
-is not, since only the backend knows when the old leader died.
+``quit``, ``ha failover``, SIGTERM of ``ha run``). What the elector did in between (listing
+the queue, the fence command) is inside the figure; the detection delay (the session timeout
+after a crash) is not, since only the backend knows when the old leader died.
 
 A transition's cause is a label with its variable parts taken out ("behind 'host-a'" becomes
 "behind", "no answer in 3s" becomes "no answer in Ns"), so the label set stays small.
 
-Fence attempts and refusals are counted by wrapping the contender (``watch`` returns the
-wrapper): the elector calls the wrapper's ``fence_old_active``, which counts and delegates.
+Fences are counted by the wrapper ``watch`` returns: the elector calls its
+``fence_old_active`` for each old breadcrumb, which counts, then calls the contender's own
+hook if it has one (without one the step succeeds at once, as the elector's would).
 """
 
 from __future__ import annotations
