@@ -45,12 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.history < 1:
         parser.error("--history must be at least 1")
-    store = Store(args.state_file, history=args.history)
+    try:
+        store = Store(args.state_file, history=args.history)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
+        print(f"cannot use the state file {args.state_file}: {error}", file=sys.stderr)
+        return 1
     settings = WatchSettings(args.min_request_timeout, args.bookmark_interval, args.fresh_wait)
     try:
         server = FakeApiServer((args.host, args.port), store, settings, verbose=args.verbose)
-    except OSError as error:
-        print(f"cannot listen on {args.host}:{args.port}: {error.strerror}", file=sys.stderr)
+    except (OSError, OverflowError) as error:
+        reason = getattr(error, "strerror", None) or error
+        print(f"cannot listen on {args.host}:{args.port}: {reason}", file=sys.stderr)
         return 1
     port = server.server_address[1]
     if args.port_file is not None:

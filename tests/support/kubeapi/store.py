@@ -148,6 +148,8 @@ class Store:
                 try:
                     record = json.loads(line)
                 except ValueError:  # a line cut short by a kill: its write was never answered
+                    if number == 0:
+                        raise ValueError("its first line is not a snapshot") from None
                     continue
                 if number == 0:
                     self.rv = int(record["resourceVersion"])
