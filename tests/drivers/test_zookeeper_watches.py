@@ -1,0 +1,45 @@
+"""The ZooKeeper driver's re-armed watches: what a one-shot watch leaves between its firing and
+its re-arming read is still reported (issue 16, behaviour 5). Real server, asyncio and trio."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from kazoo.client import KazooClient
+
+from ha.drivers.base import NodeEvent, NodeEventKind
+from tests.support.backends.zookeeper import ZooKeeperBackend
+
+pytestmark = [pytest.mark.anyio, pytest.mark.zookeeper, pytest.mark.timeout(60)]
+
+
+async def test_a_node_created_and_deleted_at_once_is_reported(
+    zookeeper_backend: ZooKeeperBackend,
+) -> None:
+    """Another client creates the node and deletes it right away: the subscriber, whose watch
+    fired on the creation and whose re-arming read finds nothing, hears of both."""
+    events: list[NodeEventKind] = []
+    async with zookeeper_backend.driver() as driver:
+        path = "/flicker"
+        sub = driver.subscribe(
+            path, lambda e: events.append(e.kind) if isinstance(e, NodeEvent) else None
+        )
+        other = KazooClient(hosts=zookeeper_backend.hosts)
+        await anyio.to_thread.run_sync(other.start)
+        try:
+            full = zookeeper_backend.chroot + path
+            for i in range(5):
+                # a request of ours goes after the watch's re-arming read, on the same ordered
+                # connection: once answered, the watch is set on the server
+                await driver.exists(path)
+                # both requests go out together: the delete lands before the re-arming read
+                other.create_async(full, b"x")
+                await anyio.to_thread.run_sync(other.delete_async(full).get)
+                with anyio.fail_after(10):
+                    while len(events) < 2 * (i + 1):  # noqa: ASYNC110
+                        await anyio.sleep(0.01)
+            assert events == [NodeEventKind.CREATED, NodeEventKind.DELETED] * 5
+        finally:
+            sub.close()
+            await anyio.to_thread.run_sync(other.stop)
+            other.close()
