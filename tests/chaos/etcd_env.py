@@ -98,7 +98,11 @@ class EtcdEnv:
         if not up:
             return None
         leader = await anyio.to_thread.run_sync(self._leader)
-        member = leader if leader in up and fault.pick < 0.6 else int(choose(fault.pick, up))  # type: ignore[call-overload]
+        if leader in up and fault.pick < 0.6:
+            member = leader
+        else:  # the draw spread again over every member up
+            draw = (fault.pick - 0.6) / 0.4 if fault.pick >= 0.6 else fault.pick / 0.6
+            member = int(choose(draw, up))  # type: ignore[call-overload]
         role = "leader" if member == leader else "member"
         if fault.kind == "member_pause":
             servers[member].pause()
