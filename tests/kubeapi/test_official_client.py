@@ -82,3 +82,26 @@ def test_leader_election_with_a_lease_lock(kube_api: FakeKubeApi, kube_namespace
             lock.update = lambda *args: False
         thread_a.join(timeout=10)
         thread_b.join(timeout=10)
+
+
+@pytest.mark.usefixtures("default_client")
+def test_watch_and_conflicts_through_the_official_client(
+    kube_api: FakeKubeApi, kube_namespace: str
+) -> None:
+    # CoordinationV1Api: CoreV1Api takes seconds to import, for the same proof
+    api = kubernetes.client.CoordinationV1Api()
+    spec = kubernetes.client.V1LeaseSpec(holder_identity="a", lease_duration_seconds=2)
+    body = kubernetes.client.V1Lease(metadata={"name": "l"}, spec=spec)
+    created = api.create_namespaced_lease(kube_namespace, body)
+    created.spec.holder_identity = "b"
+    replaced = api.replace_namespaced_lease("l", kube_namespace, created)
+    assert int(replaced.metadata.resource_version) > int(created.metadata.resource_version)
+    with pytest.raises(kubernetes.client.ApiException) as conflict:
+        api.replace_namespaced_lease("l", kube_namespace, created)  # the stale version
+    assert conflict.value.status == 409
+    watch = kubernetes.watch.Watch()
+    events = [
+        (event["type"], event["object"].metadata.name, event["object"].spec.holder_identity)
+        for event in watch.stream(api.list_namespaced_lease, kube_namespace, timeout_seconds=1)
+    ]
+    assert events == [("ADDED", "l", "b")]  # then the server ended the watch
