@@ -30,7 +30,7 @@ FAULTS = 5  # faults per round
 LENGTHS = (0.3, 0.7, 1.5)  # a fault's length in session timeouts: within the lease, or past it
 # twice as long: a cut follower serves its clients until syncLimit (5 s) runs out, a cut-off
 # client's session must have time to expire and the others to take over
-LONGER = ("follower_cut", "leader_isolated", "link_pause")
+LONGER = ("follower_cut", "leader_isolated", "link_pause", "member_cut")
 
 KINDS: dict[str, dict[str, int]] = {
     "memory": {
@@ -75,6 +75,7 @@ KINDS: dict[str, dict[str, int]] = {
         "format": 1,
         "member_kill": 2,
         "member_pause": 2,
+        "member_cut": 2,
         "link_pause": 2,
         "link_drop": 1,
         "expire": 1,

@@ -6,6 +6,8 @@ Every contender process reaches the three members through links of its own in a 
 - ``member_kill``: SIGKILL a member (the raft leader most of the time), start it again later on
   its data (its leases are renewed to their full TTL, etcd's rule after a restart);
 - ``member_pause``: SIGSTOP a member (the leader most of the time), SIGCONT later;
+- ``member_cut``: a member (the leader most of the time) is heard by its peers no more, while
+  it still hears them (its peer link paused: ``EtcdCluster``'s ``proxy``);
 - ``link_pause``: a contender's links go silent both ways (a partition: its requests get no reply);
 - ``link_drop``: a contender's connections close (a disconnect: it reconnects at once);
 - ``expire``: the acting contender's lease is revoked (what etcd does when a lease runs out).
@@ -35,18 +37,19 @@ MEMBERS = (0, 1, 2)
 
 class EtcdEnv:
     kind = "etcd"
-    kinds = ("member_kill", "member_pause", "link_pause", "link_drop", "expire")
+    kinds = ("member_kill", "member_pause", "member_cut", "link_pause", "link_drop", "expire")
     live_within = 8.0  # a new raft leader (500 ms timers), a session, backoff: on 2 busy cores
 
     def __init__(self, workdir: Path) -> None:
         from tests.support.backends.etcd import EtcdCluster
         from tests.support.faultproxy import FaultProxy
 
-        self.cluster = EtcdCluster()
-        self.cluster.start_all()
         self.proxy = FaultProxy()
+        self.cluster = EtcdCluster(proxy=self.proxy)  # peer links through the proxy too
+        self.cluster.start_all()
         self.links: dict[str, list[Any]] = {}
         self.paused: set[int] = set()
+        self.cut: set[int] = set()  # members whose peer link is paused
         self.ids: dict[int, str] = {}  # member index -> etcd's member id
         self.prefix = ""
         self._starting = anyio.Lock()
@@ -69,7 +72,7 @@ class EtcdEnv:
 
     async def apply(self, fault: Fault, fleet: Fleet, tg: anyio.abc.TaskGroup) -> str | None:
         length = fault.length * SESSION
-        if fault.kind in ("member_kill", "member_pause"):
+        if fault.kind in ("member_kill", "member_pause", "member_cut"):
             return await self._member(fault, length, tg)
         if fault.kind == "expire":
             return await self._expire(fleet)
@@ -104,6 +107,18 @@ class EtcdEnv:
             draw = (fault.pick - 0.6) / 0.4 if fault.pick >= 0.6 else fault.pick / 0.6
             member = int(choose(draw, up))  # type: ignore[call-overload]
         role = "leader" if member == leader else "member"
+        if fault.kind == "member_cut":
+            link = self.cluster.peer_links[member]
+            link.pause()
+            self.cut.add(member)
+
+            async def mend() -> None:
+                await anyio.sleep(length)
+                link.accept()
+                self.cut.discard(member)
+
+            tg.start_soon(mend)
+            return f"cut etcd {role} {member + 1} off its peers {length:.2f}s"
         if fault.kind == "member_pause":
             servers[member].pause()
             self.paused.add(member)
@@ -183,9 +198,10 @@ class EtcdEnv:
                     await anyio.to_thread.run_sync(server.start)
 
     async def heal(self) -> None:
-        for links in self.links.values():
+        for links in [*self.links.values(), self.cluster.peer_links]:
             for link in links:
                 link.accept()
+        self.cut.clear()
         for member in MEMBERS:
             self._resume(member)
             await self._start(member)
@@ -196,7 +212,13 @@ class EtcdEnv:
     async def describe(self) -> str:
         leader = await anyio.to_thread.run_sync(self._leader)
         states = [
-            "down" if not s.running else "paused" if i in self.paused else "up"
+            "down"
+            if not s.running
+            else "paused"
+            if i in self.paused
+            else "cut"
+            if i in self.cut
+            else "up"
             for i, s in enumerate(self.cluster.servers)
         ]
         return "etcd members " + ", ".join(

@@ -85,7 +85,8 @@ class EtcdServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.log = self.directory / "etcd.log"
         self.name = f"m{self.port}"
-        self.peer = f"http://127.0.0.1:{self.peer_port}"
+        self.peer = f"http://127.0.0.1:{self.peer_port}"  # where it listens for its peers
+        self.advertised = self.peer  # where its peers reach it (a proxy link, if cut at will)
         self.initial_cluster = f"{self.name}={self.peer}"  # a cluster's members set it
         self.timers = timers  # heartbeat interval and election timeout, in ms
         self.certs: Path | None = None  # from make_certs: clients then need TLS and a cert
@@ -102,6 +103,7 @@ class EtcdServer:
         if self.running:
             return
         client, peer = f"{'https' if self.certs else 'http'}://{self.hosts}", self.peer
+        advertised = self.advertised
         heartbeat, election = self.timers
         tls = []
         if self.certs is not None:
@@ -115,7 +117,7 @@ class EtcdServer:
             *tls,
             *("--name", self.name, "--data-dir", str(self.directory / "data")),
             *("--listen-client-urls", client, "--advertise-client-urls", client),
-            *("--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer),
+            *("--listen-peer-urls", peer, "--initial-advertise-peer-urls", advertised),
             *("--initial-cluster", self.initial_cluster, "--initial-cluster-state", "new"),
             *("--listen-metrics-urls", f"http://127.0.0.1:{self.metrics_port}"),
             *("--heartbeat-interval", str(heartbeat), "--election-timeout", str(election)),
@@ -270,11 +272,23 @@ _prefixes = itertools.count()
 class EtcdCluster:
     """Three members of one etcd cluster, for member-loss tests: ``stop(i)`` kills member
     ``i``, ``start(i)`` brings it back. Timers 50/500 ms (10 ms heartbeats make a loaded
-    2-core machine call spurious elections), so leases of 1 s are still granted."""
+    2-core machine call spurious elections), so leases of 1 s are still granted.
 
-    def __init__(self, size: int = 3) -> None:
+    ``proxy`` (a ``tests.support.faultproxy.FaultProxy``): every member's peers reach it through
+    a link of its own (``peer_links[i]``). Pausing that link stalls the connections the others
+    opened to it, on which etcd's streams carry what it says to them: it is heard no more,
+    while it still hears them on the connections it opened itself (an asymmetric partition).
+    """
+
+    def __init__(self, size: int = 3, proxy: Any = None) -> None:
         self.servers = [EtcdServer(timers=(50, 500)) for _ in range(size)]
-        initial = ",".join(f"{s.name}={s.peer}" for s in self.servers)
+        self.peer_links: list[Any] = []
+        if proxy is not None:
+            for server in self.servers:
+                link = proxy.link(("127.0.0.1", server.peer_port))
+                server.advertised = f"http://{link.hosts}"
+                self.peer_links.append(link)
+        initial = ",".join(f"{s.name}={s.advertised}" for s in self.servers)
         for server in self.servers:
             server.initial_cluster = initial
 
