@@ -19,9 +19,10 @@ pytest_plugins = [
     "tests.support.backends.zookeeper",
     "tests.support.backends.etcd",
     "tests.support.kubeapi.fixtures",
+    "tests.support.backends.kubernetes",
 ]
 
-BACKENDS = ["memory", "sqlite", "zookeeper", "etcd"]
+BACKENDS = ["memory", "sqlite", "zookeeper", "etcd", "kubernetes"]
 
 
 @pytest.fixture(scope="session", params=["asyncio", "trio"])

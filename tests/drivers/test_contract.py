@@ -60,7 +60,7 @@ S = ConnectionState
 CREATED, CHANGED, DELETED = NodeEventKind.CREATED, NodeEventKind.CHANGED, NodeEventKind.DELETED
 WAIT = 15.0  # seconds an awaited event may take before the test fails (a hang guard)
 # session timeouts short enough for expiry tests (ZooKeeper's client needs a little more)
-SHORT = {"memory": 0.3, "sqlite": 0.4, "zookeeper": 1.0, "etcd": 1.0}
+SHORT = {"memory": 0.3, "sqlite": 0.4, "zookeeper": 1.0, "etcd": 1.0, "kubernetes": 1.0}
 
 
 # --- helpers ------------------------------------------------------------------------------------

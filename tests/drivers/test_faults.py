@@ -30,6 +30,7 @@ SUPPORTED = {
     "sqlite": {"crash", "expire", "freeze", "thaw", "fail_next"},
     "zookeeper": {"crash", "expire", "disconnect", "reconnect", "freeze", "thaw", "fail_next"},
     "etcd": set(ALL) | {"fail_next"},
+    "kubernetes": set(ALL) | {"fail_next"},
 }
 
 

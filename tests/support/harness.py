@@ -406,7 +406,7 @@ async def cluster(net: Net | None = None) -> AsyncIterator[Cluster]:
     check_history(c.history)
 
 
-NETS = ("memory", "sqlite", "etcd")
+NETS = ("memory", "sqlite", "etcd", "kubernetes")
 
 
 @pytest.fixture(params=NETS)
@@ -417,6 +417,10 @@ def net(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Net]:
         from tests.support.backends.etcd import EtcdNet
 
         made = EtcdNet(request.getfixturevalue("etcd_server"))
+    elif request.param == "kubernetes":  # a FAKE API server (tests/support/kubeapi)
+        from tests.support.backends.kubernetes import KubernetesNet
+
+        made = KubernetesNet(request.getfixturevalue("kube_api"), tmp_path)
     else:
         made = MemoryNet() if request.param == "memory" else SqliteNet(tmp_path)
     yield made

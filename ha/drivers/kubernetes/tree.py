@@ -32,6 +32,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from ...errors import (
@@ -63,7 +64,9 @@ FORMAT = 1
 LIMIT = 1024 * 1024  # data + binaryData of one ConfigMap, as the API server counts it
 MAX_KEY = 253
 MANAGED = {"app.kubernetes.io/managed-by": "ha"}
-_PLAIN = re.compile(rb"[A-Za-z0-9-]")
+_SPECIAL = re.compile(rb"[^A-Za-z0-9-]")  # escaped in keys
+_KEY = re.compile(r"n(?:\.(?:[A-Za-z0-9-]|_[0-9a-f]{2})+)+")  # a node's key: n.SEGMENT...
+_ESCAPED = re.compile(rb"\.|_[0-9a-f]{2}")
 
 
 class TooLarge(DriverError):
@@ -73,18 +76,10 @@ class TooLarge(DriverError):
 # --- keys -----------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1 << 16)
 def key_of(path: str) -> str:
     """The ConfigMap key of the node at ``path`` (not the root, which is not stored)."""
-    out = ["n"]
-    for byte in path.encode():
-        char = bytes([byte])
-        if char == b"/":
-            out.append(".")
-        elif _PLAIN.fullmatch(char):
-            out.append(char.decode())
-        else:
-            out.append(f"_{byte:02x}")
-    key = "".join(out)
+    key = "n" + _SPECIAL.sub(_escape, path.encode()).decode("ascii")
     if len(key) > MAX_KEY:
         raise ConfigurationError(
             f"node path too long for a ConfigMap key ({len(key)} > {MAX_KEY}): {path[:60]}..."
@@ -92,28 +87,25 @@ def key_of(path: str) -> str:
     return key
 
 
+@lru_cache(maxsize=1 << 16)
 def path_of(key: str) -> str | None:
     """The path a key names, or None if it is not one of ours."""
-    if not key.startswith("n."):
+    if not _KEY.fullmatch(key):
         return None
-    raw, index = bytearray(), 1
-    while index < len(key):
-        char = key[index]
-        if char == ".":
-            raw += b"/"
-        elif char == "_":
-            try:
-                raw.append(int(key[index + 1 : index + 3], 16))
-            except ValueError:
-                return None
-            index += 2
-        else:
-            raw += char.encode()
-        index += 1
     try:
-        return raw.decode()
+        return _ESCAPED.sub(_unescape, key[1:].encode()).decode()
     except UnicodeDecodeError:
         return None
+
+
+def _escape(match: re.Match[bytes]) -> bytes:
+    char = match.group()
+    return b"." if char == b"/" else b"_%02x" % char[0]
+
+
+def _unescape(match: re.Match[bytes]) -> bytes:
+    text = match.group()
+    return b"/" if text == b"." else bytes([int(text[1:], 16)])
 
 
 # --- nodes ----------------------------------------------------------------------------------
@@ -155,6 +147,7 @@ class Tree:
     txn: int = 0  # the last writing transaction's number
     seq: int = 0  # the last sequential suffix given
     version: str = ""  # the ConfigMap's resourceVersion ("": not read from the server)
+    touched: list[str] = field(default_factory=list)  # by the last write, in op order
 
     def node(self, path: str) -> Entry | None:
         if path == "/":
@@ -188,11 +181,13 @@ class Tree:
             "format": FORMAT,
             "txn": self.txn,
             "seq": self.seq,
+            "last": self.touched,
             "sessions": [f"{s:x}" for s in sorted(self.sessions)],
         }
         data = {"meta": json.dumps(meta, separators=(",", ":"))}
-        raw = {key_of(p): e.encode() for p, e in self.nodes.items()}
-        size = sum(len(k) + len(v) for k, v in raw.items()) + len("meta") + len(data["meta"])
+        values = {key_of(p): _value_of(e) for p, e in self.nodes.items()}
+        size = sum(len(k) + _raw_size(v) for k, v in values.items())
+        size += len("meta") + len(data["meta"])
         if size > LIMIT:
             raise TooLarge(
                 f"the ha tree would hold {size} bytes, over the 1 MiB a Kubernetes ConfigMap"
@@ -210,7 +205,7 @@ class Tree:
             "kind": "ConfigMap",
             "metadata": metadata,
             "data": data,
-            "binaryData": {k: base64.b64encode(v).decode("ascii") for k, v in raw.items()},
+            "binaryData": values,
         }
 
     @classmethod
@@ -226,6 +221,7 @@ class Tree:
             tree = cls(
                 txn=int(meta["txn"]),
                 seq=int(meta["seq"]),
+                touched=[str(p) for p in meta.get("last") or []],
                 sessions={int(s, 16) for s in meta["sessions"]},
                 version=str(metadata.get("resourceVersion") or ""),
             )
@@ -237,8 +233,30 @@ class Tree:
             path = path_of(key)
             if path is None:
                 raise CorruptData(where, f"the ConfigMap has a key ha did not write: {key!r}")
-            tree.nodes[path] = Entry.decode(path, base64.b64decode(value))
+            tree.nodes[path] = _entry_of(path, value)
         return tree
+
+
+# Most entries are the same from one version of the tree to the next: their codings are kept.
+
+
+@lru_cache(maxsize=1 << 16)
+def _value_of(entry: Entry) -> str:
+    return base64.b64encode(entry.encode()).decode("ascii")
+
+
+@lru_cache(maxsize=1 << 16)
+def _entry_of(path: str, value: str) -> Entry:
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except ValueError:
+        raise CorruptData(path, "the ConfigMap entry is not base64") from None
+    return Entry.decode(path, raw)
+
+
+def _raw_size(value: str) -> int:
+    """The size of the bytes a base64 text holds (what the API server counts)."""
+    return len(value) * 3 // 4 - value[-2:].count("=")
 
 
 # --- transactions ---------------------------------------------------------------------------
@@ -256,9 +274,12 @@ def apply(
     results: list[str | Stat | None] = []
     for index, op in enumerate(ops):
         try:
-            results.append(_one(new, op, session, now))
+            result = _one(new, op, session, now)
         except (NodeExists, NoNode, BadVersion, NotEmpty) as exc:
             raise TransactionFailed(index, exc) from None
+        results.append(result)
+        if not isinstance(op, Check):
+            new.touched.append(result if isinstance(result, str) else op.path)
     return new, results
 
 
@@ -304,14 +325,18 @@ def reap(tree: Tree, sessions: Iterable[int]) -> tuple[Tree, list[str]]:
     if not gone and not dead & tree.sessions:
         return tree, []
     nodes = {p: e for p, e in tree.nodes.items() if e.owner not in dead}
-    return Tree(nodes, tree.sessions - dead, tree.txn + 1, tree.seq, tree.version), gone
+    return Tree(nodes, tree.sessions - dead, tree.txn + 1, tree.seq, tree.version, gone), gone
 
 
 def diff(before: Tree, after: Tree, paths: Iterable[str]) -> list[NodeEvent]:
     """The events of ``paths`` between two states of the tree (a node created again in
-    between: DELETED then CREATED)."""
+    between: DELETED then CREATED). When ``after`` is the write right after ``before``, the
+    events come in the order of its ops, as ZooKeeper delivers a multi's (a successor must
+    see a leader's breadcrumb go no later than its node); otherwise coalesced, by path."""
+    wanted = set(paths)
+    first = [p for p in dict.fromkeys(after.touched) if p in wanted]
     events: list[NodeEvent] = []
-    for path in paths:
+    for path in [*first, *sorted(wanted.difference(first))]:
         old, new = before.node(path), after.node(path)
         kinds: list[NodeEventKind] = []
         if old is None and new is not None:
