@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,24 +22,23 @@ from tests.support.kubeapi.process import FakeKubeApi
 __all__ = ("kube_api", "kube_namespace", "private_kube_api")
 
 
-@pytest.fixture(scope="session")
-def kube_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKubeApi]:
-    server = FakeKubeApi(tmp_path_factory.mktemp("kubeapi"))
+def _served(directory: Path) -> Iterator[FakeKubeApi]:
+    server = FakeKubeApi(directory)
     server.start()
     try:
         yield server
     finally:
         server.remove()
+
+
+@pytest.fixture(scope="session")
+def kube_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKubeApi]:
+    yield from _served(tmp_path_factory.mktemp("kubeapi"))
 
 
 @pytest.fixture
 def private_kube_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKubeApi]:
-    server = FakeKubeApi(tmp_path_factory.mktemp("kubeapi-private"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.remove()
+    yield from _served(tmp_path_factory.mktemp("kubeapi-private"))
 
 
 @pytest.fixture
