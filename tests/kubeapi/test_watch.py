@@ -281,3 +281,22 @@ async def test_abrupt_close_drops_the_connection(
             with anyio.fail_after(10):
                 async for _ in events:
                     pass
+
+
+async def test_legacy_watch_path_and_an_injected_410(
+    http: httpx.AsyncClient, kube_api: FakeKubeApi, kube_namespace: str
+) -> None:
+    await http.post(leases(kube_namespace), json=lease("a"))
+    await http.post(leases(kube_namespace), json=lease("b"))
+    one = f"/apis/coordination.k8s.io/v1/watch/namespaces/{kube_namespace}/leases/b"
+    async with watching(http, one) as events:
+        assert summary(await take(events, 1)) == [("ADDED", "b")]
+    kube_api.fail(1, 410, verb="watch")
+    listed = (await http.get(leases(kube_namespace))).json()
+    version = listed["metadata"]["resourceVersion"]
+    async with watching(http, leases(kube_namespace), resourceVersion=version) as events:
+        (error,) = [event async for event in events]
+    assert error["type"] == "ERROR" and error["object"]["code"] == 410
+    async with watching(http, leases(kube_namespace), resourceVersion=version) as events:
+        await http.delete(f"{leases(kube_namespace)}/a")
+        assert summary(await take(events, 1)) == [("DELETED", "a")]

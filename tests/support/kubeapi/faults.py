@@ -9,6 +9,8 @@ Tests set them over the admin endpoint (``/_fake/...``, never itself subject to 
   patch, delete), case-insensitively; ``path`` is a substring of the URL path. With
   ``apply: true`` the request is carried out first and its answer replaced by the error:
   a write that landed but whose client cannot know it (Flink's PossibleInconsistentState).
+  A watch failed with 410 gets what a real one gets: a 200 stream of one ERROR event
+  carrying 410 Expired.
 - ``POST /_fake/delay`` ``{"seconds": 0.5, "count": null, "verb": null, "path": null}``: matching
   requests are answered that much later (after being carried out); ``count`` null = until reset.
 - ``POST /_fake/close-watches`` ``{"abrupt": false}``: end every open watch, with the final

@@ -25,7 +25,7 @@ from tests.support.kubeapi.faults import Faults
 from tests.support.kubeapi.resources import Resource, find
 from tests.support.kubeapi.rest import Rest
 from tests.support.kubeapi.selectors import matcher
-from tests.support.kubeapi.status import ApiError, bad_request, status
+from tests.support.kubeapi.status import ApiError, bad_request, expired, status
 from tests.support.kubeapi.store import Store
 from tests.support.kubeapi.table import table, wants_table
 from tests.support.kubeapi.watch import (
@@ -250,6 +250,19 @@ class Handler(BaseHTTPRequestHandler):
         verb = _verb(method, target, watching)
         delay, failure = self.server.faults.take(method, verb, urlsplit(self.path).path)
         resource = target.resource
+        if watching and failure is not None and failure.code == 410:
+            # a watch learns of 410 as a real one does: an ERROR event in a 200 stream
+            with self.server.store.cond:
+                oldest = self.server.store.rv
+            requested = parse_version(query.get("resourceVersion")) or oldest
+            time.sleep(delay)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.send_chunk({"type": "ERROR", "object": expired(requested, oldest)})
+            self.wfile.write(b"0\r\n\r\n")
+            return
         if failure is not None and not failure.apply:
             time.sleep(delay)
             raise self.server.faults.error(
