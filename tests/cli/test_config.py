@@ -59,37 +59,31 @@ def test_a_commands_table_gives_its_options(tmp_path: Path, env: dict[str, str])
     assert "--grace 3s leaves no time" in one_error_line(result)
 
 
-def test_which_file(tmp_path: Path, env: dict[str, str]) -> None:
-    def url_line(name: str) -> str:
-        return f'url = "sqlite://{tmp_path}/{name}.db"\n'
-
-    xdg = write(tmp_path / "xdg" / "ha" / "config.toml", url_line("xdg"))
+def test_which_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    xdg = write(tmp_path / "xdg" / "ha" / "config.toml", "")
     work = tmp_path / "work"
     work.mkdir()
+    monkeypatch.chdir(work)
+    environ = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    assert find_config([], environ) == xdg  # the search path: the user's file
+    here = write(work / "ha.toml", "")
+    assert find_config([], environ) == Path("ha.toml")  # ./ha.toml first
+    assert find_config([], {**environ, "HA_CONFIG": str(xdg)}) == xdg  # HA_CONFIG next
+    named = write(tmp_path / "named.toml", "")
+    args = ["status", "--config", str(named), "/p", "--", "--config", str(here)]
+    assert find_config(args, {**environ, "HA_CONFIG": str(xdg)}) == named  # the flag first
+    assert find_config([f"--config={xdg}"], environ) == xdg
+    assert find_config([], {**environ, "HA_CONFIG": ""}) is None  # set but empty: none
 
-    def status() -> str:
-        result = subprocess.run(
-            [sys.executable, "-m", "ha", *args, "status", "/p"],
-            capture_output=True, text=True, env=env, cwd=work, timeout=60,
-        )  # fmt: skip
-        return used_url(result)
 
-    args: list[str] = []
-    assert status() == "xdg.db"  # the search path: the user's file
-    write(work / "ha.toml", url_line("cwd"))
-    assert status() == "cwd.db"  # ./ha.toml first
-    env["HA_CONFIG"] = str(xdg)
-    assert status() == "xdg.db"  # HA_CONFIG before the search path
-    named = write(tmp_path / "named.toml", url_line("named"))
-    args = ["--config", str(named)]
-    assert status() == "named.db"  # --config before HA_CONFIG
-    args = []
-    env["HA_CONFIG"] = ""  # set but empty: no file at all
+def test_the_command_reads_the_search_path(tmp_path: Path, env: dict[str, str]) -> None:
+    work = tmp_path / "work"
+    write(work / "ha.toml", f'url = "sqlite://{tmp_path}/cwd.db"\n')
     result = subprocess.run(
-        [sys.executable, "-m", "ha", "--url", "sqlite:///nonexistent/x.db", "status", "/p"],
+        [sys.executable, "-m", "ha", "status", "/p"],
         capture_output=True, text=True, env=env, cwd=work, timeout=60,
     )  # fmt: skip
-    assert "x.db" in one_error_line(result)
+    assert used_url(result) == "cwd.db"
 
 
 @pytest.mark.parametrize(
