@@ -80,6 +80,20 @@ async def add(c: Cluster, name: str) -> tuple[Node, HookRecorder]:
     return node, rec
 
 
+async def in_line(c: Cluster, *names: str) -> list[tuple[Node, HookRecorder]]:
+    """The first of ``names`` leads, the others stand by behind it in their order."""
+    line = []
+    for name in names:
+        node, rec = await add(c, name)
+        await settle(node, ha.State.STANDBY if line else ha.State.ACTIVE)
+        line.append((node, rec))
+    return line
+
+
+async def settle(node: Node, state: ha.State) -> None:
+    await wait_for(lambda: node.state is state, WITHIN)
+
+
 def moves(c: Cluster, name: str) -> list[tuple[str, str]]:
     """The public transitions of ``name``, in order, as reported to listeners."""
     return [
@@ -100,10 +114,7 @@ def fenced(c: Cluster) -> list[str | None]:
 async def test_a_standby_that_takes_over_is_never_told_neutral(peer_net: Net, how: str) -> None:
     """Hadoop: a standby that wins goes standby -> active; enterNeutralMode is for lost contact."""
     async with cluster(peer_net) as c:
-        a, _ = await add(c, "a")
-        await wait_for(c.settled, WITHIN)
-        b, told_b = await add(c, "b")
-        await wait_for(lambda: b.state is ha.State.STANDBY, WITHIN)
+        (a, _), (b, told_b) = await in_line(c, "a", "b")
         if how == "crash":
             await c.crash(a)
         else:
@@ -118,12 +129,7 @@ async def test_a_losing_standby_is_told_standby_once(peer_net: Net) -> None:
     """Two standbys behind a leader that crashes: the one that does not win is told
     become_standby once, and nothing else, through the whole takeover of the other."""
     async with cluster(peer_net) as c:
-        a, _ = await add(c, "a")
-        await wait_for(c.settled, WITHIN)
-        b, _ = await add(c, "b")
-        await wait_for(lambda: b.state is ha.State.STANDBY, WITHIN)
-        d, told_d = await add(c, "d")
-        await wait_for(lambda: d.state is ha.State.STANDBY, WITHIN)
+        (a, _), (b, _), (d, told_d) = await in_line(c, "a", "b", "d")
         await c.crash(a)
         await wait_for(lambda: b.state is ha.State.ACTIVE, WITHIN)
         # then the new leader quits: the last standby takes over, told nothing in between
@@ -161,12 +167,7 @@ async def test_a_quit_during_a_takeover_leaves_nothing_to_fence(peer_net: Net, h
     leader) is in flight, never having led. The next leader fences the crashed leader, and
     never b, which never acted."""
     async with cluster(peer_net) as c:
-        a, _ = await add(c, "a")
-        await wait_for(c.settled, WITHIN)
-        b, told_b = await add(c, "b")
-        await wait_for(lambda: b.state is ha.State.STANDBY, WITHIN)
-        d, _ = await add(c, "d")
-        await wait_for(lambda: d.state is ha.State.STANDBY, WITHIN)
+        (a, _), (b, told_b), (d, _) = await in_line(c, "a", "b", "d")
         told_b.fence_gate = anyio.Event()
         await c.crash(a)
         with anyio.fail_after(WITHIN):
