@@ -36,6 +36,9 @@ async def test_fail_only_matching_requests(
     assert throttled.headers["retry-after"] == "3"
     assert throttled.json()["details"]["retryAfterSeconds"] == 3
     assert (await http.get(f"{leases(kube_namespace)}/l")).status_code == 404  # not carried out
+    kube_api.fail(1, 403, verb="list")
+    forbidden = await http.get(leases(kube_namespace))
+    assert forbidden.status_code == 403 and forbidden.json()["reason"] == "Forbidden"
     kube_api.fail(1, 504, verb="PUT")
     created = (await http.post(leases(kube_namespace), json=lease("l"))).json()
     timed_out = await http.put(f"{leases(kube_namespace)}/l", json=created)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import ssl
 import sys
 from pathlib import Path
 
+from tests.support.kubeapi.auth import Auth, server_context
 from tests.support.kubeapi.server import FakeApiServer
 from tests.support.kubeapi.store import Store
 from tests.support.kubeapi.watch import WatchSettings
@@ -41,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         default=3.0,
         help="a watch from a future resourceVersion waits this long, then gets 504",
     )
+    parser.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate")
+    parser.add_argument("--tls-key", type=Path, help="and this key")
+    parser.add_argument("--client-ca", type=Path, help="accept client certificates from this CA")
+    parser.add_argument("--token", action="append", default=[], help="a valid bearer token")
+    parser.add_argument("--basic", action="append", default=[], help="a valid USER:PASSWORD")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = parser.parse_args(argv)
     if args.history < 1:
@@ -50,9 +57,23 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
         print(f"cannot use the state file {args.state_file}: {error}", file=sys.stderr)
         return 1
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together")
+    if args.client_ca is not None and args.tls_cert is None:
+        parser.error("--client-ca needs --tls-cert and --tls-key")
+    tls = None
+    if args.tls_cert is not None:
+        try:
+            tls = server_context(args.tls_cert, args.tls_key, args.client_ca)
+        except (OSError, ssl.SSLError) as error:
+            print(f"cannot use the TLS files: {error}", file=sys.stderr)
+            return 1
+    auth = Auth(frozenset(args.token), frozenset(args.basic), args.client_ca is not None)
     settings = WatchSettings(args.min_request_timeout, args.bookmark_interval, args.fresh_wait)
     try:
-        server = FakeApiServer((args.host, args.port), store, settings, verbose=args.verbose)
+        server = FakeApiServer(
+            (args.host, args.port), store, settings, tls=tls, auth=auth, verbose=args.verbose
+        )
     except (OSError, OverflowError) as error:
         reason = getattr(error, "strerror", None) or error
         print(f"cannot listen on {args.host}:{args.port}: {reason}", file=sys.stderr)
@@ -62,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         temporary = args.port_file.with_name(args.port_file.name + ".tmp")
         temporary.write_text(str(port))
         os.replace(temporary, args.port_file)
-    print(f"listening on http://{args.host}:{port}", flush=True)
+    print(f"listening on {'https' if tls else 'http'}://{args.host}:{port}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         server.serve_forever(poll_interval=0.1)

@@ -4,7 +4,8 @@ Tests set them over the admin endpoint (``/_fake/...``, never itself subject to 
 
 - ``POST /_fake/fail`` ``{"count": 1, "code": 500, "verb": null, "path": null, "apply": false,
   "retry_after": 1}``: the next ``count`` matching requests get a Status with that code (500
-  InternalError, 429 TooManyRequests with Retry-After, 504 Timeout, 409 Conflict, 503, 404...).
+  InternalError, 429 TooManyRequests with Retry-After, 504 Timeout, 409 Conflict, 403
+  Forbidden, 503, 404...).
   ``verb`` matches the HTTP method or the Kubernetes verb (get, list, watch, create, update,
   patch, delete), case-insensitively; ``path`` is a substring of the URL path. With
   ``apply: true`` the request is carried out first and its answer replaced by the error:
@@ -120,6 +121,14 @@ class Faults:
                 plural,
                 name,
                 "the object has been modified; please apply your changes to the latest version and try again",
+            )
+        if rule.code == 403:  # what RBAC answers (the fake models no RBAC of its own)
+            qualified = f"{plural}.{group}" if group else plural
+            return ApiError(
+                403,
+                "Forbidden",
+                f'{qualified} "{name}" is forbidden: User "system:anonymous" cannot use it (injected)',
+                {"name": name, **({"group": group} if group else {}), "kind": plural},
             )
         reason, message = MESSAGES.get(rule.code, ("InternalError", "injected fault"))
         details: dict[str, Any] = {}

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,10 @@ class FakeKubeApi:
         min_request_timeout: float = 1800.0,
         bookmark_interval: float = 60.0,
         fresh_wait: float = 3.0,
+        tls: bool = False,
+        tokens: tuple[str, ...] = (),
+        basic: tuple[str, ...] = (),
+        client_certificates: bool = False,
         verbose: bool = False,
     ) -> None:
         self.directory = Path(directory or tempfile.mkdtemp(prefix="ha-kubeapi-"))
@@ -57,6 +62,20 @@ class FakeKubeApi:
             *("--fresh-wait", str(fresh_wait)),
             *(["--verbose"] if verbose else []),
         ]
+        # HTTPS (and client certificates) with a CA made by openssl in directory/certs
+        self.certs: Path | None = None
+        if tls or client_certificates:
+            from tests.support.backends.etcd import make_certs
+
+            self.certs = make_certs(self.directory / "certs")
+            self.options += ["--tls-cert", str(self.certs / "server.pem")]
+            self.options += ["--tls-key", str(self.certs / "server.key")]
+            if client_certificates:
+                self.options += ["--client-ca", str(self.certs / "ca.pem")]
+        for token in tokens:
+            self.options += ["--token", token]
+        for pair in basic:
+            self.options += ["--basic", pair]
         self.port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -64,7 +83,15 @@ class FakeKubeApi:
     def url(self) -> str:
         if self.port is None:
             raise RuntimeError("the fake API server has not been started")
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.certs else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path | None:
+        """The CA that signed the server's (and the client's) certificate, with TLS."""
+        return self.certs / "ca.pem" if self.certs else None
+
+    def _context(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=self.ca_file) if self.certs else None
 
     @property
     def running(self) -> bool:
@@ -112,7 +139,8 @@ class FakeKubeApi:
 
     def _healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as answer:
+            healthz = f"{self.url}/healthz"
+            with urllib.request.urlopen(healthz, timeout=1, context=self._context()) as answer:
                 return bool(answer.status == 200)
         except OSError:
             return False
@@ -158,15 +186,24 @@ class FakeKubeApi:
     # HTTP
 
     def request(
-        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
-        """(status, decoded JSON body) of one request; HTTP errors are answers, not exceptions."""
+        """(status, decoded JSON body) of one request; HTTP errors are answers, not exceptions.
+        On a server that wants credentials, pass them in ``headers`` (Authorization)."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(f"{self.url}{path}", data=data, method=method)
         if data is not None:
             request.add_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
         try:
-            with urllib.request.urlopen(request, timeout=10) as answer:
+            with urllib.request.urlopen(request, timeout=10, context=self._context()) as answer:
                 return answer.status, json.loads(answer.read() or b"null")
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read() or b"null")

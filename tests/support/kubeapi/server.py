@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from tests.support.kubeapi.auth import Auth
 from tests.support.kubeapi.discovery import document
 from tests.support.kubeapi.faults import Faults
 from tests.support.kubeapi.resources import Resource, find
@@ -84,9 +87,13 @@ class FakeApiServer(ThreadingHTTPServer):
         store: Store,
         settings: WatchSettings,
         *,
+        tls: ssl.SSLContext | None = None,
+        auth: Auth | None = None,
         verbose: bool = False,
     ) -> None:
         super().__init__(address, Handler)
+        self.tls = tls
+        self.auth = auth or Auth()
         self.store = store
         self.rest = Rest(store)
         self.faults = Faults()
@@ -94,6 +101,14 @@ class FakeApiServer(ThreadingHTTPServer):
         self.verbose = verbose
         with store.cond:
             self.rest.ensure_namespace("default")
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):  # a failed TLS handshake, a client gone: not our bug
+            if self.verbose:
+                print(f"connection from {client_address}: {error}", file=sys.stderr)
+            return
+        super().handle_error(request, client_address)
 
     @property
     def address(self) -> str:
@@ -147,6 +162,8 @@ class Handler(BaseHTTPRequestHandler):
     server: FakeApiServer
 
     def setup(self) -> None:
+        if self.server.tls is not None:  # the handshake in this connection's own thread
+            self.request = self.server.tls.wrap_socket(self.request, server_side=True)
         super().setup()
         # one event or answer per write must not wait for the client's delayed ACK (Nagle)
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -224,6 +241,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 self.wfile.write(data)
                 return
+            peer = self.connection.getpeercert() if self.server.tls is not None else None
+            self.server.auth.check(self.headers.get("Authorization"), peer or None)
             if method == "GET":
                 found = document(path, self.server.address)
                 if found is not None:
