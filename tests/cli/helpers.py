@@ -41,9 +41,11 @@ def sqlite_url(directory: Path) -> str:
 
 
 def ha_env(directory: Path, **extra: str) -> dict[str, str]:
-    """The environment of a test's commands: its own state directory, no inherited HA_URL."""
+    """The environment of a test's commands: its own state and config directories (a config
+    file of the developer's own cannot leak in), no inherited HA_URL."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HA_")}
     env["XDG_STATE_HOME"] = str(directory / "state")
+    env["XDG_CONFIG_HOME"] = str(directory / "config")
     env["COLUMNS"] = "200"  # rich wraps long lines at 80 columns otherwise
     env.update(extra)
     return env
