@@ -6,6 +6,9 @@ returning a ``tests.support.backends.Backend``; ``backend`` runs a test once per
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import settings
 
@@ -23,6 +26,29 @@ pytest_plugins = [
 ]
 
 BACKENDS = ["memory", "sqlite", "zookeeper", "etcd", "kubernetes"]
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found() -> Iterator[None]:
+    """A test that runs the command in-process (its --log-level) or quiets ha's logs for a
+    fault run leaves the loggers as it found them: later tests read what ha logs (caplog)."""
+    named = [logging.getLogger(name) for name in ("ha", "ha.supervisor", "kazoo", "httpx")]
+    saved = [(logger, logger.level, logger.propagate, list(logger.handlers)) for logger in named]
+    root = logging.getLogger()
+    root_level, root_handlers = root.level, list(root.handlers)
+    yield
+    for logger, level, propagate, handlers in saved:
+        logger.setLevel(level)
+        logger.propagate = propagate
+        logger.handlers[:] = handlers
+    root.setLevel(root_level)
+    for handler in list(root.handlers):
+        # the command's own (pytest's capture handlers are subclasses, and pytest's to manage)
+        if handler not in root_handlers and type(handler) in (
+            logging.StreamHandler,
+            logging.NullHandler,
+        ):
+            root.removeHandler(handler)
 
 
 @pytest.fixture(scope="session", params=["asyncio", "trio"])

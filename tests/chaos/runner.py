@@ -37,8 +37,26 @@ async def run_backend(
     workdir: Path,
     on_round: Callable[[RoundResult], None] = lambda r: None,
 ) -> list[RoundResult]:
-    for name in ("ha", "kazoo", "httpx"):  # their warnings are the faults we cause
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    # their warnings are the faults we cause; the levels are put back for whatever runs next
+    # in this process (a test that checks what ha logs)
+    loggers = [logging.getLogger(name) for name in ("ha", "kazoo", "httpx")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        return await _run_rounds(backend, seeds, loop, workdir, on_round)
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+async def _run_rounds(
+    backend: str,
+    seeds: list[int],
+    loop: str,
+    workdir: Path,
+    on_round: Callable[[RoundResult], None],
+) -> list[RoundResult]:
     results = []
     if backend == "memory":
         for seed in seeds:
