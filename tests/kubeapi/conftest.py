@@ -5,7 +5,7 @@ claims, on asyncio and trio."""
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
@@ -38,3 +38,38 @@ NO_TLS = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 async def http(kube_api: FakeKubeApi) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=kube_api.url, timeout=10, verify=NO_TLS) as client:
         yield client
+
+
+# Servers with their own settings, started once for the session (module scope would start
+# them once per anyio backend, as pytest groups the tests by backend)
+
+
+@pytest.fixture(scope="session")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKubeApi]:
+    """3 events of history, bookmarks every 0.2 s, and 0.5 s of waiting for a future
+    resourceVersion (instead of 1000, 60 s and 3 s)."""
+    server = FakeKubeApi(
+        tmp_path_factory.mktemp("kubeapi-tuned"), history=3, bookmark_interval=0.2, fresh_wait=0.5
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture(scope="session")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKubeApi]:
+    """HTTPS, and a credential needed: a token, a password or a client certificate."""
+    server = FakeKubeApi(
+        tmp_path_factory.mktemp("kubeapi-tls"),
+        tls=True,
+        tokens=("s3cret",),
+        basic=("admin:pw",),
+        client_certificates=True,
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.remove()

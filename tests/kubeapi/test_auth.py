@@ -5,7 +5,6 @@ Raw HTTP on asyncio and trio; no real apiserver runs here."""
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -14,22 +13,6 @@ from tests.kubeapi.conftest import leases
 from tests.support.kubeapi.process import FakeKubeApi
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKubeApi]:
-    server = FakeKubeApi(
-        tmp_path_factory.mktemp("kubeapi-tls"),
-        tls=True,
-        tokens=("s3cret",),
-        basic=("admin:pw",),
-        client_certificates=True,
-    )
-    server.start()
-    try:
-        yield server
-    finally:
-        server.remove()
 
 
 def trusting(server: FakeKubeApi, *, certificate: bool = False) -> ssl.SSLContext:

@@ -88,52 +88,6 @@ async def test_stats_count_requests_per_verb(
     assert after["resourceVersion"] == before["resourceVersion"] + 1
 
 
-async def test_restart_keeps_objects_and_versions(private_kube_api: FakeKubeApi) -> None:
-    server = private_kube_api
-    port = server.port
-    async with httpx.AsyncClient(base_url=server.url) as http:
-        created = (await http.post(leases("default"), json=lease("l"))).json()
-        body = dict(created, spec={**created["spec"], "holderIdentity": "b"})
-        updated = (await http.put(f"{leases('default')}/l", json=body)).json()
-        await http.post(config_maps("default"), json={"metadata": {"name": "gone"}})
-        await http.delete(f"{config_maps('default')}/gone")
-        before = (await http.get(config_maps("default"))).json()["metadata"]["resourceVersion"]
-    for _ in range(2):  # twice: the second start reads the first one's snapshot and log
-        server.restart()  # SIGKILL, then start on the same port and state file
-        assert server.port == port
-        # a new client: the old one's kept-alive connection died with the server
-        async with httpx.AsyncClient(base_url=server.url) as http:
-            got = await http.get(f"{leases('default')}/l")
-            assert got.status_code == 200 and got.json() == updated
-            assert (await http.get(f"{config_maps('default')}/gone")).status_code == 404
-            listed = (await http.get(config_maps("default"))).json()
-            assert listed["metadata"]["resourceVersion"] == before
-            # the counter goes on from where it was
-            other = (
-                await http.post(config_maps("default"), json={"metadata": {"generateName": "c"}})
-            ).json()
-            assert int(other["metadata"]["resourceVersion"]) == int(before) + 1
-            before = other["metadata"]["resourceVersion"]
-            # the watch history is gone: watching from before the restart's version is 410
-            stale = await http.get(
-                leases("default"),
-                params={"watch": "true", "resourceVersion": created["metadata"]["resourceVersion"]},
-            )
-            assert stale.json()["object"]["code"] == 410
-
-
-async def test_paused_server_answers_nothing_until_resumed(private_kube_api: FakeKubeApi) -> None:
-    server = private_kube_api
-    async with httpx.AsyncClient(base_url=server.url) as http:
-        server.pause()
-        try:
-            with pytest.raises(httpx.TimeoutException):
-                await http.get(leases("default"), timeout=0.3)
-        finally:
-            server.resume()
-        assert (await http.get(leases("default"), timeout=10)).status_code == 200
-
-
 async def test_admin_input_errors_are_400(http: httpx.AsyncClient) -> None:
     assert (await http.post("/_fake/fail", json={"code": "teapot"})).status_code == 400
     assert (await http.post("/_fake/nothing", json={})).status_code == 404

@@ -70,7 +70,7 @@ def test_leader_election_with_a_lease_lock(kube_api: FakeKubeApi, kube_namespace
     try:
         # while a renews, b polls and stays a follower (a lease duration and more)
         with pytest.raises(queue.Empty):
-            events.get(timeout=2.5)
+            events.get(timeout=2.2)
         assert holder(kube_api, kube_namespace) == "a"
         lock_a.update = lambda *args: False  # a stops renewing, as a stalled process would
         seen = {events.get(timeout=10), events.get(timeout=10)}

@@ -5,7 +5,8 @@ here). Raw HTTP on asyncio and trio."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+import uuid
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,20 +19,6 @@ from tests.kubeapi.conftest import config_maps, lease, leases
 from tests.support.kubeapi.process import FakeKubeApi
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKubeApi]:
-    """A server of this module's own: 3 events of history, bookmarks every 0.2 s, and
-    0.5 s of waiting for a future resourceVersion (instead of 1000, 60 s and 3 s)."""
-    server = FakeKubeApi(
-        tmp_path_factory.mktemp("kubeapi-tuned"), history=3, bookmark_interval=0.2, fresh_wait=0.5
-    )
-    server.start()
-    try:
-        yield server
-    finally:
-        server.remove()
 
 
 class Watch:
@@ -135,26 +122,25 @@ async def test_watch_resumes_after_a_resource_version(
         assert summary(await take(events, 2)) == [("ADDED", "b"), ("ADDED", "c")]
 
 
-async def test_watch_from_a_compacted_version_gets_410_expired(
-    private_kube_api: FakeKubeApi,
-) -> None:
-    private_kube_api.create_namespace("w")
-    async with httpx.AsyncClient(base_url=private_kube_api.url) as http:
-        old = (await http.post(config_maps("w"), json={"metadata": {"name": "a"}})).json()
-        await http.post(config_maps("w"), json={"metadata": {"name": "b"}})
-        private_kube_api.compact()
+async def test_watch_from_a_compacted_version_gets_410_expired(tuned: FakeKubeApi) -> None:
+    namespace = f"w-{uuid.uuid4().hex[:8]}"
+    tuned.create_namespace(namespace)
+    async with httpx.AsyncClient(base_url=tuned.url) as http:
+        old = (await http.post(config_maps(namespace), json={"metadata": {"name": "a"}})).json()
+        await http.post(config_maps(namespace), json={"metadata": {"name": "b"}})
+        tuned.compact()
         version = old["metadata"]["resourceVersion"]
-        async with watching(http, config_maps("w"), resourceVersion=version) as events:
+        async with watching(http, config_maps(namespace), resourceVersion=version) as events:
             (error,) = await take(events, 1)
             assert [event async for event in events] == []  # the stream ends after it
         assert error["type"] == "ERROR"
         assert error["object"]["code"] == 410 and error["object"]["reason"] == "Expired"
         assert error["object"]["message"].startswith(f"too old resource version: {version} (")
         # a re-list gives a version to watch from again
-        listed = (await http.get(config_maps("w"))).json()
+        listed = (await http.get(config_maps(namespace))).json()
         fresh = listed["metadata"]["resourceVersion"]
-        async with watching(http, config_maps("w"), resourceVersion=fresh) as events:
-            await http.post(config_maps("w"), json={"metadata": {"name": "c"}})
+        async with watching(http, config_maps(namespace), resourceVersion=fresh) as events:
+            await http.post(config_maps(namespace), json={"metadata": {"name": "c"}})
             assert summary(await take(events, 1)) == [("ADDED", "c")]
 
 
