@@ -21,26 +21,12 @@ import pytest
 
 from ha import admin
 from ha.supervisor import Settings, Supervisor
-from ha.testing import faults
 from tests.ops.test_supervisor import CHILD, alive, child_pid, wait_until
+from tests.ops.test_supervisor import Member as Host
 
 pytestmark = pytest.mark.anyio
 
 FENCE = "import os, sys; open(sys.argv[1], 'a').write(os.environ['HA_OLD_IDENTITY'] + '\\n')"
-
-
-class Host:
-    def __init__(self, supervisor: Supervisor, driver: Any, scope: anyio.CancelScope) -> None:
-        self.supervisor, self.driver, self.scope = supervisor, driver, scope
-
-    @property
-    def state(self) -> str:
-        return self.supervisor.state
-
-    async def crash(self) -> None:
-        """Die without a goodbye: the session stays until the backend ends it."""
-        await faults(self.driver).crash()
-        self.scope.cancel()
 
 
 class Hosts:

@@ -11,12 +11,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import anyio
 import pytest
 
 from ha.errors import ConfigurationError, CorruptData, NoNode, NotEmpty
 from ha.services import ComponentError, LeaderInfo
-from tests.services.test_services import Comp, process, wait_for
+from tests.services.test_services import Comp, _until, process, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -72,14 +71,14 @@ async def test_a_publication_error_reaches_the_component_that_owns_it(some_backe
 
 async def until_holds(driver: Any, path: str, address: str) -> None:
     """Wait until ``path`` holds ``address`` (the grant may have been renewed meanwhile)."""
-    with anyio.fail_after(15):
-        while True:
-            try:
-                if LeaderInfo.decode(path, (await driver.get(path))[0]).address == address:
-                    return
-            except (NoNode, CorruptData):  # not there yet, or still the stray's empty parent
-                pass
-            await anyio.sleep(0.01)
+
+    async def holds() -> bool:
+        try:
+            return LeaderInfo.decode(path, (await driver.get(path))[0]).address == address
+        except (NoNode, CorruptData):  # not there yet, or still the stray's empty parent
+            return False
+
+    await _until(holds)
 
 
 async def test_a_failing_grant_is_told_to_its_component(some_backend: Any) -> None:
