@@ -173,16 +173,18 @@ class KubernetesSession(Driver):
         raise ConnectionLost(f"the ha tree kept changing ({ATTEMPTS} tries)")
 
     async def _ensure_tree(self) -> None:
-        status, body = await self._request("GET", self.tree_url, own=True)
+        method = "GET"
+        status, body = await self._request(method, self.tree_url, own=True)
         if status == 404 and (body.get("details") or {}).get("kind") != "namespaces":
             empty = Tree().encode(self.namespace, self.settings.tree, self.settings.name)
             url = f"{CORE}/namespaces/{self.namespace}/configmaps"
-            status, body = await self._request("POST", url, empty, own=True)
+            method = "POST"
+            status, body = await self._request(method, url, empty, own=True)
             if status == 409:  # another driver made it first
-                status, body = await self._request("GET", self.tree_url, own=True)
+                method = "GET"
+                status, body = await self._request(method, self.tree_url, own=True)
         if status not in (200, 201):
-            verb = "POST" if body.get("reason") != "NotFound" else "GET"
-            raise failure(status, body, verb, "configmaps", self.where)
+            raise failure(status, body, method, "configmaps", self.where)
         self._known = Tree.decode(body, self.tree_url)
 
     async def _clear(self, sessions: set[int], *, raw: bool = False) -> None:
