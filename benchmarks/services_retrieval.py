@@ -129,7 +129,7 @@ async def rounds(
         members: list[tuple[HAServices, Component]] = []
         for name in ("a", "b"):
             svc = await stack.enter_async_context(
-                ha.services(url_or_drivers(), CLUSTER, identity=name, timing=TIMING)
+                ha.open_services(url_or_drivers(), CLUSTER, identity=name, timing=TIMING)
             )
             members.append((svc, Component(name, send.send_nowait)))
 
@@ -166,7 +166,7 @@ async def rounds(
 async def measure_memory(count: int) -> list[Sample]:
     url = f"memory://bench-retrieval-{uuid.uuid4().hex[:8]}"
     sightings = Sightings()
-    async with ha.services(url, CLUSTER, identity="reader") as reader:
+    async with ha.open_services(url, CLUSTER, identity="reader") as reader:
         async with anyio.create_task_group() as tg:
 
             async def retrieve(*, task_status: anyio.abc.TaskStatus[None]) -> None:
@@ -188,7 +188,7 @@ async def measure_memory(count: int) -> list[Sample]:
 async def retrieve_main(url: str) -> None:
     """The subprocess: print ``SEEN <ns> <event ns|-> <session id|none>`` per value yielded."""
     last_event: list[int | None] = [None]
-    async with ha.services(url, CLUSTER, identity="reader") as reader:
+    async with ha.open_services(url, CLUSTER, identity="reader") as reader:
         retrieval = reader.leader_retrieval(COMPONENT)
         with reader.driver.subscribe(
             retrieval.path, lambda _e: last_event.__setitem__(0, time.monotonic_ns())
