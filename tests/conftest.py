@@ -7,6 +7,7 @@ returning a ``tests.support.backends.Backend``; ``backend`` runs a test once per
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -26,6 +27,22 @@ pytest_plugins = [
 ]
 
 BACKENDS = ["memory", "sqlite", "zookeeper", "etcd", "kubernetes"]
+
+
+def slow_selected(config: pytest.Config) -> bool:
+    """Long runs were asked for: ``-m slow`` (or an expression naming it) or ``HA_SLOW=1``."""
+    return "slow" in (config.getoption("markexpr") or "") or bool(os.environ.get("HA_SLOW"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` are skipped unless asked for: the default run is CI's, which
+    must stay under 20 minutes on 2 cores."""
+    if slow_selected(config) or os.environ.get("HA_CHAOS_ROUNDS"):
+        return
+    skip = pytest.mark.skip(reason="a long run: select it with -m slow or HA_SLOW=1")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)
