@@ -359,4 +359,10 @@ def _read_only_options(url: str) -> dict[str, Any]:
                 f"no ha database at {path} (nothing has run on this backend yet:"
                 " `ha run` or `ha format` creates it)"
             )
+        if os.path.isfile(path) and os.path.getsize(path) == 0:
+            # the driver would make it a database: reading must leave it as it is
+            raise ConfigurationError(
+                f"no ha database at {path}: the file is empty (`ha run` or `ha format` makes"
+                " it one)"
+            )
     return {}

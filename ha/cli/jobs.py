@@ -316,7 +316,7 @@ def list_(opts: Options, cluster: str, blobs: str | None, as_json: bool) -> None
         found = await list_jobs(driver, jo.cluster, blobs=jo.blobs)
         return [(s, await _cancel_requested(driver, jo.cluster, s.job_id)) for s in found]
 
-    found = with_driver(opts, go)
+    found = with_driver(opts, go, read_only=True)
     if any(s.error and "blob" in s.error and s.state == "unknown" for s, _ in found):
         click.echo(f"ha: note: plans not found {jo.blob_hint()}", err=True)
     if as_json:
@@ -352,7 +352,7 @@ def job_status_(opts: Options, job_id: str, cluster: str, blobs: str | None, as_
         found = await jo.reading(lambda: job_status(driver, jo.cluster, job_id, blobs=jo.blobs))
         return found, await _cancel_requested(driver, jo.cluster, job_id)
 
-    found, cancel = with_driver(opts, go)
+    found, cancel = with_driver(opts, go, read_only=True)
     if as_json:
         click.echo(json.dumps(status_json(found, cancel), indent=2))
     else:
