@@ -30,6 +30,7 @@ import click
 from ..drivers import connect
 from ..drivers.base import Driver
 from ..errors import ConfigurationError, HAError
+from ._dns import check_hosts_resolve
 from ._logs import LOG_FORMATS, LOG_LEVELS, run_as, setup_logging
 
 __all__ = (
@@ -333,6 +334,7 @@ def with_driver(
     async def go() -> T:
         url = opts.backend_url(read_only=read_only)
         options = _read_only_options(url) if read_only else {}
+        await check_hosts_resolve(url)
         async with connect(url, **options) as driver:
             return await fn(driver)
 
