@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
@@ -50,6 +51,7 @@ __all__ = (
     "check_master",
     "master_option",
     "need_spark",
+    "open_driver",
     "run",
     "run_as",
     "setup_logging",
@@ -332,13 +334,20 @@ def with_driver(
     """
 
     async def go() -> T:
-        url = opts.backend_url(read_only=read_only)
-        options = _read_only_options(url) if read_only else {}
-        await check_hosts_resolve(url)
-        async with connect(url, **options) as driver:
+        async with open_driver(opts, read_only=read_only) as driver:
             return await fn(driver)
 
     return run(opts, go)
+
+
+@asynccontextmanager
+async def open_driver(opts: Options, *, read_only: bool = False) -> AsyncIterator[Driver]:
+    """The backend of ``opts``, connected (``read_only``: as ``with_driver`` says)."""
+    url = opts.backend_url(read_only=read_only)
+    options = _read_only_options(url) if read_only else {}
+    await check_hosts_resolve(url)
+    async with connect(url, **options) as driver:
+        yield driver
 
 
 def _read_only_options(url: str) -> dict[str, Any]:

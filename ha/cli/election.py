@@ -13,7 +13,6 @@ import shlex
 import shutil
 import sys
 import time
-from contextlib import aclosing
 
 import anyio
 import click
@@ -32,10 +31,13 @@ from ._run import (
     UsageFailure,
     call,
     http_option,
+    open_driver,
     run_as,
     with_driver,
 )
+from ._run import run as run_async
 from ._show import print_leader, print_status
+from ._watch import Watcher
 
 __all__ = ("failover", "format_", "run", "status", "watch")
 
@@ -230,7 +232,9 @@ def watch(opts: Options, path: str, as_json: bool, count: int | None) -> None:
     """Print one line per leader change of the election at PATH, until interrupted.
 
     The first line is the current leader (or none). An election that does not exist yet is
-    said once on stderr, and watched until it appears.
+    said once on stderr, and watched until it appears. When the backend goes away, a line on
+    stderr says so and the watch goes on once it is back (it ends only when interrupted, or
+    when the backend cannot be reached at the start).
 
     \b
     Examples:
@@ -238,32 +242,15 @@ def watch(opts: Options, path: str, as_json: bool, count: int | None) -> None:
       ha watch /myapp --json --count 2
     """
 
-    async def go(driver: Driver) -> None:
-        shown = 0
-        last: object = ()
-        async with aclosing(admin.watch_status(driver, path)) as statuses:
-            async for found in statuses:
-                if last == () and not found.exists:  # a typo looks like an empty election
-                    click.echo(
-                        f"ha: warning: no election at {path} (nothing has run there yet):"
-                        " watching for one to start",
-                        err=True,
-                    )
-                if found.leader == last:
-                    continue
-                last = found.leader
-                print_leader(found, as_json)
-                shown += 1
-                if count is not None and shown >= count:
-                    return
+    watcher = Watcher(path, count, lambda found: print_leader(found, as_json))
 
-    async def until_signal(driver: Driver) -> None:
+    async def until_signal() -> None:
         import signal
 
         async with anyio.create_task_group() as tg:
 
             async def watching() -> None:
-                await go(driver)
+                await watcher.run(lambda: open_driver(opts, read_only=True))
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watching)
@@ -273,7 +260,7 @@ def watch(opts: Options, path: str, as_json: bool, count: int | None) -> None:
                     break
 
     call(opts, lambda: check_election(path))  # a bad path before a missing backend
-    with_driver(opts, until_signal, read_only=True)
+    run_async(opts, until_signal)
 
 
 @click.command()
