@@ -339,6 +339,18 @@ class Driver(ABC):
         except NodeExists:
             pass
 
+    # --- who leads, for the backend's own tools -------------------------------------------------
+
+    def show_leader(self, path: str, identity: bytes, epoch: int) -> None:
+        """Hook: the election at ``path`` has an active, ``identity`` with ``epoch``, here.
+
+        Information only, for the backend's own tools (Kubernetes: a Lease ``kubectl get
+        lease`` lists); safety never depends on it. Never awaited and never raises: a driver
+        writes it in the background. A no-op on backends with no such tool."""
+
+    def hide_leader(self, path: str, epoch: int) -> None:
+        """Hook: the active of ``show_leader(path, ..., epoch)`` has stopped."""
+
     # --- events -----------------------------------------------------------------------------
 
     def subscribe(self, path: str | None, callback: Callback) -> Subscription:

@@ -3,6 +3,8 @@
 The elector starts one term at a time (``StartActive``) and stops it (``StopActive``); ``stop``
 cancels the scope and then awaits the work, so nobody is told of any other state while it may
 still run. A failure of ``become_active`` is reported to the machine as ``ActiveFailed``.
+Each term is also shown to the driver (``Driver.show_leader``/``hide_leader``: who leads, for
+the backend's own tools such as ``kubectl get lease``); those calls only note it, never wait.
 
 Timing assumption (see ``ha/drivers/base.py``): the backend expires a session no earlier than
 ``session_timeout`` after the last contact. The watchdog cancels the scope at
@@ -104,6 +106,7 @@ class Leadership:
             deadline,
         )
         tg.start_soon(self._lead, contender, lease, scope, done)
+        driver.show_leader(self._nodes.path, self._identity, epoch)  # information, not awaited
         return lease
 
     async def stop(self, cause: str) -> None:
@@ -144,6 +147,7 @@ class Leadership:
                         return
                     await anyio.sleep_forever()  # returned: keep leading until told to stop
         finally:
+            self._driver.hide_leader(lease.election, lease.epoch)
             done.set()
 
     async def _watchdog(self, lease: Lease, scope: anyio.CancelScope) -> None:

@@ -7,7 +7,8 @@ connection states; the lifecycle), ``liveness`` (other sessions expired by their
 client-go style), ``watches`` (node events from a watch on the ConfigMap, resumed, or re-read
 and diffed after a 410), ``api`` (HTTP to the API server, its errors in ha's terms),
 ``config`` (kubeconfig and in-cluster credentials), ``settings`` (the URL and the options),
-``faults`` (the test hooks behind ``ha.testing.faults``).
+``faults`` (the test hooks behind ``ha.testing.faults``), ``leaders`` (a Lease per election
+showing its active to ``kubectl get lease``: information only).
 """
 
 from __future__ import annotations

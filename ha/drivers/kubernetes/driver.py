@@ -7,7 +7,7 @@ read and checked again, so only a real node-level mismatch raises ``BadVersion``
 ``TransactionFailed`` (Flink's ``checkAndUpdateConfigMap`` does the same). A write that gets
 no answer raises ``ConnectionLost``: it may have landed (Flink's PossibleInconsistentState).
 All on the session of ``session``, with the peers' reaping of ``liveness``, the events of
-``watches`` and the test hooks of ``faults``.
+``watches``, the test hooks of ``faults`` and the leaders shown to kubectl of ``leaders``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ..base import (
     Stat,
     validate_path,
 )
-from .faults import FaultHooks
+from .leaders import LeaderLeases
 from .settings import Settings, parse_url
 from .tree import Plan, Tree, apply
 
@@ -39,7 +39,7 @@ __all__ = ("KubernetesDriver",)
 ATTEMPTS = 100  # tries of one transaction, while other drivers keep writing the tree
 
 
-class KubernetesDriver(FaultHooks):
+class KubernetesDriver(LeaderLeases):
     """A session Lease and the nodes of one ``ha`` root in a namespace. Build with
     ``from_url`` (the cluster and credentials come from ``config``)."""
 
