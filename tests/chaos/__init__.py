@@ -8,7 +8,8 @@ Backends (``--backend``): ``memory`` (electors in this process, the memory drive
 loop stalls), ``sqlite`` (contender processes on one file), ``supervised`` (``ha run``
 processes on sqlite, with ``ha failover --to``), ``zookeeper`` (one server, a fault proxy per
 client), ``ensemble`` (three servers, quorum links through a fault proxy when available),
-``etcd`` (a 3-member etcd cluster, three fault-proxy links per client: ``tests/chaos/etcd_env.py``).
+``etcd`` (a 3-member etcd cluster, three fault-proxy links per client: ``tests/chaos/etcd_env.py``),
+``kubernetes`` (the FAKE API server, a fault-proxy link per client: ``tests/chaos/kube_env.py``).
 
 Replay one round: ``python -m tests.chaos --backend sqlite --seed 1234 --rounds 1``; the long
 run: ``--rounds 1000`` (or ``HA_CHAOS_ROUNDS=1000 pytest -m slow tests/chaos/test_chaos.py``).
@@ -79,6 +80,20 @@ KINDS: dict[str, dict[str, int]] = {
         "link_pause": 2,
         "link_drop": 1,
         "expire": 1,
+    },
+    "kubernetes": {
+        "kill": 2,
+        "pause": 2,
+        "restart": 1,
+        "format": 1,
+        "api_pause": 2,
+        "api_restart": 1,
+        "conflicts": 2,
+        "watch_expiry": 2,
+        "lease_taken": 1,
+        "lease_deleted": 1,
+        "link_pause": 2,
+        "link_drop": 1,
     },
 }
 

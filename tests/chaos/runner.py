@@ -10,7 +10,7 @@ from tests.chaos import RoundResult
 from tests.chaos.memory import memory_round
 from tests.chaos.procs import process_round
 
-BACKENDS = ("memory", "sqlite", "supervised", "zookeeper", "ensemble", "etcd")
+BACKENDS = ("memory", "sqlite", "supervised", "zookeeper", "ensemble", "etcd", "kubernetes")
 
 
 def zookeeper_missing() -> str | None:
@@ -65,6 +65,7 @@ async def _run_rounds(
         return results
     from tests.chaos.envs import EnsembleEnv, SqliteEnv, ZooKeeperEnv
     from tests.chaos.etcd_env import EtcdEnv
+    from tests.chaos.kube_env import KubernetesEnv
 
     env = {
         "sqlite": SqliteEnv,
@@ -72,6 +73,7 @@ async def _run_rounds(
         "zookeeper": lambda: ZooKeeperEnv(workdir),
         "ensemble": lambda: EnsembleEnv(workdir),
         "etcd": lambda: EtcdEnv(workdir),
+        "kubernetes": lambda: KubernetesEnv(workdir),
     }[backend]()
     try:
         for seed in seeds:

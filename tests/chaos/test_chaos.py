@@ -28,7 +28,18 @@ from tests.chaos.runner import BACKENDS, run_backend, server_missing
 from tests.support.witness import verdict
 
 SEED = int(os.environ.get("HA_CHAOS_SEED", "0"))
-CI_ROUNDS = {"memory": 3, "sqlite": 3, "supervised": 2, "zookeeper": 2, "ensemble": 2, "etcd": 2}
+CI_ROUNDS = {
+    "memory": 3,
+    "sqlite": 3,
+    "supervised": 2,
+    "zookeeper": 2,
+    "ensemble": 2,
+    "etcd": 2,
+    "kubernetes": 1,
+}
+# the FAKE API server (tests/chaos/kube_env.py): a round takes 8-20 s of the fake on 2 busy
+# cores and the default suite is over its 20 min budget, so these rounds run with -m slow
+SLOW_ROUNDS = ("kubernetes",)
 RESULTS: list[RoundResult] = []
 
 
@@ -218,7 +229,10 @@ async def test_reconnecting_while_a_lock_read_fails_does_not_strand_the_elector(
 
 @pytest.mark.anyio
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param(b, marks=pytest.mark.slow) if b in SLOW_ROUNDS else b for b in BACKENDS],
+)
 async def test_chaos_rounds(backend: str, anyio_backend: str, tmp_path: Path) -> None:
     await rounds(backend, CI_ROUNDS[backend], anyio_backend, tmp_path)
 
