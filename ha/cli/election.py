@@ -36,6 +36,7 @@ from ._run import (
     with_driver,
 )
 from ._run import run as run_async
+from ._run_options import run_policy_options
 from ._show import print_leader, print_status
 from ._watch import Watcher
 
@@ -119,6 +120,7 @@ def _check_executable(what: str, argv: tuple[str, ...]) -> None:
     "--journal", type=click.Path(dir_okay=False), help="Append transitions to this JSON-lines file."
 )
 @http_option
+@run_policy_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 def run(
@@ -136,6 +138,9 @@ def run(
     settle: float,
     journal: str | None,
     http: str | None,
+    on_exit: str,
+    max_restarts: int,
+    hold_on_disconnect: float,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND only while this host is the active of the election at PATH.
@@ -156,6 +161,7 @@ def run(
          run /myapp --id host-c --grace 5 --health './check.sh' -- ./serve.sh
     """
     from ..supervisor import Settings, Supervisor
+    from ..supervisor.exits import OnExit
 
     if command and command[0] == "--":
         command = command[1:]
@@ -186,17 +192,23 @@ def run(
             priority=priority,
             settle=settle,
             http=parse_address(http) if http else None,
+            on_exit=OnExit(on_exit),
+            max_restarts=max_restarts,
+            hold_on_disconnect=hold_on_disconnect,
         )
     except ConfigurationError as exc:
         raise Failure(str(exc)) from None
 
     run_as(identity)
 
-    async def go(driver: Driver) -> None:
+    async def go(driver: Driver) -> int | None:
         supervisor = Supervisor(driver, settings, handle_signals=True)
         await supervisor.run()
+        return supervisor.exit_status
 
-    with_driver(opts, go)
+    failed = with_driver(opts, go)
+    if failed is not None:  # --on-exit fail: COMMAND's status (logged with the reason)
+        sys.exit(failed)
 
 
 @click.command()

@@ -27,7 +27,6 @@ again starts a new one, which joins at the back of the queue.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import logging
@@ -42,16 +41,18 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .. import admin
-from ..drivers.base import Driver
+from ..drivers.base import ConnectionState, Driver
 from ..election.elector import Elector
 from ..election.journal import JournalWriter, Transition
 from ..election.lease import Lease
 from ..election.machine import State
-from ..election.nodes import ElectionNodes, decode_breadcrumb
+from ..election.nodes import ElectionNodes
 from ..errors import DriverError, ElectionFailed, HAError
 from ..http import ElectionEndpoints, serve
 from ..metrics import BackendMetrics, ElectorMetrics, Registry
 from .eligibility import Decision, Eligibility, Standing
+from .exits import OnExit, Restarts, status
+from .fencing import old_active_env
 from .health import check_health
 from .preferred import HandBack
 from .process import Child, describe_exit, spawn
@@ -94,20 +95,21 @@ class Supervisor:
             BackendMetrics(registry).measure(driver)
         self.identity = settings.identity.encode()
         self.timing = dataclasses.replace(
-            timing_for(driver.session_timeout, settings.grace),
+            timing_for(driver.session_timeout, settings.grace, settings.hold_on_disconnect),
             fence_timeout=settings.fence_timeout,
         )
         self._handle_signals = handle_signals
         self._journal = JournalWriter(settings.journal) if settings.journal else None
-        self._data = json.dumps(
-            {"host": socket.gethostname(), "pid": os.getpid()}, separators=(",", ":")
-        ).encode()
+        info = {"host": socket.gethostname(), "pid": os.getpid()}
+        self._data = json.dumps(info, separators=(",", ":")).encode()
         self._elector: Elector | None = None
         self._failure: ElectionFailed | None = None
         self._child: Child | None = None
         self._state = "neutral"
         self._epoch: int | None = None
         self._stopping = False
+        self.exit_status: int | None = None  # after --on-exit fail: COMMAND's, never 0
+        self._restarting = ""  # COMMAND exited and restarts soon (member note)
         self._eligibility = Eligibility(self.identity, health_check=bool(settings.health))
         self._changed = anyio.Event()
         self._failover_poke = anyio.Event()
@@ -284,64 +286,69 @@ class Supervisor:
 
     async def become_active(self, lease: Lease) -> None:
         env = self._env(lease)
-        try:
-            child = await spawn(self.settings.command, env)
-        except OSError as exc:  # e.g. the program was removed since we checked it
-            log.error("cannot start %s: %s", self.settings.command[0], exc.strerror or exc)
-            self._leave_after_exit(f"cannot start {self.settings.command[0]}", 0.0)
-            return
-        self._child = child
-        log.info("started %s (pid %d, epoch %d)", self.settings.command[0], child.pid, lease.epoch)
-        started = anyio.current_time()
-        try:
-            code = await child.wait()
-        finally:
-            with anyio.CancelScope(shield=True):
-                code = await child.stop(self.settings.grace)
-                self._child = None
-                log.info(
-                    "%s (pid %d) stopped: %s",
-                    self.settings.command[0],
-                    child.pid,
-                    describe_exit(code),
-                )
-        how = describe_exit(code)
-        log.warning("%s exited while active (%s)", self.settings.command[0], how)
-        # the note (in our member node) tells `ha failover` why we could not stay active
-        self._leave_after_exit(
-            f"{self.settings.command[0]} exited ({how})", anyio.current_time() - started
-        )
+        name = self.settings.command[0]
+        restarts = Restarts(self.settings.max_restarts, self.settings.started)  # this term's
+        while True:
+            started = anyio.current_time()
+            try:
+                child = await spawn(self.settings.command, env)
+            except OSError as exc:  # e.g. the program was removed since we checked it
+                log.error("cannot start %s: %s", name, exc.strerror or exc)
+                note, code = f"cannot start {name}", 127  # a shell's "command not found"
+            else:
+                code = await self._run_child(child, lease)
+                how = describe_exit(code)
+                log.warning("%s exited while active (%s)", name, how)
+                note = f"{name} exited ({how})"  # for `ha failover`: why we left
+            ran = anyio.current_time() - started
+            if self.settings.on_exit is not OnExit.RESTART:
+                self._end(code)
+                return
+            delay = restarts.after_exit(ran)
+            if delay is None:
+                if restarts.done:
+                    log.warning("%s restarted %d times in a row: ceding", name, restarts.done)
+                # leave, back off, rejoin (the note tells `ha failover` why)
+                self._act(self._eligibility.command_ended(anyio.current_time(), note, ran))
+                return
+            self._restarting = f"{note}: restart {restarts.done} of {restarts.limit}"
+            log.info("%s in %.1fs", self._restarting, delay)
+            self._member_poke.set()  # the note says it (ha status, ha failover)
+            try:
+                await anyio.sleep(delay)  # still active: a lost lead cancels this
+            finally:
+                self._restarting = ""
 
-    def _leave_after_exit(self, note: str, ran: float) -> None:
-        """COMMAND ended by itself while we lead: leave, back off, rejoin."""
-        self._act(self._eligibility.command_ended(anyio.current_time(), note, ran))
+    async def _run_child(self, child: Child, lease: Lease) -> int:
+        """Wait for COMMAND to end (stopping it, with its tree, if we are cancelled)."""
+        self._child = child
+        name = self.settings.command[0]
+        log.info("started %s (pid %d, epoch %d)", name, child.pid, lease.epoch)
+        try:
+            code = await child.wait_or_stop(self.settings.grace)
+        finally:
+            self._child = None
+            log.info("%s (pid %d) stopped", name, child.pid)
+        return code
+
+    def _end(self, code: int) -> None:
+        """``--on-exit quit|fail``: leave the election and make ``run`` return."""
+        policy = self.settings.on_exit
+        self.exit_status = status(code) if policy is OnExit.FAIL else None
+        level = logging.ERROR if policy is OnExit.FAIL else logging.INFO
+        name, how = self.settings.command[0], describe_exit(code)
+        log.log(level, "%s exited (%s): leaving the election (--on-exit %s)", name, how, policy)
+        self.stop()
 
     async def fence_old_active(self, breadcrumb: bytes) -> None:
         if not self.settings.fence:
             return  # the epoch fences the old active's writes; nothing else to do
         env = self._env(None)
-        env["HA_OLD_BREADCRUMB_B64"] = base64.b64encode(breadcrumb).decode()
-        crumb = decode_breadcrumb(breadcrumb)
-        env["HA_OLD_BREADCRUMB_VALID"] = "1" if crumb is not None else "0"
-        if crumb is not None:
-            env["HA_OLD_IDENTITY"] = crumb.identity.decode("utf-8", "replace")
-            if crumb.epoch is not None:  # the old leader's token, when it could be known
-                env["HA_OLD_EPOCH"] = str(crumb.epoch)
-            env["HA_OLD_DATA_B64"] = base64.b64encode(crumb.data).decode()
-            try:  # written by `ha run`: where the old supervisor ran
-                info = json.loads(crumb.data)
-                env["HA_OLD_HOST"] = str(info["host"])
-                env["HA_OLD_PID"] = str(int(info["pid"]))
-            except (ValueError, TypeError, KeyError):
-                pass
+        env.update(old_active_env(breadcrumb))
         who = env.get("HA_OLD_IDENTITY", "an unreadable breadcrumb")
         log.info("fencing the old active %r with %s", who, self.settings.fence[0])
         child = await spawn(self.settings.fence, env)
-        try:
-            code = await child.wait()
-        finally:
-            with anyio.CancelScope(shield=True):  # timed out: kill it
-                code = await child.stop(0.0)
+        code = await child.wait_or_stop(0.0)  # timed out: killed
         if code != 0:
             log.warning("fence command %s: takeover refused", describe_exit(code))
             self._member_poke.set()  # publish the refusal (the elector counts it first)
@@ -375,7 +382,12 @@ class Supervisor:
     def _on_failover_node(self, _event: object) -> None:
         self._failover_poke.set()
 
-    def _on_connection(self, _event: object) -> None:
+    def _on_connection(self, event: object) -> None:
+        lost = getattr(event, "state", None) is ConnectionState.DISCONNECTED
+        if lost and self._child is not None:
+            hold = self.settings.hold_on_disconnect
+            held = f"holding COMMAND up to {hold:g}s after the last contact" if hold else ""
+            log.warning("lost contact with the backend%s", held and f": {held}")
         self._member_poke.set()  # a new session lost our ephemeral member node: write it again
         self._failover_poke.set()
 
@@ -461,7 +473,7 @@ class Supervisor:
 
     def _member(self) -> admin.Member:
         note = "" if self._state != "out" else (self._out_reason() or "")
-        note = note or self._fencing_note() or ""
+        note = note or self._fencing_note() or self._restarting
         return admin.Member(
             self.identity,
             self._state,

@@ -49,11 +49,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import admin
+from .exits import LONG_RUN  # a run this long was no crash loop: the delay starts again
 
 __all__ = ("RESTART_DELAY", "Decision", "Eligibility", "Standing", "Verdict")
 
 RESTART_DELAY = (1.0, 30.0)  # after COMMAND exits on its own: first delay, cap
-LONG_RUN = 60.0  # seconds: a run this long was no crash loop, the delay starts again
 
 
 class Standing(enum.Enum):

@@ -143,6 +143,16 @@ class Child:
             self.signal_group(signal.SIGKILL)
         return await self.wait()
 
+    async def wait_or_stop(self, grace: float) -> int:
+        """``wait``; when cancelled meanwhile, ``stop(grace)`` first (shielded). Either way the
+        child (with a guard: its whole tree) is dead on return."""
+        try:
+            await self.wait()
+        finally:
+            with anyio.CancelScope(shield=True):
+                code = await self.stop(grace)
+        return code
+
 
 def _guard_argv() -> list[str] | None:
     """How to start a guard, or None where there is none (off Linux, no interpreter path)."""

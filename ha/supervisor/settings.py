@@ -1,7 +1,8 @@
 """What ``ha run`` was asked to do (``Settings``), and the elector timing that fits it.
 
 ``timing_for`` shortens the elector's local deadline so that COMMAND is stopped, grace period
-included, before the backend's session can expire and another host take over.
+included, before the backend's session can expire and another host take over; it also holds
+COMMAND through a short disconnection when asked (``--hold-on-disconnect``), within that rule.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ..drivers.base import validate_path
 from ..election.preference import check_priority
 from ..election.timing import Timing
 from ..errors import ConfigurationError
+from .exits import STARTED, OnExit, check_max_restarts
 
 __all__ = ("Settings", "timing_for")
 
@@ -36,6 +38,10 @@ class Settings:
     settle: float = 10.0  # seconds in the queue before a preferred standby gets the lead back
     extra_env: Mapping[str, str] = field(default_factory=dict)
     http: tuple[str, int] | None = None  # --http: serve /healthz /readyz /leader /metrics
+    on_exit: OnExit = OnExit.RESTART  # COMMAND exited while active (exits.py)
+    max_restarts: int = 3  # restarts in a row, with on_exit restart, before ceding
+    started: float = STARTED  # a term's first run ending sooner is not restarted (exits.py)
+    hold_on_disconnect: float = 0.0  # seconds COMMAND runs on without contact (timing_for)
 
     def __post_init__(self) -> None:
         validate_path(self.path)
@@ -48,19 +54,35 @@ class Settings:
         if not (math.isfinite(self.grace) and self.grace >= 0):
             raise ConfigurationError(f"--grace must be >= 0 seconds, got {self.grace}")
         check_priority(self.priority)
+        if self.on_exit not in tuple(OnExit):
+            choices = ", ".join(OnExit)
+            raise ConfigurationError(f"--on-exit must be one of {choices}, got {self.on_exit!r}")
+        check_max_restarts(self.max_restarts)
         if not (math.isfinite(self.settle) and self.settle >= 0):
             raise ConfigurationError(f"--settle must be >= 0 seconds, got {self.settle}")
+        for name in ("hold_on_disconnect", "started"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigurationError(f"{name.replace('_', '-')} must be >= 0, got {value}")
         for name in ("fence_timeout", "health_interval", "health_timeout"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ConfigurationError(f"{name.replace('_', '-')} must be > 0, got {value}")
 
 
-def timing_for(session_timeout: float, grace: float) -> Timing:
+def timing_for(session_timeout: float, grace: float, hold: float = 0.0) -> Timing:
     """Elector timing that leaves room to stop COMMAND before the session can expire.
 
     The elector stops the active work at ``deadline_ratio * session_timeout`` after the last
     contact; stopping takes up to ``grace`` (then SIGKILL), plus a margin for the loop.
+
+    ``hold`` (``--hold-on-disconnect``), when not 0: a lost connection does not stop COMMAND at
+    once; it runs on until ``hold`` seconds after the last contact, and goes on as before if
+    contact comes back by then in the same session (a ZooKeeper blip). The rule that keeps it
+    safe: the hold ends, COMMAND stopped, before the backend may expire the session and let
+    another host lead, so ``hold`` may not be longer than the deadline above. Nor shorter
+    than half the session timeout: it is counted from the last contact even while connected,
+    and a backend may renew that rarely (sqlite every third of the session timeout).
     """
     # Not counted: a guard stuck past the grace (a descendant in uninterruptible sleep) is
     # killed GUARD_MARGIN later, COMMAND with it (PDEATHSIG) but not daemons that left its
@@ -74,4 +96,19 @@ def timing_for(session_timeout: float, grace: float) -> Timing:
             f" raise session_timeout in the backend URL (e.g. ?session_timeout="
             f"{math.ceil((grace + margin) * 1.5 + 1)})"
         )
-    return Timing(deadline_ratio=ratio)
+    if not hold:
+        return Timing(deadline_ratio=ratio)
+    longest, shortest = ratio * session_timeout, session_timeout / 2
+    if not shortest <= hold <= longest:
+        if hold > longest:
+            why = "COMMAND must be stopped, --grace included, before the session can expire"
+            fix = "raise session_timeout in the backend URL to hold longer"
+        else:
+            why = "it counts from the last contact, which may be that old while connected"
+            fix = "lower session_timeout in the backend URL to hold for less"
+        raise ConfigurationError(
+            f"--hold-on-disconnect {hold:g}s: with a session timeout of {session_timeout:g}s"
+            f" and --grace {grace:g}s it must be 0 (stop at once) or from {shortest:.3g}s to"
+            f" {math.floor(longest * 100) / 100:g}s ({why}): {fix}"
+        )
+    return Timing(deadline_ratio=hold / session_timeout, hold_on_disconnect=True)
