@@ -275,7 +275,9 @@ async def _wait_job(driver: Driver, jo: JobsOptions, job_id: str, within: float 
     try:
         with anyio.fail_after(within):
             return await jo.reading(
-                lambda: wait_for_job(driver, jo.cluster, job_id, blobs=jo.blobs)
+                lambda: wait_for_job(
+                    driver, jo.cluster, job_id, blobs=jo.blobs, on_progress=_progress(job_id)
+                )
             )
     except TimeoutError:
         now = await jo.reading(lambda: job_status(driver, jo.cluster, job_id, blobs=jo.blobs))
@@ -283,6 +285,24 @@ async def _wait_job(driver: Driver, jo: JobsOptions, job_id: str, within: float 
             f"job {job_id} not finished after {within:g}s (still {now.state},"
             f" {batches(now)} batches); it goes on: `ha jobs status {job_id}`"
         ) from None
+
+
+def _progress(job_id: str) -> Callable[[Any], None]:
+    """Prints a line for each change of state and each newly committed (micro-)batch."""
+    last: dict[str, Any] = {"state": None, "done": 0}
+
+    def show(status: Any) -> None:
+        if status.finished:
+            return  # _finished says it
+        if status.state != last["state"]:
+            last["state"] = status.state
+            click.echo(f"job {job_id} {status.state}")
+        total = "" if status.batches is None else f" of {status.batches}"
+        for n in range(last["done"], status.batches_done):
+            click.echo(f"job {job_id}: batch {n} committed ({n + 1}{total})")
+        last["done"] = max(last["done"], status.batches_done)
+
+    return show
 
 
 def _finished(status: Any) -> None:

@@ -36,7 +36,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -54,6 +54,7 @@ __all__ = (
     "commit_batch",
     "committed_batches",
     "deterministic_layout",
+    "files_digest",
     "is_output_entry",
     "output_digest",
     "output_files",
@@ -239,9 +240,13 @@ def output_files(output: Path | str) -> list[Path]:
 
 def output_digest(output: Path | str) -> str:
     """SHA-256 over the committed batches' names and bytes: equal digests, equal outputs."""
-    root = Path(output)
+    return files_digest(Path(output), output_files(output))
+
+
+def files_digest(root: Path, files: Iterable[Path]) -> str:
+    """SHA-256 over ``files``' names (relative to ``root``) and bytes, in the order given."""
     h = hashlib.sha256()
-    for path in output_files(root):
+    for path in files:
         h.update(str(path.relative_to(root)).encode() + b"\0")
         with path.open("rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):

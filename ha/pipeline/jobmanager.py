@@ -8,9 +8,9 @@ start-up. The active, for each leadership term:
    whose execution plan is stored and that has no result (locking its plan);
 2. takes submissions from the inbox into the execution plan store (fenced) and refuses the
    malformed ones with a failed result that says why;
-3. runs the jobs one at a time, batch by batch from the latest checkpoint: stage the batch's
-   output (Spark), commit it (atomic rename, ``commit``), then record checkpoint ``n`` = "n
-   batches committed" (fenced);
+3. runs the jobs one at a time (streams: ``stream_run``), batch by batch from the latest
+   checkpoint: stage the batch's output (Spark), commit it (atomic rename, ``commit``), then
+   record checkpoint ``n`` = "n batches committed" (fenced);
 4. records each job's result (dirty), cleans its plan, checkpoints and registry entry, and
    marks the result clean. A job found with a plan but no result is run again from its
    checkpoint, even if the registry says DONE (the result was lost with its active): batches
@@ -24,10 +24,10 @@ harmless for the same reason a redo is.
 
 On loss of leadership the elector cancels ``become_active``: the running batch's Spark job
 group is cancelled, its staging directory is never committed, and the active stops touching
-outputs (it also checks ``lease.valid``, which includes ``Lease.stop_deadline()``, before each
-commit, in case the process was paused and wakes up late). A job whose pipeline raises is retried up to its ``max_attempts``
-(failures are counted in a fenced node, so they add up across failovers); then it is failed
-with the error. A process killed while running a job does not count as a failure.
+outputs (it also checks ``lease.valid``, with ``Lease.stop_deadline()``, before each commit: a
+paused process may wake up late). A job whose pipeline raises is retried up to its
+``max_attempts`` (failures are counted in a fenced node, so they add up across failovers), then
+failed with the error; a process killed while running a job does not count as a failure.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import anyio.to_thread
+from anyio.from_thread import BlockingPortal
 
 from ..drivers.base import Driver, NodeEvent
 from ..election.elector import Elector
@@ -64,11 +65,12 @@ from ..errors import (
 )
 from ..stores import BlobStore, CompletedCheckpoint, JobOutcome, JobResult, Stores, Writer
 from .commit import clean_staging, commit_batch, stage_batch
-from .jobs import children
-from .layout import JobLayout, failure_record, read_failures
+from .jobs import children, failure_count
+from .layout import JobLayout, failure_record
 from .plan import JobPlan
 from .registry import Pipeline, get_pipeline
 from .spark import SparkSettings, WarmSession, run_in_thread
+from .stream_run import StreamRun
 
 __all__ = ("JobManager", "EventSink")
 
@@ -126,6 +128,7 @@ class JobManager:
         self.poll_interval = poll_interval
         self.checkpointing = checkpointing
         self.on_event = on_event or _log_event
+        self.portal: BlockingPortal | None = None
 
     def emit(self, name: str, **fields: Any) -> None:
         fields.setdefault("t", time.time())
@@ -141,7 +144,8 @@ class JobManager:
         """Join the election and serve until ``quit()``."""
         self.warm.start()
         self.emit("started", hot_standby=self.warm.hot)
-        async with anyio.create_task_group() as tg:
+        # Streams commit through it from Spark's threads; it outlives terms (``stream_run``).
+        async with BlockingPortal() as self.portal, anyio.create_task_group() as tg:
             if self.warm.hot:
                 tg.start_soon(self._announce_warm)
             await self.elector.run(self, task_status=task_status)
@@ -381,10 +385,12 @@ class _Term:
         except ConfigurationError as exc:
             return JobOutcome.FAILED, self._detail(plan, 0, error=str(exc))
         await self.stores.running_jobs.set_running(job_id)
+        if spec.stream is not None:
+            return await StreamRun(self, spec, plan).run()
         checkpoints = self.stores.checkpoints(job_id)
         recovered = await checkpoints.recover()
         index = max((c.checkpoint_id for c in recovered), default=0)
-        failures = await self._failures(job_id)
+        failures = await failure_count(self.driver, self.layout, job_id)
         if failures >= plan.max_attempts:  # failed for good before a failover lost its result
             return JobOutcome.FAILED, self._detail(
                 plan, index, error=f"failed {failures} times", failures=failures
@@ -459,14 +465,6 @@ class _Term:
         except anyio.get_cancelled_exc_class():
             self.jm.emit("batch_cancelled", job=plan.job_id, batch=index)
             raise
-
-    async def _failures(self, job_id: str) -> int:
-        path = self.layout.failure(job_id)
-        try:
-            data, _ = await self.driver.get(path)
-        except NoNode:
-            return 0
-        return read_failures(path, data)
 
     # --- finishing ------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +26,9 @@ from ..drivers.base import Driver
 from ..errors import ConfigurationError, CorruptData, NodeExists, NoNode
 from ..stores import BlobStore, RunStatus, Stores
 from ..stores.layout import check_name
-from .layout import JobLayout
+from .layout import JobLayout, read_failures
 from .plan import JobPlan
+from .streaming import is_stream_plan
 
 __all__ = (
     "JobState",
@@ -164,13 +166,16 @@ async def job_status(
     if raw is not None:
         plan = JobPlan.from_bytes(raw, f"{stores.layout.execution_plans}/{job_id}")
         status = await stores.running_jobs.status(job_id)
-        done = await stores.checkpoints(job_id).ids()
+        if is_stream_plan(plan):  # a stream's progress: its micro-batches' commit records
+            done = [len(await children(driver, layout.stream_commits(job_id)))]
+        else:
+            done = await stores.checkpoints(job_id).ids()
         return JobStatus(
             job_id,
             JobState.RUNNING if status is RunStatus.RUNNING else JobState.PENDING,
             pipeline=plan.pipeline,
             batches_done=done[-1] if done else 0,  # checkpoint n: n batches committed
-            batches=len(plan.batches),
+            batches=None if is_stream_plan(plan) else len(plan.batches),
             output=plan.output,
         )
     try:
@@ -190,6 +195,16 @@ async def children(driver: Driver, path: str) -> list[str]:
         return await driver.children(path)
     except NoNode:
         return []
+
+
+async def failure_count(driver: Driver, layout: JobLayout, job_id: str) -> int:
+    """The job's failed attempts so far (its fenced failure record; 0 without one)."""
+    path = layout.failure(job_id)
+    try:
+        data, _ = await driver.get(path)
+    except NoNode:
+        return 0
+    return read_failures(path, data)
 
 
 async def list_jobs(
@@ -223,10 +238,16 @@ async def wait_for_job(
     blobs: BlobStore | str | os.PathLike[str],
     prefix: str = "/ha",
     poll: float = 0.2,
+    on_progress: Callable[[JobStatus], None] | None = None,
 ) -> JobStatus:
-    """Poll until the job is finished (bound it with ``anyio.fail_after``)."""
+    """Poll until the job is finished (bound it with ``anyio.fail_after``); ``on_progress`` is
+    called with each status whose committed batch count or state differs from the last one."""
+    seen: tuple[JobState, int] | None = None
     while True:
         status = await job_status(driver, cluster_id, job_id, blobs=blobs, prefix=prefix)
+        if on_progress is not None and (status.state, status.batches_done) != seen:
+            seen = (status.state, status.batches_done)
+            on_progress(status)
         if status.finished:
             return status
         await anyio.sleep(poll)

@@ -10,10 +10,12 @@ the execution plan store. Nodes of one cluster (``<prefix>/<cluster_id>/``, the 
     pipeline/cancel/<job_id>            a cancel request (a time), until the job has a result
     pipeline/failures/<job_id>          {"failures": n, "last_error": "..."}: failed attempts
                                         so far (fenced; the active's bookkeeping)
+    pipeline/streams/<job_id>/batch-N   a streaming job's commit record of micro-batch N
+                                        (fenced; kept as the job's commit log, ``stream_commit``)
 
 ``JobLayout`` is a ``stores.Layout``, so one object names both these nodes and the stores'.
 The inbox, cancel and doorbell nodes are written by clients, unfenced; only the failure record
-is written under the active's lease (``stores.Writer``).
+and commit records are written under the active's lease (``stores.Writer``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,16 @@ class JobLayout(Layout):
     @property
     def failures(self) -> str:
         return f"{self.root}/pipeline/failures"
+
+    @property
+    def streams(self) -> str:
+        return f"{self.root}/pipeline/streams"
+
+    def stream_commits(self, job_id: str) -> str:
+        return f"{self.streams}/{check_name('job_id', job_id)}"
+
+    def stream_commit(self, job_id: str, batch_id: int) -> str:
+        return f"{self.stream_commits(job_id)}/batch-{batch_id:05d}"
 
     def submission(self, job_id: str) -> str:
         return f"{self.inbox}/{check_name('job_id', job_id)}"

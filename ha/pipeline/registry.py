@@ -46,7 +46,7 @@ __all__ = (
 
 ENTRY_POINT_GROUP = "ha.pipelines"
 # Modules of this package that register pipelines; imported on the first lookup.
-BUILTIN_MODULES = ("ha.pipeline.clicks", "ha.report")
+BUILTIN_MODULES = ("ha.pipeline.clicks", "ha.pipeline.events", "ha.report")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 Compute = Callable[["SparkSession", Mapping[str, Any], Any], "DataFrame"]
@@ -120,6 +120,8 @@ class Pipeline:
     files_per_batch: int = 1
     description: str = ""
     validate: Validate | None = None
+    # A streaming pipeline's source and trigger (``streaming.StreamSpec``); None for batches.
+    stream: Any = None
 
     def __call__(self, spark: SparkSession, params: Mapping[str, Any], batch: Any) -> DataFrame:
         return self.compute(spark, params, batch)

@@ -1,0 +1,91 @@
+"""Repairing a Structured Streaming checkpoint left by a driver that died between two of its logs.
+
+Spark plans a micro-batch of a file source in two writes: the source's own log first
+(``sources/<i>/<n>``: the files of source offset ``n``), then the query's offset log
+(``offsets/<batch>``: which source offsets the batch covers). A driver killed between the two
+leaves a source log ahead of every batch. Spark restarted on it treats those files as seen and
+folds them into the next batch with the files planned after them: nothing is lost or read
+twice, but that batch differs from the one an uninterrupted run writes, so the output would
+not be the same bytes. ``trim_source_logs`` removes the entries no batch refers to (no batch
+ran on them: the offset log is written before a batch starts), and the new driver plans them
+again exactly as the dead one would have.
+
+Only entries of sources whose offsets are ``{"logOffset": n}`` (file sources) are touched; the
+checkpoint's layout is Spark's (``offsets/``, ``sources/<i>/``), read as plain files, so this
+runs before the query starts and without Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+__all__ = ("trim_source_logs",)
+
+_ENTRY_RE = re.compile(r"^\.?(\d+)(\.compact)?(\.crc)?$")
+
+
+def _batch_files(directory: Path) -> dict[int, list[Path]]:
+    """Log files by the number they are named after (with their ``.crc`` companions)."""
+    found: dict[int, list[Path]] = {}
+    if directory.is_dir():
+        for entry in directory.iterdir():
+            m = _ENTRY_RE.match(entry.name)
+            if m and entry.is_file():
+                found.setdefault(int(m.group(1)), []).append(entry)
+    return found
+
+
+def _source_offsets(offset_file: Path) -> list[int | None]:
+    """The log offset of each source in an offset log entry (None where it has none)."""
+    lines = offset_file.read_text().splitlines()
+    offsets: list[int | None] = []
+    for line in lines[2:]:  # "v1", the batch's metadata, then one line per source
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            offsets.append(None)  # "-": no offset yet
+            continue
+        value = doc.get("logOffset") if isinstance(doc, dict) else None
+        offsets.append(value if isinstance(value, int) else None)
+    return offsets
+
+
+def _lists_files(directory: Path) -> bool:
+    """Whether ``directory`` is a file source's log (its entries list files by path)."""
+    for _, files in sorted(_batch_files(directory).items()):
+        for path in files:
+            if not path.name.startswith("."):
+                lines = path.read_text(errors="replace").splitlines()
+                return len(lines) > 1 and lines[0] == "v1" and '"path"' in lines[1]
+    return False
+
+
+def trim_source_logs(checkpoint: Path | str) -> list[Path]:
+    """Remove source log entries beyond what the latest offset log entry refers to.
+
+    Returns the removed files. Call it only while no query runs on ``checkpoint``.
+    """
+    root = Path(checkpoint)
+    batches = _batch_files(root / "offsets")
+    planned = [n for n, files in batches.items() if any(not p.name.startswith(".") for p in files)]
+    sources = root / "sources"
+    limits: dict[int, int | None]
+    if planned:
+        latest = next(p for p in batches[max(planned)] if not p.name.startswith("."))
+        limits = dict(enumerate(_source_offsets(latest)))
+    elif sources.is_dir():  # killed before its first batch was planned: no entry is used
+        limits = {int(d.name): -1 for d in sources.iterdir() if d.name.isdigit()}
+    else:
+        return []
+    removed: list[Path] = []
+    for index, offset in limits.items():
+        if offset is None or not _lists_files(sources / str(index)):
+            continue
+        for n, files in _batch_files(sources / str(index)).items():
+            if n > offset:
+                for path in files:
+                    path.unlink(missing_ok=True)
+                    removed.append(path)
+    return sorted(removed)

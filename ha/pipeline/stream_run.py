@@ -1,0 +1,219 @@
+"""Running a streaming job while active: a Structured Streaming query with a fenced sink.
+
+The active job manager starts the pipeline's query with Spark's ``checkpointLocation`` under
+the job's output directory (``streaming.checkpoint_dir``) and ``foreachBatch`` as its sink.
+Spark calls the sink in a thread of this Python process (Py4J's callback server): it computes
+the micro-batch, stages it, and commits it through ``stream_commit`` on the job manager's event
+loop (a ``BlockingPortal`` that outlives leadership terms, so a late batch of a deposed term
+still meets the fence and is refused there, in the open).
+
+Two processes are involved, the Python driver and Spark's JVM, and either may stop alone:
+
+- Python paused or killed, JVM running: the JVM blocks in its ``foreachBatch`` call (the
+  callback is Python), and a JVM whose Python parent died exits when its stdin closes. Its
+  tasks write only staging directories; nothing becomes visible without the Python driver's
+  fenced record.
+- JVM paused: the query stalls, the Python driver keeps its lease and nothing is written.
+- JVM killed: the session is gone for good, so the job manager leaves the election (a standby
+  with a live session takes over) instead of counting failures of a job that is not at fault.
+
+When the term ends (leadership lost, or the job cancelled) no new micro-batch starts, the one in
+flight is let finish (its commit meets the fence) for at most ``STOP_GRACE`` seconds, then the
+query is stopped. A query that fails otherwise counts as one failed attempt of the job and is
+restarted from its checkpoint, up to the job's ``max_attempts``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import traceback
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+
+from ..errors import Fenced
+from ..stores import JobOutcome
+from .commit import clean_staging, stage_batch
+from .jobs import failure_count
+from .layout import failure_record
+from .registry import Pipeline
+from .spark_checkpoint import trim_source_logs
+from .stream_commit import commit_micro_batch, read_commits
+from .streaming import StreamSpec, checkpoint_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from .jobmanager import _Term
+    from .plan import JobPlan
+
+__all__ = ("STOP_GRACE", "StreamRun", "session_alive")
+
+log = logging.getLogger("ha.pipeline.stream_run")
+
+STOP_GRACE = 10.0
+_queries = itertools.count()
+
+
+class _Stopped(Exception):
+    """The term is over: no new micro-batch starts."""
+
+
+def session_alive(spark: Any) -> bool:
+    """Whether the session's JVM still answers (it may have been killed under us)."""
+    try:
+        return not spark.sparkContext._jsc.sc().isStopped()
+    except Exception:
+        return False
+
+
+class StreamRun:
+    """One streaming job in one leadership term: ``await StreamRun(term, spec, plan).run()``."""
+
+    def __init__(self, term: _Term, spec: Pipeline, plan: JobPlan) -> None:
+        assert isinstance(spec.stream, StreamSpec)
+        self.term = term
+        self.jm = term.jm
+        self.spec = spec
+        self.stream: StreamSpec = spec.stream
+        self.plan = plan
+        self.epoch = term.lease.epoch
+        self.stop = threading.Event()
+        self.in_flight = threading.Lock()
+
+    async def run(self) -> tuple[JobOutcome, dict[str, Any]]:
+        term, plan, job_id = self.term, self.plan, self.plan.job_id
+        failures = await failure_count(term.driver, term.layout, job_id)
+        if failures >= plan.max_attempts:  # failed for good before a failover lost its result
+            return JobOutcome.FAILED, await self._detail(
+                error=f"failed {failures} times", failures=failures
+            )
+        await anyio.to_thread.run_sync(clean_staging, plan.output)
+        trimmed = await anyio.to_thread.run_sync(trim_source_logs, checkpoint_dir(plan.output))
+        if trimmed:  # a dead driver's half-planned batch: planned again, the same way
+            self.jm.emit("checkpoint_trimmed", job=job_id, files=[p.name for p in trimmed])
+        done = await read_commits(term.driver, term.layout, job_id)
+        self.jm.emit("job_started", job=job_id, from_batch=len(done), stream=True)
+        started = time.monotonic()
+        while True:
+            error: BaseException | None = None
+            try:
+                with anyio.CancelScope() as term.stage_scope:  # a cancel request stops it
+                    error = await self._query()
+            finally:
+                term.stage_scope = None
+            if job_id in term.cancelled:
+                return JobOutcome.CANCELLED, await self._detail()
+            if error is None:
+                seconds = round(time.monotonic() - started, 3)
+                return JobOutcome.SUCCEEDED, await self._detail(seconds=seconds, failures=failures)
+            if not session_alive(term.spark):
+                self.jm.emit("spark_lost", job=job_id, epoch=self.epoch, error=str(error))
+                log.error("Spark's JVM is gone (%s): leaving the election", error)
+                self.jm.quit()  # a standby with a live session takes over
+                await anyio.sleep_forever()
+            failures += 1
+            text = f"stream: {type(error).__name__}: {_first_line(error)}"
+            await term.writer.put(term.layout.failure(job_id), failure_record(failures, text))
+            self.jm.emit("stream_failed", job=job_id, error=text, failures=failures)
+            if failures >= plan.max_attempts:
+                tb = "".join(traceback.format_exception(error)[-3:])
+                return JobOutcome.FAILED, await self._detail(
+                    error=text, failures=failures, traceback=tb
+                )
+
+    async def _detail(self, **extra: Any) -> dict[str, Any]:
+        done = len(await read_commits(self.term.driver, self.term.layout, self.plan.job_id))
+        return self.term._detail(self.plan, done, stream=True, **{"batches": done, **extra})
+
+    # --- the query ------------------------------------------------------------------------------
+
+    async def _query(self) -> BaseException | None:
+        """Run the query to its end; its error, or None. Cancelled: stop it, then re-raise."""
+        query = await anyio.to_thread.run_sync(self._start)
+        try:
+            return await anyio.to_thread.run_sync(_await, query, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            self.stop.set()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_GRACE + 5):
+                await anyio.to_thread.run_sync(self._stop, query, abandon_on_cancel=True)
+            raise
+
+    def _start(self) -> StreamingQuery:
+        df = self.stream.source(self.term.spark, self.plan.params)
+        writer = (
+            df.writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(checkpoint_dir(self.plan.output)))
+            .queryName(f"ha-{self.plan.job_id}-e{self.epoch}-{next(_queries)}")
+        )
+        if self.stream.interval is None:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.stream.interval} seconds")
+        return writer.start()
+
+    def _stop(self, query: StreamingQuery) -> None:
+        # The batch in flight goes on to its fenced commit (refused if we were deposed).
+        if self.in_flight.acquire(timeout=STOP_GRACE):
+            self.in_flight.release()
+        try:
+            query.stop()
+        except Exception:  # already failed, or the JVM is gone
+            log.info("stopping the streaming query failed", exc_info=True)
+
+    # --- one micro-batch (a Py4J callback thread) -----------------------------------------------
+
+    def _on_batch(self, df: DataFrame, batch_id: int) -> None:
+        if self.stop.is_set():
+            raise _Stopped(f"term of epoch {self.epoch} is over")
+        term, plan, job_id = self.term, self.plan, self.plan.job_id
+        portal = self.jm.portal
+        assert portal is not None
+        with self.in_flight:
+            self.jm.emit("batch_started", job=job_id, batch=batch_id, epoch=self.epoch)
+            out = self.spec.compute(term.spark, plan.params, df)
+            staged = stage_batch(
+                out,
+                plan.output,
+                batch_id,
+                files=self.spec.files_per_batch,
+                sort_by=self.spec.sort_by,
+                token=f"e{self.epoch}-{uuid.uuid4().hex[:8]}",
+            )
+            try:
+                result = portal.call(
+                    commit_micro_batch,
+                    term.writer,
+                    term.layout,
+                    job_id,
+                    batch_id,
+                    staged,
+                    plan.output,
+                )
+            except Fenced as exc:
+                self.jm.emit(
+                    "batch_rejected", job=job_id, batch=batch_id, epoch=self.epoch, error=str(exc)
+                )
+                raise
+            self.jm.emit(
+                "batch_committed", job=job_id, batch=batch_id, commit=result, epoch=self.epoch
+            )
+
+
+def _await(query: StreamingQuery) -> BaseException | None:
+    try:
+        query.awaitTermination()
+    except Exception as exc:  # StreamingQueryException: the query failed
+        return exc
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else repr(error)
