@@ -301,6 +301,28 @@ async def test_closing_deletes_the_lease_and_the_ephemeral_nodes(
         assert await observer.exists("/e") is None
 
 
+async def test_a_close_in_a_cancelled_scope_still_clears_the_session(
+    kubernetes_backend: KubernetesBackend,
+) -> None:
+    """Found by the chaos rounds (an unclosed socket after the harness cancelled its observer):
+    a driver closed while its caller is being cancelled (``async with`` under a cancelled
+    scope) still ends its watch, deletes its Lease, strikes its ephemeral nodes and closes
+    its connections, as a close outside a cancelled scope does."""
+    backend = kubernetes_backend
+    async with backend.driver() as observer:
+        driver = backend.driver()
+        with anyio.CancelScope() as scope:
+            async with driver:
+                await driver.create("/e", ephemeral=True)
+                await driver.exists("/e")  # its watch is reading
+                path = lease_path(backend, driver)
+                scope.cancel()
+                await anyio.sleep_forever()
+        assert driver.session_id is None
+        assert backend.server.request("GET", path)[0] == 404  # not left to the reapers
+        assert await observer.exists("/e") is None
+
+
 # --- the server ---------------------------------------------------------------------------------
 
 

@@ -229,7 +229,8 @@ class KubernetesSession(Driver):
         if task is None:
             return
         self._closing = True
-        await self._quiesce()
+        with anyio.CancelScope(shield=True):  # a close under cancellation still clears up
+            await self._quiesce()  # (each override waits a second at most)
         await task.stop()
         session, self._session_id, self._connected = self._session_id, None, False
         if session is not None and not self._crashed:
