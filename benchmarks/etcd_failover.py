@@ -50,11 +50,10 @@ PEERS = HERE / "peers_etcd"
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE / "peers_zookeeper"))
 sys.path.insert(0, str(PEERS))
-sys.path.insert(0, str(HERE))
 
 from contenders import Election  # noqa: E402
 from observer_etcd import Keys, Observer  # noqa: E402
-from zookeeper_failover import Results, percentile  # noqa: E402
+from rounds import Results, percentile, run_rounds  # noqa: E402
 
 TIMERS = (100, 1000)  # etcd's heartbeat interval and election timeout, ms (its defaults)
 EXPIRY_STEP = 0.5  # etcd's lessor looks for expired leases every 500 ms
@@ -117,33 +116,6 @@ DEFAULT_KINDS = ("ha", "ha-trio", "election-api", "etcdctl", "tooz")
 
 
 # --- measurements -----------------------------------------------------------------------------
-
-
-def run_rounds(
-    elections: dict[str, Election], kinds: dict[str, Kind], rounds: int, results: dict[str, Results]
-) -> None:
-    """Round r of every kind, then round r + 1; a kind that fails is dropped with the reason."""
-    for number in range(rounds):
-        order = list(elections)
-        order = order[number % len(order) :] + order[: number % len(order)]
-        for phase in ("graceful", "crash"):
-            for key in order:
-                election, result = elections.get(key), results[key]
-                if election is None or (phase == "crash" and not kinds[key].crash):
-                    continue
-                try:
-                    if phase == "graceful":
-                        result.graceful.append(election.graceful_round())
-                    else:
-                        killed_to_leader, seen_to_leader = election.crash_round()
-                        result.crash.append(killed_to_leader)
-                        if seen_to_leader is not None:
-                            result.seen.append(seen_to_leader)
-                except Exception as exc:  # one kind's failure must not end the others' run
-                    result.failed = f"failed in round {number + 1} ({phase}): {exc}"[:300]
-                    print(f"{key}: {result.failed}", file=sys.stderr)
-                    elections.pop(key).close()
-        print(f"round {number + 1}/{rounds} done", file=sys.stderr)
 
 
 def tree(pid: int) -> list[int]:
@@ -347,7 +319,8 @@ def main() -> None:
             )
             idle = idle_cost(elections, args.idle, server)
             print(f"{args.rounds} rounds...", file=sys.stderr)
-            run_rounds(elections, kinds, args.rounds, results)
+            graceful_only = [key for key, kind in kinds.items() if not kind.crash]
+            run_rounds(elections, args.rounds, results, graceful_only)
             for key, backend in (("ha", "asyncio"), ("ha-trio", "trio")):
                 if key in results and args.many:
                     print(f"ha ({backend}): {args.many} elections in one process", file=sys.stderr)

@@ -62,6 +62,7 @@ sys.path.insert(0, str(PEERS))
 
 from contenders import Election  # noqa: E402
 from observer import Observer, Queue  # noqa: E402
+from rounds import Results, percentile, run_rounds  # noqa: E402
 
 CURATOR_JARS = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar"
 HA_QUEUES = (Queue("n"), Queue("", per_contender=False))  # protocol 2, then protocol 1's lock
@@ -137,48 +138,6 @@ DEFAULT_KINDS = ("ha", "ha-trio", "ha-base", "ha-base-trio", "kazoo", "aiozk", "
 
 
 # --- the run ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Results:
-    graceful: list[float] = field(default_factory=list)
-    crash: list[float] = field(default_factory=list)
-    seen: list[float] = field(default_factory=list)
-    failed: str | None = None
-    watched: set[str] = field(default_factory=set)
-
-
-def percentile(values: list[float], share: float) -> float:
-    """Nearest rank: the smallest value with at least ``share`` of the values at or below it."""
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * share // 1))
-    return ordered[int(rank) - 1]
-
-
-def run_rounds(elections: dict[str, Election], rounds: int, results: dict[str, Results]) -> None:
-    """Round r of every kind, then round r + 1; a kind that fails is dropped with the reason."""
-    for number in range(rounds):
-        order = list(elections)
-        order = order[number % len(order) :] + order[: number % len(order)]
-        for phase in ("graceful", "crash"):
-            for key in order:
-                election, result = elections.get(key), results[key]
-                if election is None:
-                    continue
-                try:
-                    if phase == "graceful":
-                        result.graceful.append(election.graceful_round())
-                    else:
-                        killed_to_leader, seen_to_leader = election.crash_round()
-                        result.crash.append(killed_to_leader)
-                        if seen_to_leader is not None:
-                            result.seen.append(seen_to_leader)
-                        result.watched |= election.watched
-                except Exception as exc:  # one kind's failure must not end the others' run
-                    result.failed = f"failed in round {number + 1} ({phase}): {exc}"[:300]
-                    print(f"{key}: {result.failed}", file=sys.stderr)
-                    elections.pop(key).close()
-        print(f"round {number + 1}/{rounds} done", file=sys.stderr)
 
 
 def many_elections(hosts: str, count: int, backend: str, env: dict[str, str]) -> str:
