@@ -76,7 +76,19 @@ class KubernetesEnv:
             proxy.close()
         self.proxies, self.links = {}, {}
         self.namespace = f"chaos-{seed}-{uuid.uuid4().hex[:6]}"
+        await self._serving()
         await anyio.to_thread.run_sync(self.server.create_namespace, self.namespace)
+
+    async def _serving(self) -> None:
+        """Wait for the server to answer (a loaded machine may be slow to); one that never
+        does is started again on its state, so that one round's damage ends with it."""
+        for _ in range(3):
+            try:
+                await anyio.to_thread.run_sync(self.server.stats)
+                return
+            except OSError:  # urllib's errors and timeouts
+                await anyio.sleep(1)
+        await anyio.to_thread.run_sync(self.server.restart)
 
     def _url(self, server: str, identity: str, session_timeout: float) -> str:
         from tests.support.backends.kubernetes import write_kubeconfig
@@ -93,7 +105,8 @@ class KubernetesEnv:
         return self._url(f"http://{link.hosts}", identity, SESSION)
 
     def observer_url(self) -> str:
-        return self._url(self.server.url, "observer", 5)
+        # a long connect timeout: on a loaded machine the fake may take seconds to answer
+        return self._url(self.server.url, "observer", 5) + "&connect_timeout=30"
 
     async def apply(self, fault: Fault, fleet: Fleet, tg: anyio.abc.TaskGroup) -> str | None:
         length = fault.length * SESSION
