@@ -73,6 +73,7 @@ class Gateway:
         self._client: httpx.AsyncClient | None = None
         self._token: str | None = None  # etcd's auth token, with user/password
         self._turns: anyio.Semaphore | None = None  # IN_FLIGHT; made in open (needs a loop)
+        self._authenticating: anyio.Lock | None = None  # one authenticate at a time
 
     @property
     def endpoint(self) -> str:
@@ -86,6 +87,7 @@ class Gateway:
             if opts.cert is not None:
                 verify.load_cert_chain(opts.cert, opts.key)
         self._turns = anyio.Semaphore(IN_FLIGHT)
+        self._authenticating = anyio.Lock()
         self._client = httpx.AsyncClient(
             verify=verify,
             timeout=None,  # each call gives its own (see call)
@@ -123,13 +125,19 @@ class Gateway:
             raise ConnectionLost(f"no reply from etcd at {endpoint} within {within:g} s") from None
 
     async def _call(
-        self, method: str, body: dict[str, Any], waits: httpx.Timeout, *, again: bool = True
+        self,
+        method: str,
+        body: dict[str, Any],
+        waits: httpx.Timeout,
+        *,
+        again: bool = True,
+        token: bool = True,
     ) -> dict[str, Any]:
         client = self._client
         if client is None:
             raise ConnectionLost("the etcd driver is not started (or closed)")
-        if self._token is None and self.settings.options.user is not None:
-            await self._authenticate(waits)
+        if token:
+            await self._authenticated(waits)
         content = json.dumps(body).encode()
         response, refused = None, ""
         for _ in self.settings.endpoints:
@@ -160,18 +168,24 @@ class Gateway:
             return await self._call(method, body, waits, again=False)
         raise error
 
-    async def _authenticate(self, waits: httpx.Timeout | None = None) -> None:
+    async def _authenticated(self, waits: httpx.Timeout | None = None) -> None:
+        """With user/password: a token, asked for once by the first request that needs one
+        (the others wait for it: sent without one, etcd would refuse them)."""
         opts = self.settings.options
-        self._token = ""  # the authenticate request itself goes without one
-        credentials = {"name": opts.user, "password": opts.password}
-        try:
+        if self._token is not None or opts.user is None or self._authenticating is None:
+            return
+        async with self._authenticating:
+            if self._token is not None:
+                return
+            credentials = {"name": opts.user, "password": opts.password}
             reply = await self._call(
-                "auth/authenticate", credentials, waits or httpx.Timeout(None), again=False
+                "auth/authenticate",
+                credentials,
+                waits or httpx.Timeout(None),
+                again=False,
+                token=False,
             )
-        except BaseException:
-            self._token = None
-            raise
-        self._token = str(reply.get("token") or "")
+            self._token = str(reply.get("token") or "")
 
     def _request(self, method: str, content: bytes, waits: httpx.Timeout) -> httpx.Request:
         assert self._client is not None
@@ -202,8 +216,7 @@ class Gateway:
         client = self._client
         if client is None:
             raise ConnectionLost("the etcd driver is not started (or closed)")
-        if self._token is None and self.settings.options.user is not None:
-            await self._authenticate()
+        await self._authenticated()
         try:
             request = self._request(method, json.dumps(body).encode(), httpx.Timeout(None))
             response = await client.send(request, stream=True)

@@ -34,6 +34,7 @@ from .._faults import Injected
 from ..base import ConnectionEvent, ConnectionState, Driver
 from .gateway import Gateway
 from .keys import KeySpace
+from .reads import ReadBatcher
 from .settings import Settings
 
 __all__ = ("EtcdSession",)
@@ -50,6 +51,7 @@ class EtcdSession(Driver):
         self.space = KeySpace(settings.prefix)
         self._gateway = Gateway(settings)
         self._lease_gateway = Gateway(settings)  # grant, keepalive, revoke: never queued
+        self._reads = ReadBatcher(lambda body: self._request("kv/txn", body))
         self._requested_timeout = settings.options.session_timeout
         self._session_timeout = settings.options.session_timeout
         self._lease = 0  # the current lease's ID; 0: none (not started, or between two)
@@ -94,9 +96,10 @@ class EtcdSession(Driver):
         self, requests: list[dict[str, Any]], revision: int = 0, *, own: bool = False
     ) -> tuple[int, list[dict[str, Any]]]:
         """Several reads at one revision (``revision``, or now): the revision and each read's
-        reply. In transactions of at most 100 (etcd's default limit is 128 operations).
-        ``own``: the driver's own reads (the watch's), which operations' faults leave alone."""
-        send = self._request if own else self._operation
+        reply. In transactions of at most 100 (etcd's default limit is 128 operations), with
+        other tasks' reads made at the same time (``reads``) unless pinned to a revision.
+        ``own``: the driver's own reads (the watch's), which operations' faults leave alone,
+        sent on their own."""
         replies: list[dict[str, Any]] = []
         for first in range(0, len(requests), 100):
             batch = requests[first : first + 100]
@@ -105,10 +108,25 @@ class EtcdSession(Driver):
                     {"request_range": {**r["request_range"], "revision": str(revision)}}
                     for r in batch
                 ]
-            reply = await send("kv/txn", {"success": batch})
-            revision = revision or int((reply.get("header") or {}).get("revision") or 0)
-            replies += [r.get("response_range") or {} for r in reply.get("responses") or []]
+            if own or revision:  # pinned reads alone: a compacted revision fails only them
+                send = self._request if own else self._operation
+                reply = await send("kv/txn", {"success": batch})
+                header, responses = reply.get("header") or {}, reply.get("responses") or []
+            else:
+                header, responses = await self._coalesced(batch)
+            revision = revision or int(header.get("revision") or 0)
+            replies += [r.get("response_range") or {} for r in responses]
         return revision, replies
+
+    async def _coalesced(self, ranges: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
+        """A read made for a node operation, coalesced with others (``reads``)."""
+        await self._injected.wait_thawed()
+        self._injected.raise_next()
+        try:
+            return await self._reads.read(ranges)
+        except (ConnectionLost, SessionExpired):
+            self._wake.set()  # as _operation does
+            raise
 
     async def _operation(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
         """A request made for a node operation (not the session's own)."""
@@ -179,6 +197,7 @@ class EtcdSession(Driver):
     async def _run(self) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch_loop)
+            tg.start_soon(self._reads.run)
             await self._renew_loop()
 
     async def _watch_loop(self) -> None:
