@@ -32,7 +32,8 @@ __all__ = ("cli", "main")
     "--url",
     envvar="HA_URL",
     metavar="URL",
-    help="Backend URL (env HA_URL): sqlite:///path/ha.db, zk://host:2181/chroot, memory://NAME."
+    help="Backend URL (env HA_URL): sqlite:///path/ha.db, zk://host:2181/chroot,"
+    " etcd://host:2379/prefix, k8s://namespace/name, memory://NAME."
     " Default: the embedded file under your state directory.",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
