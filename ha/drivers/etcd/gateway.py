@@ -145,6 +145,8 @@ class Gateway:
                 response = await client.send(self._request(method, content, waits))
                 break
             except httpx.ConnectError as exc:  # nothing was sent: the next endpoint may answer
+                if (alert := _server_alert(exc)) is not None:  # ... unless it refused our cert
+                    raise _refused(alert) from exc
                 refused = f" ({_reason(exc)})"
                 self._rotate()
             except ssl.SSLError as exc:  # httpcore lets a TLS alert after the handshake out
@@ -272,6 +274,14 @@ def _tls_alert(exc: BaseException) -> ssl.SSLError | None:
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def _server_alert(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS alert a server sent during the handshake (our certificate refused, or missing),
+    if one is behind ``exc``. etcd 3.5.1 (Go 1.16) sends it there, where later ones send it after
+    the handshake (``_tls_alert``); our own refusal of its certificate is not one."""
+    alert = _tls_alert(exc)
+    return alert if alert is not None and "ALERT" in (alert.reason or "") else None
 
 
 def _reason(exc: BaseException) -> str:
