@@ -308,7 +308,6 @@ class Supervisor:
             if delay is None:
                 if restarts.done:
                     log.warning("%s restarted %d times in a row: ceding", name, restarts.done)
-                # leave, back off, rejoin (the note tells `ha failover` why)
                 self._act(self._eligibility.command_ended(anyio.current_time(), note, ran))
                 return
             self._restarting = f"{note}: restart {restarts.done} of {restarts.limit}"
@@ -328,7 +327,8 @@ class Supervisor:
             code = await child.wait_or_stop(self.settings.grace)
         finally:
             self._child = None
-            log.info("%s (pid %d) stopped", name, child.pid)
+            how = "?" if child.returncode is None else describe_exit(child.returncode)
+            log.info("%s (pid %d) stopped: %s", name, child.pid, how)
         return code
 
     def _end(self, code: int) -> None:
