@@ -18,10 +18,15 @@ One module per idea:
                    order, the leftover breadcrumbs), and a watch
     format.py      format_election (``ha format``)
     failover.py    the graceful failover protocol (``ha failover``) and its waits
+    pause.py       maintenance mode (``ha pause``, ``ha resume``): nobody takes the lead
+    elections.py   every election under a prefix (``ha status PREFIX``)
+
+``ha history`` reads the history the leaders append (``ha/election/history.py``).
 """
 
 from __future__ import annotations
 
+from .elections import find_elections, is_election
 from .failover import (
     FailoverError,
     NoActive,
@@ -38,7 +43,8 @@ from .members import (
     remove_member,
     write_member,
 )
-from .records import DEFAULT_COOLDOWN, FailoverRequest, Member, text
+from .pause import pause_election, read_pause, resume_election
+from .records import DEFAULT_COOLDOWN, FailoverRequest, Member, Pause, text
 from .status import Contender, ElectionStatus, Leftover, election_status, watch_status
 
 __all__ = (
@@ -53,9 +59,15 @@ __all__ = (
     "Leftover",
     "Member",
     "NoActive",
+    "Pause",
     "claim_member",
     "confirm_failover",
     "election_status",
+    "find_elections",
+    "is_election",
+    "pause_election",
+    "read_pause",
+    "resume_election",
     "format_election",
     "member_path",
     "read_failover",

@@ -108,6 +108,8 @@ async def request_failover(
         raise NoActive(f"no active in {path}: nothing to fail over")
     if target is not None and target == status.active:
         raise FailoverError(f"{text(target)!r} is already the active of {path}")
+    if status.paused is not None:  # the active would cede and nobody would take over (P16)
+        raise FailoverError(f"{path} is paused: `ha resume {path}` first, then fail over")
     members = {m.identity: m for m in status.members}
     if status.active not in members:
         raise FailoverError(

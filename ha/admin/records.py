@@ -2,6 +2,7 @@
 
     PATH/members/ID    ``Member``: one running supervisor, its state, host and pid
     PATH/failover      ``FailoverRequest``: the last graceful failover asked for
+    PATH/pause         ``Pause``: who paused the election (``ha pause``), while it is paused
 
 Their paths are ``ElectionNodes``' (``ha/election/nodes.py``). Each record is one JSON object
 ``{"format": KIND, ...fields}`` with identities in base64 (they are bytes). A record that does
@@ -22,13 +23,16 @@ __all__ = (
     "DEFAULT_COOLDOWN",
     "FAILOVER_FORMAT",
     "MEMBER_FORMAT",
+    "PAUSE_FORMAT",
     "FailoverRequest",
     "Member",
+    "Pause",
     "text",
 )
 
 FAILOVER_FORMAT = "ha.failover/1"
 MEMBER_FORMAT = "ha.member/1"
+PAUSE_FORMAT = "ha.pause/1"
 DEFAULT_COOLDOWN = 5.0
 
 R = TypeVar("R")
@@ -155,6 +159,46 @@ class FailoverRequest:
             )
 
         return _decode(raw, FAILOVER_FORMAT, build)
+
+    def to_json(self) -> dict[str, Any]:
+        return self._fields(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Who paused the election, when, and who was active then (None: nobody)."""
+
+    by: str
+    since: float  # wall clock
+    active: bytes | None = None
+    epoch: int | None = None
+
+    def _fields(self, show: Show) -> dict[str, Any]:
+        return {
+            "by": self.by,
+            "since": self.since,
+            "active": None if self.active is None else show(self.active),
+            "epoch": self.epoch,
+        }
+
+    def encode(self) -> bytes:
+        return _encode(PAUSE_FORMAT, self._fields(b64))
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Pause:
+        """The pause in ``raw``; anything else at the node still pauses (shown as unknown)."""
+
+        def build(doc: dict[str, Any]) -> Pause:
+            active, epoch = doc.get("active"), doc.get("epoch")
+            return cls(
+                str(doc.get("by", "")),
+                float(doc.get("since", 0.0)),
+                None if active is None else _unb64(active),
+                epoch if type(epoch) is int else None,
+            )
+
+        found = _decode(raw, PAUSE_FORMAT, build)
+        return found or cls("unknown (not an ha pause record)", 0.0)
 
     def to_json(self) -> dict[str, Any]:
         return self._fields(text)

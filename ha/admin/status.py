@@ -16,11 +16,12 @@ from typing import Any
 import anyio
 
 from ..drivers.base import Driver, Subscription, validate_path
+from ..election.history import FenceFailure, Term, read_history
 from ..election.nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, parse_entry
 from ..election.preference import priority_of
 from ..errors import ConfigurationError, NoNode
 from .members import list_members
-from .records import FailoverRequest, Member, b64, text
+from .records import FailoverRequest, Member, Pause, b64, text
 
 __all__ = (
     "Contender",
@@ -138,6 +139,9 @@ class ElectionStatus:
     problems: tuple[str, ...] = field(default=())
     contenders: tuple[Contender, ...] = ()  # the queue in order, the leader first
     leftovers: tuple[Leftover, ...] = ()  # oldest first
+    paused: Pause | None = None  # while paused (``pause.py``)
+    last_term: Term | None = None  # the last term the history recorded
+    fence_failure: FenceFailure | None = None  # the last refused fence the history recorded
 
     @property
     def leader(self) -> tuple[bytes, int] | None:
@@ -170,6 +174,30 @@ class ElectionStatus:
             "failover": None if self.failover is None else self.failover.to_json(),
             "failover_pending": self.failover_pending,
             "problems": list(self.problems),
+        } | (self._more_json() if self.exists else {})
+
+    def _more_json(self) -> dict[str, Any]:
+        """Keys of an election that exists (one that does not has only the ones above)."""
+        term, failed = self.last_term, self.fence_failure
+        return {
+            "paused": None if self.paused is None else self.paused.to_json(),
+            "last_term": None
+            if term is None
+            else {
+                "epoch": term.epoch,
+                "identity": text(term.identity),
+                "started": term.started,
+                "cause": term.cause,
+            },
+            "fence_failure": None
+            if failed is None
+            else {
+                "by": text(failed.by),
+                "old": failed.old,
+                "error": failed.error,
+                "at": failed.at,
+                "count": failed.count,
+            },
         }
 
 
@@ -288,6 +316,12 @@ async def _read_status(driver: Driver, path: str, names: list[str]) -> ElectionS
         if failover is None:
             problems.append("the failover request node is not an ha failover request")
     members = tuple(await list_members(driver, path))
+    got = await read_node(driver, nodes.pause)
+    paused = None if got is None else Pause.decode(got[0])
+    found = await read_history(driver, nodes)
+    history = None if found is None else found[0]
+    last = history.terms[-1] if history is not None and history.terms else None
+    refused = None if history is None else history.fence_failure
     if not contenders:
         return ElectionStatus(
             path,
@@ -296,6 +330,9 @@ async def _read_status(driver: Driver, path: str, names: list[str]) -> ElectionS
             failover=failover,
             problems=tuple(problems),
             leftovers=tuple(leftovers),
+            paused=paused,
+            last_term=last,
+            fence_failure=refused,
         )
     first = contenders[0]
     said = next(
@@ -307,7 +344,10 @@ async def _read_status(driver: Driver, path: str, names: list[str]) -> ElectionS
         None,
     )
     active = since = None
-    if said is not None or not any(c.awaits_fence for c in leftovers):
+    # while paused, a leader that came after the pause waits (P16): active only if it says so,
+    # or if it was the active the pause found
+    waits = paused is not None and said is None and paused.epoch != first.epoch
+    if said is not None or not (waits or any(c.awaits_fence for c in leftovers)):
         active = first.identity
         since = said.since if said is not None else first.joined
     return ElectionStatus(
@@ -325,6 +365,9 @@ async def _read_status(driver: Driver, path: str, names: list[str]) -> ElectionS
         tuple(problems),
         tuple(contenders),
         tuple(leftovers),
+        paused,
+        last,
+        refused,
     )
 
 

@@ -8,20 +8,26 @@ they come (``ha watch``, a job manager's events).
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import click
 
 from .. import admin
+from ..election.history import FenceFailure, Term
 
 __all__ = (
     "ago",
     "batches",
     "clock",
     "print_event",
+    "print_elections",
     "print_event_json",
+    "print_history",
     "print_job",
     "print_jobs",
     "print_leader",
@@ -79,10 +85,23 @@ def print_status(status: admin.ElectionStatus, url: str) -> None:
     if not status.exists:
         console.print("  does not exist (nothing has run there; `ha format` creates it)")
         return
+    if status.paused is not None:
+        pause = status.paused
+        console.print(
+            f"  [yellow]paused[/] by {pause.by} since {when(pause.since)}: no failover"
+            f" (nobody takes the lead) until `ha resume {status.path}`"
+        )
     if status.active is not None:
         console.print(
             f"  [green]active[/]  {t(status.active)}  epoch {status.epoch}"
             f"  since {when(status.since)}"
+        )
+        # no driver tells another session's lease: see the member's pid for a dead process
+        console.print("  expires in n/a (the backend tells no other session's last contact)")
+    elif status.holder is not None and status.paused is not None:
+        console.print(
+            f"  [yellow]no active[/]: {t(status.holder)} is first (epoch {status.epoch})"
+            " and waits for `ha resume` to take the lead"
         )
     elif status.holder is not None:
         console.print(
@@ -119,11 +138,19 @@ def print_status(status: admin.ElectionStatus, url: str) -> None:
         request = status.failover
         target = "any standby" if request.to is None else t(request.to)
         console.print(f"  failover pending: {t(request.active)} -> {target}")
+    if status.last_term is not None:
+        term = status.last_term
+        console.print(
+            f"  last term: {t(term.identity)} epoch {term.epoch} from {when(term.started)}"
+            f" ({term.cause}; `ha history {status.path}`)"
+        )
+    if status.fence_failure is not None:
+        console.print(f"  [red]last refused fence[/]: {_refused(status.fence_failure)}")
     for problem in status.problems:
         console.print(f"  [red]problem[/]: {problem}")
     if status.members:
         table = Table(box=None, padding=(0, 2), show_edge=False)
-        for column in ("member", "state", "epoch", "host", "pid", "since", "note"):
+        for column in ("member", "state", "epoch", "host", "pid", "process", "since", "note"):
             table.add_column(column)
         for m in status.members:
             table.add_row(
@@ -132,10 +159,60 @@ def print_status(status: admin.ElectionStatus, url: str) -> None:
                 "" if m.epoch is None else str(m.epoch),
                 m.host,
                 str(m.pid or ""),
+                _process(m),
                 ago(time.time() - m.since) + " ago" if m.since else "",
                 m.note,
             )
         console.print(table)
+
+
+def _refused(failed: FenceFailure) -> str:
+    times = f" ({failed.count} in a row)" if failed.count > 1 else ""
+    return (
+        f"{admin.text(failed.by)} could not fence {failed.old}{times} at {when(failed.at)}:"
+        f" {failed.error}"
+    )
+
+
+def _process(member: admin.Member) -> str:
+    """Whether a member's process runs, where this host can tell (its own processes): a
+    killed active shows as dead here before its session expires. Elsewhere n/a."""
+    if not member.pid or member.host != socket.gethostname():
+        return "n/a"
+    try:
+        os.kill(member.pid, 0)
+    except ProcessLookupError:
+        return "dead"
+    except PermissionError:
+        pass  # it runs, as another user
+    return "running"
+
+
+def print_elections(found: Sequence[admin.ElectionStatus], prefix: str, url: str) -> None:
+    """``ha status PREFIX``: one line per election."""
+    if not found:
+        click.echo(f"no election under {prefix}  ({url})")
+    for status in found:
+        standbys = f"{len(status.standbys)} standby" + ("s" if len(status.standbys) != 1 else "")
+        pause = "  paused" if status.paused is not None else ""
+        if status.active is not None:
+            state = f"active {admin.text(status.active)}  epoch {status.epoch}"
+        elif status.holder is not None:
+            state = f"no active ({admin.text(status.holder)} first, not acting)"
+        else:
+            state = "no active"
+        click.echo(f"{status.path}  {state}  {standbys}{pause}")
+
+
+def print_history(path: str, terms: Sequence[Term], failed: FenceFailure | None) -> None:
+    """``ha history``: one line per term, oldest first (a term ends when the next begins)."""
+    if not terms:
+        click.echo(f"{path}: no leader recorded yet")
+    for term in terms:
+        day = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(term.started))
+        click.echo(f"{day}  epoch {term.epoch}  {admin.text(term.identity)}  {term.cause}")
+    if failed is not None:
+        click.echo(f"last refused fence: {_refused(failed)}")
 
 
 def print_leader(found: admin.ElectionStatus, as_json: bool) -> None:

@@ -19,9 +19,11 @@ import click
 
 from .. import admin
 from ..admin.status import check_election
-from ..drivers.base import Driver
+from ..drivers.base import Driver, validate_path
+from ..election.history import History, read_history
+from ..election.nodes import ElectionNodes
 from ..election.preference import MAX_PRIORITY
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, NoNode
 from ..http import parse_address
 from ._run import (
     EXIT_NO_ACTIVE,
@@ -37,10 +39,10 @@ from ._run import (
 )
 from ._run import run as run_async
 from ._run_options import run_policy_options
-from ._show import print_leader, print_status
+from ._show import print_elections, print_history, print_leader, print_status
 from ._watch import Watcher
 
-__all__ = ("failover", "format_", "run", "status", "watch")
+__all__ = ("failover", "format_", "history", "pause", "resume", "run", "status", "watch")
 
 READY = ("standby", "neutral")  # the member states that can take over (ha/admin/failover.py)
 
@@ -217,22 +219,140 @@ def run(
 @click.pass_obj
 def status(opts: Options, path: str, as_json: bool) -> None:
     """Show the election at PATH: its queue in order (the leader first, with its epoch, then
-    the standbys in the order they would take over), leftover breadcrumbs and members.
+    the standbys in the order they would take over), leftover breadcrumbs, members, the pause,
+    the last term and the last refused fence. PATH that holds no election but elections below
+    it (a PREFIX, or /) lists each of them on one line.
 
-    Exit code 0 when an active exists, 3 when none.
+    Exit code 0 when an active exists (under a PREFIX: in every election), 3 when not.
 
     \b
     Examples:
       ha status /myapp
       ha status /myapp --json | jq .active
+      ha status /            # every election, one line each
     """
-    call(opts, lambda: check_election(path))  # a bad path before a missing backend
-    found = with_driver(opts, lambda driver: admin.election_status(driver, path), read_only=True)
+    call(opts, lambda: validate_path(path) if path == "/" else check_election(path))
+    found = with_driver(opts, lambda driver: _status_or_all(driver, path), read_only=True)
+    if isinstance(found, list):
+        if as_json:
+            click.echo(json.dumps([f.to_json() for f in found], indent=2))
+        else:
+            print_elections(found, path, opts.backend_url())
+        sys.exit(0 if all(f.active is not None for f in found) else EXIT_NO_ACTIVE)
     if as_json:
         click.echo(json.dumps(found.to_json(), indent=2))
     else:
         print_status(found, opts.backend_url())
     sys.exit(0 if found.active is not None else EXIT_NO_ACTIVE)
+
+
+async def _status_or_all(
+    driver: Driver, path: str
+) -> admin.ElectionStatus | list[admin.ElectionStatus]:
+    """The election at ``path``, or every election under it when it is none itself."""
+    paths = await admin.find_elections(driver, path)
+    if not paths or paths == [path] or path in paths:
+        if path == "/":
+            return []
+        return await admin.election_status(driver, path)
+    return [await admin.election_status(driver, p) for p in paths]
+
+
+@click.command()
+@click.argument("path")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--limit", type=click.IntRange(1), default=20, show_default=True, help="Terms to show."
+)
+@click.pass_obj
+def history(opts: Options, path: str, as_json: bool, limit: int) -> None:
+    """Show the last leaders of the election at PATH: epoch, identity, when each began and
+    why (the elector's cause), newest last, and the last refused fence. Each leader records
+    its own term once active; the last 100 are kept.
+
+    \b
+    Examples:
+      ha history /myapp
+      ha history /myapp --json | jq '.terms[-1]'
+    """
+    call(opts, lambda: check_election(path))
+
+    async def read(driver: Driver) -> tuple[bool, History | None]:
+        exists = await driver.exists(path) is not None
+        found = await read_history(driver, ElectionNodes(path))
+        return exists, None if found is None else found[0]
+
+    exists, found = with_driver(opts, read, read_only=True)
+    if not exists:
+        raise Failure(f"no election at {path} (nothing has run there)")
+    terms = () if found is None else found.terms[-limit:]
+    failed = None if found is None else found.fence_failure
+    if as_json:
+        doc = {
+            "path": path,
+            "terms": [t.to_doc() | {"identity": admin.text(t.identity)} for t in terms],
+            "fence_failure": None
+            if failed is None
+            else failed.to_doc() | {"by": admin.text(failed.by)},
+        }
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        print_history(path, terms, failed)
+
+
+@click.command()
+@click.argument("path")
+@click.pass_obj
+def pause(opts: Options, path: str) -> None:
+    """Pause the election at PATH (maintenance mode, as Patroni's): no failover happens.
+
+    While paused, no standby takes the lead, not even when the active's session ends (then
+    nobody leads until `ha resume`). The active keeps leading while it holds its session: a
+    pause never makes two actives. (`ha run`'s health check and exit policy still act.)
+
+    \b
+    Examples:
+      ha pause /myapp
+    """
+    call(opts, lambda: check_election(path))
+
+    async def go(driver: Driver) -> tuple[admin.Pause, bool]:
+        try:
+            return await admin.pause_election(driver, path)
+        except NoNode:
+            raise Failure(
+                f"no election at {path} (nothing has run there): nothing to pause"
+            ) from None
+
+    found, already = with_driver(opts, go)
+    active = (
+        f"{admin.text(found.active)!r} stays active (epoch {found.epoch})"
+        if found.active is not None
+        else "nobody is active: nobody will be until resumed"
+    )
+    if already:
+        click.echo(f"{path}: paused already, by {found.by}; {active}")
+    else:
+        click.echo(f"{path}: paused: no failover until `ha resume {path}`; {active}")
+
+
+@click.command()
+@click.argument("path")
+@click.pass_obj
+def resume(opts: Options, path: str) -> None:
+    """End the pause of the election at PATH: failover works again (a contender first in the
+    queue with nobody active takes the lead at once).
+
+    \b
+    Examples:
+      ha resume /myapp
+    """
+    call(opts, lambda: check_election(path))
+    found = with_driver(opts, lambda driver: admin.resume_election(driver, path))
+    if found is None:
+        click.echo(f"{path}: not paused")
+    else:
+        click.echo(f"{path}: resumed (paused by {found.by}): failover works again")
 
 
 @click.command()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,6 +38,7 @@ from ..errors import ConfigurationError, CorruptData, DriverError, ElectionFaile
 from . import events as ev
 from . import machine as m
 from .contender import call_hook, check_contender, fence_old_active
+from .history import FenceFailure, Term, append_term, record_fence_failure
 from .journal import JournalWriter, Transition
 from .leadership import Leadership
 from .lease import Lease
@@ -45,7 +47,7 @@ from .nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, identity_bytes
 from .preference import check_priority, nonce
 from .reporting import ElectorStatistics, FencingStatistics, Reporting, TransitionStream
 from .timing import Timing
-from .watching import QueueWatches
+from .watching import QueueWatches, watch_pause
 
 __all__ = ("Elector",)
 
@@ -66,7 +68,7 @@ class Elector:
         "driver", "path", "identity", "data", "timing", "nodes",
         "_journal_spec", "_reporting", "_rng", "_machine", "_state", "_lease", "_send",
         "_leadership", "_backoff_at", "_closed",
-        "_quit_pending", "_fencing", "_unleft", "_watches", "priority",
+        "_quit_pending", "_fencing", "_unleft", "_watches", "priority", "_term",
     )  # fmt: skip
 
     def __init__(
@@ -117,6 +119,7 @@ class Elector:
         self._fencing: tuple[str, str] | None = None
         self._unleft: dict[str, ev.Leave] = {}  # Leaves that failed, retried after a quit
         self._watches = QueueWatches(driver, self.nodes, lambda: self._machine.session, self._feed)
+        self._term: Term | None = None  # the term begun, for the history (``history.py``)
 
     # --- public -------------------------------------------------------------------------------
 
@@ -211,7 +214,10 @@ class Elector:
         quit = False
         spec = self._journal_spec
         journal = self._reporting.journal = JournalWriter(spec) if isinstance(spec, str) else spec
-        subs = [self.driver.subscribe(None, self._on_connection)]
+        subs = [
+            self.driver.subscribe(None, self._on_connection),
+            watch_pause(self.driver, self.nodes, lambda: self._machine.session, self._feed),
+        ]
         try:
             with send, receive:
                 async with anyio.create_task_group() as tg:
@@ -351,7 +357,14 @@ class Elector:
                 read = nodes.read_crumbs(driver, session, ticket, token)
                 return await self._op("read breadcrumbs", session, read)
             case ev.FenceOldActive(session, breadcrumb):
-                return await self._fence(contender, session, breadcrumb)
+                outcome = await self._fence(contender, session, breadcrumb)
+                if isinstance(outcome, ev.FenceFailed) and self._fencing is not None:
+                    old, error = self._fencing
+                    count = self._machine.fence_failures + 1
+                    failure = FenceFailure(self.identity, old, error, time.time(), count)
+                    refused = record_fence_failure(driver, nodes, failure)
+                    tg.start_soon(self._quietly, "record the refused fence", refused)
+                return outcome
             case ev.StartActive(session, epoch, node):
                 self._lease = self._leadership.start(tg, contender, session, epoch, node)
             case ev.ClearCrumbs(session, node, tickets):
@@ -362,6 +375,9 @@ class Elector:
                 await anyio.lowlevel.checkpoint()
                 announce = driver.set(nodes.node(node), self.identity)
                 await self._quietly("announce", announce)
+                if self._term is not None:  # the history, after the takeover: no delay to it
+                    record = append_term(driver, nodes, node, self._term)
+                    tg.start_soon(self._quietly, "record the term", record)
             case ev.DropCrumb(session, ticket):
                 await self._quietly("drop a breadcrumb", nodes.drop_crumb(driver, ticket))
             case ev.StopActive(cause):
@@ -504,4 +520,6 @@ class Elector:
             self._fencing = None  # someone leads: our refused fences are history
         if report.new is not State.ACTIVE:
             self._lease = None
+        elif report.epoch is not None:
+            self._term = Term(report.epoch, self.identity, time.time(), report.cause)
         self._reporting.send(report)

@@ -48,6 +48,7 @@ __all__ = (
     "NotifyNeutral",
     "NotifyStandby",
     "OperationFailed",
+    "PauseChanged",
     "PredecessorGone",
     "Queued",
     "QuitRequested",
@@ -113,7 +114,8 @@ class Queued:
     """Join's or ListQueue's answer: our node, its token, the nodes below it (lowest first)
     and the identity of the lowest node in the queue (the leader, maybe us). ``strays``:
     breadcrumbs may lie about that no live node owns (False only when the breadcrumbs were
-    listed beside the queue and every one belongs to a node in it)."""
+    listed beside the queue and every one belongs to a node in it). ``paused``: the
+    election's pause node was there (read in the same round trip)."""
 
     session: int
     node: str
@@ -121,6 +123,7 @@ class Queued:
     below: tuple[str, ...]
     holder: bytes
     strays: bool = True
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,12 +138,14 @@ class Watching:
     """Watch's answer: the node below ours lives and is watched (with its breadcrumb).
 
     For the leader's node: ``crumb`` is its breadcrumb as a fence hook gets it (None: it has
-    none), and ``strays`` tells whether other breadcrumbs lie about with no live node."""
+    none), and ``strays`` tells whether other breadcrumbs lie about with no live node.
+    ``paused``: the election's pause node was there (read in the same round trip)."""
 
     session: int
     node: str
     crumb: bytes | None
     strays: bool
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,10 +191,18 @@ class Left:
 @dataclass(frozen=True, slots=True)
 class CrumbsRead:
     """ReadCrumbs' answer: the breadcrumbs left below our node, oldest first, each as
-    (ticket, what the fence hook gets)."""
+    (ticket, what the fence hook gets); ``paused``: the pause node was there."""
 
     session: int
     crumbs: tuple[tuple[str, bytes], ...]
+    paused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PauseChanged:
+    """A watch: the election's pause node was created, written or deleted (``ha pause``)."""
+
+    session: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +277,7 @@ Input = (
     | CrumbDeleted
     | Left
     | CrumbsRead
+    | PauseChanged
     | FenceSucceeded
     | FenceFailed
     | ActiveFailed

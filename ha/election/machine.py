@@ -66,6 +66,13 @@ P15 Taking over (reading breadcrumbs, fencing) shows the state it began in: a st
     leader went is told nothing until it is active (Hadoop's elector calls neither
     ``enterNeutralMode`` nor ``becomeStandby`` on the way); a failure on the way is then the
     change it reports (a backoff: NEUTRAL).
+P16 Paused (Patroni's maintenance mode, ``ha pause``): the pause node ``PATH/pause`` is read in
+    the same round trip as every listing, watch and breadcrumb read, and watched. While it is
+    there (or a change of it came after our last read: not known to be gone), a contender first
+    in the queue neither fences nor acts: PAUSED, holding its place, told nothing (P15). Its
+    deletion makes it read the breadcrumbs again (P7), then fence and act as usual. The active
+    is unaffected: it leads while it holds its node, so pausing never makes a second active;
+    an active lost during a pause leaves the election without one until it is resumed.
 
 The phases, the public states and the table of which phases act on each input are in
 ``phases.py`` (with the theory of operation); ``python -m ha.election.diagram`` draws them.
@@ -107,7 +114,7 @@ class Machine:
         "connected", "reported", "failures", "active_failures", "fence_failures",
         "fence_target", "backoff_token", "holder", "epoch", "ticket", "node", "token",
         "below", "crumb", "crumb_gone", "strays", "departed", "to_fence", "to_clear", "acted",
-        "unleft",
+        "unleft", "paused", "pause_changes", "pause_asked",
     )  # fmt: skip
 
     def __init__(
@@ -158,6 +165,11 @@ class Machine:
         self.acted = False  # this ticket's term has started: its breadcrumb stays (P8, P9)
         self.to_fence: list[bytes] = []  # breadcrumbs still to fence before acting
         self.to_clear: tuple[str, ...] = ()  # their tickets, deleted once active
+        # P16: the pause as last read (None: changed since, not known); a read's answer is
+        # trusted only if no change of the pause node came after the read was asked for
+        self.paused: bool | None = False
+        self.pause_changes = 0
+        self.pause_asked = 0
 
     @property
     def state(self) -> State:
@@ -236,6 +248,7 @@ class Machine:
         effects = self._left()
         self._forget_queue()
         self.ticket = ticket_for(self.identity, self.nonce())
+        self.pause_asked = self.pause_changes
         return self._go(Phase.JOINING, cause, [*effects, ev.Join(self.session, self.ticket)])
 
     def _list(
@@ -243,6 +256,7 @@ class Machine:
     ) -> list[ev.Effect]:
         assert self.session is not None and self.ticket is not None
         listing = ev.ListQueue(self.session, self.ticket, self.token)
+        self.pause_asked = self.pause_changes
         return self._go(phase, cause, [*(effects or []), listing])
 
     def _fail(self, error: str, *, lost: bool = False) -> list[ev.Effect]:
@@ -371,6 +385,7 @@ class Machine:
 
     def _on_Queued(self, event: ev.Queued) -> list[ev.Effect]:
         self._progress()
+        self._learn_pause(event.paused)
         self.node, self.token, self.holder = event.node, event.token, event.holder
         if self.phase is Phase.VERIFYING:  # P10: still first, carry on
             if event.below:
@@ -393,6 +408,7 @@ class Machine:
             return self._first("first in the queue", effects)
         cause = "queued" if self.phase is Phase.JOINING else "listed"
         effects.append(ev.Watch(event.session, event.below[-1], len(event.below) == 1))
+        self.pause_asked = self.pause_changes
         phase = Phase.REQUEUING if self.phase is Phase.REQUEUING else Phase.WATCHING
         return self._go(phase, cause, effects)
 
@@ -404,6 +420,11 @@ class Machine:
     def _on_Watching(self, event: ev.Watching) -> list[ev.Effect]:
         if not self.below or event.node != self.below[-1]:
             return []
+        if not self._learn_pause(event.paused) and self.session is not None:
+            # P16: the pause changed while we read: read it again (only after a pause event)
+            phase = Phase.LISTING if self.phase is Phase.WATCHING else Phase.REQUEUING
+            self._forget_below()
+            return self._list(phase, "the pause changed")
         if len(self.below) == 1:
             self.crumb, self.strays = event.crumb, event.strays
             # a deletion seen before this answer was processed stands: the read was earlier
@@ -471,12 +492,40 @@ class Machine:
         """First in the queue with nothing known of who led before: read the breadcrumbs."""
         assert self.session is not None and self.ticket is not None and self.token is not None
         read = ev.ReadCrumbs(self.session, self.ticket, self.token)
+        self.pause_asked = self.pause_changes
         return self._go(Phase.READING, cause, [*(effects or []), read])
 
     # --- handlers: taking over --------------------------------------------------------------
 
     def _on_CrumbsRead(self, event: ev.CrumbsRead) -> list[ev.Effect]:
+        self._learn_pause(event.paused)
         return self._fence(list(event.crumbs))
+
+    # --- the pause (P16) --------------------------------------------------------------------
+
+    def _learn_pause(self, paused: bool) -> bool:
+        """Take a read's answer about the pause; False when a change came after that read."""
+        fresh = self.pause_asked == self.pause_changes
+        self.paused = paused if fresh else None
+        return fresh
+
+    def _on_PauseChanged(self, event: ev.PauseChanged) -> list[ev.Effect]:
+        self.pause_changes += 1
+        self.paused = None  # until a read asked for from now on says
+        if self.phase is Phase.PAUSED:
+            return self._first("the pause changed")  # read again: resumed, or still paused
+        if self.phase is Phase.STANDBY:
+            self._forget_below()  # read the pause again now, not on the leader's exit
+            return self._list(Phase.REQUEUING, "the pause changed")
+        return []
+
+    def _hold(self, cause: str) -> list[ev.Effect]:
+        """First in the queue, the election paused (or not known not to be): take no lead."""
+        self.below = ()
+        self.to_fence, self.to_clear = [], ()  # read again once resumed
+        if self.paused is None:
+            return self._first(cause)  # a change since our last read: read it again
+        return self._go(Phase.PAUSED, "paused: " + cause)
 
     def _fence(self, crumbs: list[tuple[str, bytes]]) -> list[ev.Effect]:
         """P7: fence each breadcrumb that is not ours, oldest first; then act."""
@@ -489,6 +538,8 @@ class Machine:
         return self._next_fence()
 
     def _next_fence(self) -> list[ev.Effect]:
+        if self.paused is not False:
+            return self._hold("before fencing")  # P16
         if not self.to_fence:
             return self._won("won the election")
         raw = self.to_fence[0]
@@ -508,6 +559,8 @@ class Machine:
 
     def _won(self, cause: str) -> list[ev.Effect]:
         assert self.session is not None and self.node is not None and self.token is not None
+        if self.paused is not False:
+            return self._hold(cause)  # P16
         self._progress()
         self.epoch = self.token
         self.holder = self.identity

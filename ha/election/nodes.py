@@ -10,6 +10,8 @@ An election at ``PATH`` is a queue (protocol 2; ``ha/admin/`` reads it all from 
                        behind by a crash for the next leader to fence.
     PATH/members/ID    ephemeral, one per ``ha run`` supervisor (``ha/admin/members.py``)
     PATH/failover      the last failover request (``ha/admin/failover.py``)
+    PATH/pause         there while the election is paused (``ha pause``; machine.py, P16)
+    PATH/history       the last leaders and the last refused fence (``history.py``)
 
 TICKET is the identity, percent-encoded, then ``_`` and a random nonce. It is chosen before the
 node is created, so a contender whose create lost its reply finds its node again by listing the
@@ -198,6 +200,18 @@ class ElectionNodes:
     def failover(self) -> str:
         return f"{self.path}/failover"
 
+    @property
+    def pause(self) -> str:
+        return f"{self.path}/pause"
+
+    @property
+    def history(self) -> str:
+        return f"{self.path}/history"
+
+    async def _paused(self, driver: Driver) -> bool:
+        """Whether the pause node is there (read beside the queue: no round trip of its own)."""
+        return await driver.exists(self.pause) is not None
+
     # --- reads --------------------------------------------------------------------------------
 
     async def entries(self, driver: Driver) -> list[QueueEntry]:
@@ -218,7 +232,9 @@ class ElectionNodes:
         fence (a breadcrumb left by a leader is never owned: its node does not come back).
         A failed listing of the breadcrumbs only leaves that unknown (``strays``).
         """
-        entries, tickets = await concurrently(self.entries(driver), _unknown(self._tickets(driver)))
+        entries, tickets, paused = await concurrently(
+            self.entries(driver), _unknown(self._tickets(driver)), self._paused(driver)
+        )
         index = next((i for i, e in enumerate(entries) if e.ticket == ticket), None)
         if index is None:
             return NotQueued(session)
@@ -232,7 +248,7 @@ class ElectionNodes:
         holder = entries[0].identity if entries else b""
         owned = {e.ticket for e in entries}
         strays = tickets is None or any(t not in owned for t in tickets)
-        return Queued(session, entry.name, token, below, holder, strays)
+        return Queued(session, entry.name, token, below, holder, strays, paused)
 
     async def watch(
         self, driver: Driver, session: int, predecessor: str, first: bool
@@ -247,21 +263,24 @@ class ElectionNodes:
         assert entry is not None
         node_stat: Stat | None
         if not first:
-            node_stat = await driver.exists(self.node(predecessor))
+            node_stat, paused = await concurrently(
+                driver.exists(self.node(predecessor)), self._paused(driver)
+            )
             if node_stat is None:
                 return PredecessorGone(session, predecessor)
-            return Watching(session, predecessor, None, True)
-        node_stat, crumb, tickets, live = await concurrently(
+            return Watching(session, predecessor, None, True, paused)
+        node_stat, crumb, tickets, live, paused = await concurrently(
             driver.exists(self.node(predecessor)),
             _absent(driver.get(self.crumb(entry.ticket))),
             self._tickets(driver),
             self.entries(driver),
+            self._paused(driver),
         )
         if node_stat is None:
             return PredecessorGone(session, predecessor)
         raw = None if crumb is None else with_epoch(crumb[0], node_stat.created)
         owned = {e.ticket for e in live}
-        return Watching(session, predecessor, raw, any(t not in owned for t in tickets))
+        return Watching(session, predecessor, raw, any(t not in owned for t in tickets), paused)
 
     async def read_crumbs(
         self, driver: Driver, session: int, ticket: str, token: int
@@ -269,7 +288,9 @@ class ElectionNodes:
         """The breadcrumbs a new leader must fence: those older than its own node (token)
         whose node is gone, oldest first, each as its fence hook gets it; ours are included
         (the machine skips fencing our own identity but clears them)."""
-        tickets, entries = await concurrently(self._tickets(driver), self.entries(driver))
+        tickets, entries, paused = await concurrently(
+            self._tickets(driver), self.entries(driver), self._paused(driver)
+        )
         owned = {e.ticket for e in entries} | {ticket}
         unowned = [t for t in tickets if t not in owned]
         crumbs = await concurrently(*(_absent(driver.get(self.crumb(t))) for t in unowned))
@@ -280,7 +301,7 @@ class ElectionNodes:
             for raw, stat in [got]
             if stat.created < token
         )
-        return CrumbsRead(session, tuple((t, raw) for _, t, raw in found))
+        return CrumbsRead(session, tuple((t, raw) for _, t, raw in found), paused)
 
     async def _tickets(self, driver: Driver) -> list[str]:
         """The breadcrumbs' names (tickets); [] when there are none yet."""

@@ -53,6 +53,7 @@ class Phase(enum.Enum):
     REQUEUING = "requeuing"  # standby whose predecessor left: ListQueue or Watch in flight
     READING = "reading"  # first in the queue: ReadCrumbs in flight (P7)
     FENCING = "fencing"  # FenceOldActive in flight
+    PAUSED = "paused"  # first in the queue, the election paused: takes no lead until resumed
     ACTIVE = "active"
     DETACHED = "detached"  # active, contact lost, holding on (hold_on_disconnect)
     VERIFYING = "verifying"  # active, reconnected, listing the queue
@@ -79,7 +80,8 @@ LEADING = frozenset({Phase.ACTIVE, Phase.DETACHED, Phase.VERIFYING})
 # queue, STANDBY for a standby whose leader went), as Hadoop's elector tells a winning standby
 # nothing until it is active: a notification is a change the contender must act on, and
 # enter_neutral means "stop acting as active" (issue 16). PUBLIC gives NEUTRAL for them.
-HELD = frozenset({Phase.READING, Phase.FENCING})
+# PAUSED too: a standby whose leader went during a pause is told nothing, and takes no lead.
+HELD = frozenset({Phase.READING, Phase.FENCING, Phase.PAUSED})
 
 # The legal changes of the public state (ARCHITECTURE.md safety property 6).
 LEGAL = frozenset(
@@ -110,6 +112,7 @@ QUEUED = frozenset(
         Phase.REQUEUING,
         Phase.READING,
         Phase.FENCING,
+        Phase.PAUSED,
     }
 )
 WAITING = frozenset({Phase.WATCHING, Phase.STANDBY, Phase.REQUEUING})
@@ -134,6 +137,8 @@ HANDLED: dict[type[ev.Input], frozenset[Phase]] = {
     ev.Left: LIVE,
     # taking over (P6, P7)
     ev.CrumbsRead: frozenset({Phase.READING}),
+    # the pause (P16): a lead not taken yet waits while paused; the active is unaffected
+    ev.PauseChanged: LIVE,
     ev.FenceSucceeded: frozenset({Phase.FENCING}),
     ev.FenceFailed: frozenset({Phase.FENCING}),
     # leading (P9)

@@ -16,7 +16,23 @@ from ..drivers.base import Driver, NodeEvent, NodeEventKind, Subscription
 from . import events as ev
 from .nodes import ElectionNodes, parse_entry
 
-__all__ = ("QueueWatches",)
+__all__ = ("QueueWatches", "watch_pause")
+
+
+def watch_pause(
+    driver: Driver,
+    nodes: ElectionNodes,
+    session: Callable[[], int | None],
+    feed: Callable[[ev.Input], None],
+) -> Subscription:
+    """Watch the pause node for the whole run: any change of it is ``PauseChanged`` (P16)."""
+
+    def on_pause(_event: NodeEvent) -> None:
+        sid = session()
+        if sid is not None:
+            feed(ev.PauseChanged(sid))
+
+    return driver.subscribe(nodes.pause, on_pause)
 
 
 class QueueWatches:

@@ -196,7 +196,7 @@ class MachineModel(RuleBasedStateMachine):
             return ev.QuitRequested(data.draw(st.booleans()))
         if cls in (ev.Connected, ev.Disconnected, ev.Reconnected, ev.SessionExpired):
             return cls(sid)
-        if cls in (ev.NotQueued, ev.FenceSucceeded, ev.DeadlineExpired):
+        if cls in (ev.NotQueued, ev.FenceSucceeded, ev.DeadlineExpired, ev.PauseChanged):
             return cls(sid)
         if cls is ev.Queued:
             below = data.draw(st.sampled_from(BELOW))
