@@ -3,13 +3,14 @@
 Every error is one line on stderr and a non-zero exit code (``--debug`` shows the traceback).
 ``--url``, ``--debug``, ``--config``, ``--log-format`` and ``--log-level`` go before or after the
 command's name; a config file (``config.py``) holds any option's value, which flags and the
-environment override. Commands that only read (``status``, ``watch``) create nothing, not
-even the embedded file.
+environment override. Commands that only read (``status``, ``watch``, ``history``, ``jobs
+list``, ``jobs status``) create nothing, not even the embedded file.
 Exit codes: 0 ok; 1 error; 2 usage; 3 no active (``status``, ``failover``); 4 overlapping
 leadership found (``report``); 130 interrupted.
 
-The commands live by subject: ``election`` (run, status, watch, failover, format), ``jobs``,
-``report``, ``demo``; ``_run`` is how each one runs and fails, ``_show`` what it prints.
+The commands live by subject: ``run``, ``election`` (status, history, pause, resume, watch,
+failover, format), ``jobs``, ``report``, ``demo``; ``_run`` is how each one runs and fails,
+``_show`` what it prints, ``_watch`` how watch survives outages, ``_dns`` the early lookup.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import NoReturn
 
 import click
 
-from . import demo, election, jobs, report
+from . import demo, election, jobs, report, run
 from ._logs import LOG_FORMATS, LOG_LEVELS
 from ._run import CONTEXT, Failure, Options, add_global_options
 from .config import ConfiguredGroup
@@ -79,7 +80,7 @@ def cli(
     ctx.obj.setup_logging()
 
 
-cli.add_command(election.run)
+cli.add_command(run.run)
 cli.add_command(election.status)
 cli.add_command(election.watch)
 cli.add_command(election.failover)
