@@ -51,7 +51,7 @@ from typing import Any
 
 import anyio
 
-from ...errors import DriverError
+from ...errors import HAError
 from .api import failure
 from .faults import FaultHooks
 from .session import micro_time
@@ -160,7 +160,7 @@ class LeaderLeases(FaultHooks):
         try:
             write = self._hold if term.active else self._release
             done = await write(path, name, term)
-        except DriverError as exc:
+        except Exception as exc:  # whatever it is, the session beside this loop goes on
             if not term.failing:
                 log.warning(
                     "could not show the leader of %s in the Lease %s (information only: the"
@@ -169,6 +169,7 @@ class LeaderLeases(FaultHooks):
                     name,
                     self._session_timeout / 3,
                     exc,
+                    exc_info=not isinstance(exc, HAError),  # a bug: its traceback, once
                 )
             term.failing = True
             return
