@@ -16,8 +16,18 @@ import pytest
 import ha.drivers
 from ha.drivers.base import ConnectionState, Create, Delete, NodeEvent, NodeEventKind, SetData
 from ha.drivers.etcd import EtcdDriver
-from ha.errors import AccessDenied, ConfigurationError, ConnectionLost, CorruptData, Unavailable
+from ha.errors import (
+    AccessDenied,
+    ConfigurationError,
+    ConnectionLost,
+    CorruptData,
+    NoNode,
+    NotEmpty,
+    TransactionFailed,
+    Unavailable,
+)
 from ha.testing import faults
+from tests.drivers.test_etcd_reads import transactions
 from tests.support.backends.etcd import EtcdBackend, EtcdCluster, EtcdServer, make_certs
 from tests.support.backends.zookeeper import free_port
 
@@ -327,3 +337,21 @@ async def test_tls_with_a_client_certificate(etcd_server_factory: Any, tmp_path:
     with pytest.raises(Unavailable, match="CERTIFICATE_VERIFY_FAILED") as unverified:
         await untrusted.start()
     assert "\n" not in str(unverified.value)
+
+
+async def test_a_transaction_of_deletes_is_one_round_trip(etcd_backend: EtcdBackend) -> None:
+    async with etcd_backend.driver() as driver:
+        for path in ("/a", "/b", "/c", "/c/d"):
+            await driver.create(path)
+        before = transactions(etcd_backend)
+        assert await driver.transaction([Delete("/a"), Delete("/b")]) == [None, None]
+        assert transactions(etcd_backend) - before == 1  # a graceful exit's crumb and node
+        # what one transaction's compares cannot say goes the long way, in the ops' order
+        with pytest.raises(TransactionFailed) as failed:
+            await driver.transaction([Delete("/c"), Delete("/c/d")])
+        assert (failed.value.index, type(failed.value.cause)) == (0, NotEmpty)
+        with pytest.raises(TransactionFailed) as failed:
+            await driver.transaction([Delete("/c/d"), Delete("/a")])
+        assert (failed.value.index, type(failed.value.cause)) == (1, NoNode)
+        assert await driver.transaction([Delete("/c/d"), Delete("/c")]) == [None, None]
+        assert await driver.children("/") == []

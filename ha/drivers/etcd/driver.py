@@ -43,7 +43,7 @@ from .faults import FaultHooks
 from .keys import unb64
 from .mapping import Node, Reads, Snapshot, get, node_of, plan
 from .settings import Settings, parse_url
-from .single import Fallback, single
+from .single import Fallback, deletes, single
 
 __all__ = ("EtcdDriver",)
 
@@ -202,6 +202,13 @@ class EtcdDriver(FaultHooks):
 
     async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
         checked = [checked_op(op) for op in ops]
+        removed = [op for op in checked if isinstance(op, Delete)]
+        if len(removed) > 1 and len(removed) == len(checked):  # one round trip if all hold
+            try:
+                if (await self._operation("kv/txn", deletes(removed, self.space))).get("succeeded"):
+                    return [None] * len(removed)
+            except Fallback:
+                pass
         return await self._apply(checked) if checked else []
 
     async def _apply(self, ops: list[Op]) -> list[str | Stat | None]:

@@ -19,7 +19,9 @@ from ..base import Create, Delete, Op, SetData, Stat, parent_of
 from .keys import KeySpace, b64, kv_int, pack_value
 from .mapping import compare, get, node_of, remove
 
-__all__ = ("Fallback", "Single", "single")
+__all__ = ("Fallback", "Single", "deletes", "single")
+
+DELETES = 32  # at most, in one transaction of deletes (3 compares each; etcd allows 128)
 
 
 class Fallback(Exception):
@@ -119,6 +121,23 @@ def single(op: Op, space: KeySpace, lease: int, mtime: float) -> Single:
         raise Fallback
     body = {"compare": compares, "success": success, "failure": failure}
     return Single(op, body, mtime, space)
+
+
+def deletes(ops: list[Delete], space: KeySpace) -> dict[str, Any]:
+    """The transaction of several deletes (a graceful exit's breadcrumb and node), in one round
+    trip: each one's conditions as compares, as ``single`` says them. Its failure explains
+    nothing: the long way then reads, decides and names the failing op. ``Fallback`` for
+    deletes this cannot say (the root, a path twice, too many)."""
+    paths = [op.path for op in ops]
+    if len(ops) > DELETES or "/" in paths or len(set(paths)) < len(paths):
+        raise Fallback
+    compares: list[dict[str, Any]] = []
+    success: list[dict[str, Any]] = []
+    for op in ops:
+        one = single(op, space, 0, 0.0).body
+        compares += one["compare"]
+        success += one["success"]
+    return {"compare": compares, "success": success}
 
 
 def _all(reply: dict[str, Any]) -> list[dict[str, Any]]:
