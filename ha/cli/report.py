@@ -79,6 +79,9 @@ def report(
     import glob
 
     from ..report import run_report
+    from ..report.analysis import STAGES
+    from ..report.progress import stage_progress
+    from ..report.render import summary_table
 
     check_master(master)
     need_spark("`ha report`")
@@ -97,19 +100,23 @@ def report(
 
     from rich.console import Console
 
-    found = call(
-        opts,
-        lambda: run_report(
-            list(journals),
-            target,
-            master=master,
-            driver_memory=driver_memory,
-            console=Console(highlight=False),
-            session_timeout=session_timeout,
-            quiet=not opts.debug,
-        ),
-        spark=True,
-    )
+    # Stages on stderr (a bar on a terminal, lines elsewhere), closed before the table prints.
+    with stage_progress(len(STAGES) + 1) as on_stage:  # + writing the HTML
+        found = call(
+            opts,
+            lambda: run_report(
+                list(journals),
+                target,
+                master=master,
+                driver_memory=driver_memory,
+                console=False,
+                session_timeout=session_timeout,
+                quiet=not opts.debug,
+                on_stage=on_stage,
+            ),
+            spark=True,
+        )
+    Console(highlight=False).print(summary_table(found))
     click.echo(f"wrote {out} ({found.events:,} events in {found.seconds:.1f} s)")
     if found.overlap_count:
         click.echo(

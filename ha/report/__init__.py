@@ -9,7 +9,7 @@ not import pyspark.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,9 @@ from .render import render_html, summary_table
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ("journal_intervals", "run_report")
+__all__ = ("WRITING", "journal_intervals", "run_report")
+
+WRITING = "writing the HTML report"  # run_report's stage after analysis.STAGES
 
 
 def _journal_batches(params: Any) -> list[str]:
@@ -68,6 +70,7 @@ def run_report(
     console: Any = None,
     session_timeout: float = DEFAULT_SESSION_TIMEOUT,
     quiet: bool = True,
+    on_stage: Callable[[str], None] | None = None,
 ) -> JournalReport:
     """What ``ha report JOURNALS... --out report.html`` does: analyze, write HTML, print table.
 
@@ -75,6 +78,8 @@ def run_report(
     when this process has no Spark JVM yet; ``quiet`` sends that JVM's output to a log file,
     see ``session``). ``console`` is a rich Console (default: stdout); pass ``False`` to print
     nothing. ``session_timeout`` is the backend's: it dates the end of a killed active.
+    ``on_stage(name)`` hears each stage start: ``analysis.STAGES``, then ``WRITING`` when
+    ``out`` is given (``progress.stage_progress`` shows them).
     """
     from ..pipeline.spark import SparkSettings
     from .session import report_session
@@ -91,8 +96,10 @@ def run_report(
             conf={"spark.driver.memory": driver_memory},
         )
         spark = report_session(settings, quiet=quiet)
-    report = analyze(spark, paths, session_timeout=session_timeout)
+    report = analyze(spark, paths, session_timeout=session_timeout, on_stage=on_stage)
     if out is not None:
+        if on_stage is not None:
+            on_stage(WRITING)
         Path(out).write_text(render_html(report))
     if console is not False:
         from rich.console import Console

@@ -37,7 +37,7 @@ from __future__ import annotations
 import glob
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = (
     "COLUMNS",
     "DEFAULT_SESSION_TIMEOUT",
+    "STAGES",
     "STATES",
     "JournalReport",
     "analyze",
@@ -74,6 +75,13 @@ COLUMNS = {
     "cause": "string",
 }
 
+# What analyze does, in order, as on_stage hears it.
+STAGES = (
+    "reading the journals",
+    "leadership intervals and summary",
+    "overlaps and failover gaps",
+    "data for the plots",
+)
 # ha's default for ZooKeeper, etcd and Kubernetes sessions: what a crash costs there.
 DEFAULT_SESSION_TIMEOUT = 10.0
 MAX_OVERLAP_ROWS = 1_000
@@ -142,23 +150,29 @@ def leadership_intervals(
     # At equal times a departure sorts first: it closes the interval it belongs to.
     departs = (F.col("from") == "active").cast("int")
     by_holder = Window.partitionBy("election", "identity").orderBy("ts", F.desc("departs"))
-    entries = (
-        events.withColumn("departs", departs)
-        .select(
-            "*",
-            F.lead("ts").over(by_holder).alias("next_ts"),
-            F.lead("from").over(by_holder).alias("next_from"),
-            F.lead("cause").over(by_holder).alias("next_cause"),
-        )
-        .where(F.col("to") == "active")
-    )
+    # The states as two flags before the shuffle and sorts: narrower rows than two strings.
+    flagged = events.select(
+        "election", "identity", "ts", "epoch",
+        departs.alias("departs"),
+        (F.col("to") == "active").alias("enters"),
+        *(["cause"] if "cause" in events.columns else []),
+    )  # fmt: skip
+    entries = flagged.select(
+        "*",
+        F.lead("ts").over(by_holder).alias("next_ts"),
+        F.lead("departs").over(by_holder).alias("next_departs"),
+        # the cause only when given: the report drops it, as it shows none
+        (F.lead("cause").over(by_holder) if "cause" in events.columns else F.lit(None))
+        .cast("string")
+        .alias("next_cause"),
+    ).where("enters")
     by_start = Window.partitionBy("election").orderBy("ts", "identity")
     entries = entries.select(
         "*",
         F.lead("ts").over(by_start).alias("succ_ts"),
         F.lead("epoch").over(by_start).alias("succ_epoch"),
-    ).join(span, "election")
-    left = F.col("next_from") == "active"
+    ).join(F.broadcast(span), "election")  # a row per election
+    left = F.col("next_departs") == 1
     higher = (
         F.col("succ_epoch").isNull()
         | F.col("epoch").isNull()
@@ -264,20 +278,27 @@ def analyze(
     paths: Sequence[str],
     *,
     session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+    on_stage: Callable[[str], None] | None = None,
 ) -> JournalReport:
     """Run the report's Spark job over the journals at ``paths``; ``session_timeout`` dates
-    the end of a killed active (see the module's docstring)."""
+    the end of a killed active (see the module's docstring). ``on_stage(name)`` is called as
+    each of ``STAGES`` starts (``progress`` shows them)."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    stage = on_stage or (lambda name: None)
     started = time.perf_counter()
-    records = read_journals(spark, paths).persist(StorageLevel.MEMORY_AND_DISK)
+    stage(STAGES[0])
+    # Read once: everything below works on this cache, without the causes nothing shows.
+    records = read_journals(spark, paths).drop("cause").persist(StorageLevel.MEMORY_AND_DISK)
+    read = records.count()  # fills the cache: the JSON is parsed here, and only here
     events = records.where("valid").drop("valid")
     swept = sweep(leadership_intervals(events, session_timeout)).persist(
         StorageLevel.MEMORY_AND_DISK
     )
     try:
+        stage(STAGES[1])
         per_election = events.groupBy("election").agg(
             F.count(F.lit(1)).alias("events"),
             F.countDistinct("identity").alias("identities"),
@@ -320,6 +341,7 @@ def analyze(
             .toPandas()
         )
         total = int(summary["events"].sum())
+        stage(STAGES[2])
         overlap_rows = swept.where(F.col("kind") == "overlap").select(
             "election",
             F.col("prev_identity").alias("first"),
@@ -339,6 +361,7 @@ def analyze(
         if total_failovers > GAP_SAMPLE:
             failovers = failovers.sample(fraction=GAP_SAMPLE / total_failovers, seed=1)
         gaps: pd.DataFrame = failovers.select("election", "gap").toPandas()
+        stage(STAGES[3])
         # Minutes for a journal of a few hours, hours beyond: enough points for a line.
         observed = float(summary["last_ts"].max() - summary["first_ts"].min()) if total else 0.0
         bucket = 3600.0 if observed >= 6 * 3600 else 60.0
@@ -367,7 +390,6 @@ def analyze(
             .toPandas()
         )
         closeups = _closeups(swept, overlaps)
-        bad = records.where(~F.col("valid")).count()
     finally:
         swept.unpersist()
         records.unpersist()
@@ -382,7 +404,7 @@ def analyze(
         closeups=closeups,
         epochs=epochs,
         events=total,
-        malformed=bad,
+        malformed=read - total,  # every valid record is some election's event
         seconds=time.perf_counter() - started,
         session_timeout=session_timeout,
     )
