@@ -90,7 +90,7 @@ class KubernetesEnv:
                 await anyio.sleep(1)
         await anyio.to_thread.run_sync(self.server.restart)
 
-    def _url(self, server: str, identity: str, session_timeout: float) -> str:
+    def _url(self, server: str, session_timeout: float) -> str:
         from tests.support.backends.kubernetes import write_kubeconfig
 
         config = write_kubeconfig(self.workdir, server, self.namespace)
@@ -102,11 +102,11 @@ class KubernetesEnv:
         assert self.server.port is not None
         proxy = self.proxies[identity] = self._proxy()
         link = self.links[identity] = proxy.link(("127.0.0.1", self.server.port))
-        return self._url(f"http://{link.hosts}", identity, SESSION)
+        return self._url(f"http://{link.hosts}", SESSION)
 
     def observer_url(self) -> str:
         # a long connect timeout: on a loaded machine the fake may take seconds to answer
-        return self._url(self.server.url, "observer", 5) + "&connect_timeout=30"
+        return self._url(self.server.url, 5) + "&connect_timeout=30"
 
     async def apply(self, fault: Fault, fleet: Fleet, tg: anyio.abc.TaskGroup) -> str | None:
         length = fault.length * SESSION
