@@ -68,7 +68,7 @@ class Elector:
         "driver", "path", "identity", "data", "timing", "nodes",
         "_journal_spec", "_reporting", "_rng", "_machine", "_state", "_lease", "_send",
         "_leadership", "_backoff_at", "_closed",
-        "_quit_pending", "_fencing", "_unleft", "_watches", "priority", "_term",
+        "_quit_pending", "_fencing", "_unleft", "_watches", "priority", "_term", "_fenced",
     )  # fmt: skip
 
     def __init__(
@@ -120,6 +120,7 @@ class Elector:
         self._unleft: dict[str, ev.Leave] = {}  # Leaves that failed, retried after a quit
         self._watches = QueueWatches(driver, self.nodes, lambda: self._machine.session, self._feed)
         self._term: Term | None = None  # the term begun, for the history (``history.py``)
+        self._fenced: list[str] = []  # whom this takeover fenced, for the term's cause
 
     # --- public -------------------------------------------------------------------------------
 
@@ -351,9 +352,11 @@ class Elector:
                 find = nodes.find(driver, session, ticket, token)
                 return self._queued(await self._op("list queue", session, find))
             case ev.Watch(session, node, first):
+                self._fenced = []  # a takeover's fences follow a watch or a read of crumbs
                 self._watches.below(node, first, self._machine.node)
                 return await self._op("watch", session, nodes.watch(driver, session, node, first))
             case ev.ReadCrumbs(session, ticket, token):
+                self._fenced = []
                 read = nodes.read_crumbs(driver, session, ticket, token)
                 return await self._op("read breadcrumbs", session, read)
             case ev.FenceOldActive(session, breadcrumb):
@@ -502,11 +505,12 @@ class Elector:
     async def _fence(self, contender: object, session: int, breadcrumb: bytes) -> ev.Input:
         timeout = self.timing.fence_timeout
         error = await fence_old_active(contender, breadcrumb, timeout, self.path)
-        if error is None:
-            self._fencing = None
-            return ev.FenceSucceeded(session)
         crumb = decode_breadcrumb(breadcrumb)
         old = crumb.identity.decode(errors="replace") if crumb else "an unreadable breadcrumb"
+        if error is None:
+            self._fencing = None
+            self._fenced.append(old)
+            return ev.FenceSucceeded(session)
         self._fencing = (old, error)
         count = self._machine.fence_failures + 1  # the machine counts it on FenceFailed
         log.warning("%s: fencing %r refused (%d in a row): %s", self.path, old, count, error)
@@ -521,5 +525,6 @@ class Elector:
         if report.new is not State.ACTIVE:
             self._lease = None
         elif report.epoch is not None:
-            self._term = Term(report.epoch, self.identity, time.time(), report.cause)
+            fenced = f" (fenced {', '.join(map(repr, self._fenced))})" if self._fenced else ""
+            self._term = Term(report.epoch, self.identity, time.time(), report.cause + fenced)
         self._reporting.send(report)

@@ -8,6 +8,7 @@ write, a takeover after a crash none), the record follows it by a round trip. Th
 transaction guarded by the leader's own queue node (``Check``, as every fenced write: P3), so a
 deposed leader's late append never lands; it is a compare-and-set on the history's version,
 retried when another append won. Only the last ``LIMIT`` terms are kept (patronictl history).
+A leader that ends (crash, quit) within that round trip of its takeover leaves no record.
 
 A contender whose fence hook refused a takeover writes the refusal (who, whose breadcrumb, the
 error, when, how many in a row) in the same document, unguarded: it holds no lead, and the last

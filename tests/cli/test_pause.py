@@ -30,8 +30,11 @@ def _url(request: pytest.FixtureRequest, backend: str) -> str | None:
     return zk.url() + "?session_timeout=2"
 
 
+# ZooKeeper's run is slow-marked (the suite's time budget); tests/election/test_pause.py runs the
+# pause on ZooKeeper in every run, through the library
 @pytest.mark.parametrize(
-    "backend", ["sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)]
+    "backend",
+    ["sqlite", pytest.param("zookeeper", marks=[pytest.mark.zookeeper, pytest.mark.slow])],
 )
 def test_pause_stops_failover_until_resume(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
@@ -87,6 +90,7 @@ def test_pause_stops_failover_until_resume(
         assert (second["identity"], second["epoch"]) == ("b", doc["epoch"])
         text = ha("history", "/svc", env=hosts.env).stdout.splitlines()
         assert [line.split()[4:6] for line in text] == [["a", "first"], ["b", "won"]]
+        assert "(fenced 'a')" in text[1]  # it took over from a crash
 
         # every election under a prefix, one line each
         for other in ("/grp/x", "/grp/y"):
@@ -117,6 +121,7 @@ def test_pause_errors_are_one_line(tmp_path: Path) -> None:
         assert one_error_line(bad)
 
 
+@pytest.mark.slow  # recorded and read in tests/election/test_pause.py in every run
 def test_status_shows_the_last_refused_fence(tmp_path: Path) -> None:
     with Hosts(tmp_path) as hosts:
         hosts.start("a")

@@ -151,6 +151,7 @@ async def test_no_failover_while_paused_then_resume_fences_and_acts(peer_net: Ne
         [old] = c.active()
         [new] = [n for n in c.nodes if n is not old]
         probe = await c.stack.enter_async_context(c.probe())
+        await _terms(probe, [old])  # recorded in the background: before it ends
         pause, already = await pause_election(probe, PATH)
         assert not already and pause.active == old.elector.identity
         assert await read_pause(probe, PATH) == pause
@@ -173,6 +174,7 @@ async def test_a_graceful_quit_during_a_pause_hands_over_on_resume(peer_net: Net
         [old] = c.active()
         [new] = [n for n in c.nodes if n is not old]
         probe = await c.stack.enter_async_context(c.probe())
+        await _terms(probe, [old])  # recorded in the background: before it ends
         await pause_election(probe, PATH)
         old.quit()
         await old.done.wait()
@@ -182,3 +184,25 @@ async def test_a_graceful_quit_during_a_pause_hands_over_on_resume(peer_net: Net
         await wait_for(lambda: c.active() == [new] and bool(new.rec.leases), 20)
         assert not any(e.kind == "fence" for e in c.history.events)  # it resigned
         await _terms(probe, [old, new])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("peer_net", ["memory", "sqlite"], indirect=True)  # ZooKeeper: the CLI's
+async def test_a_refused_fence_is_recorded_for_status(peer_net: Net) -> None:
+    async with cluster(peer_net) as c:
+        await _two(c)
+        [old] = c.active()
+        [new] = [n for n in c.nodes if n is not old]
+        new.rec.refuse_fence = 1  # the first try is refused, the next one works
+        probe = await c.stack.enter_async_context(c.probe())
+        await _terms(probe, [old])  # recorded in the background: before it ends
+        await c.crash(old)
+        await wait_for(lambda: c.active() == [new] and bool(new.rec.leases), 20)
+        await _terms(probe, [old, new])
+        found = await election_status(probe, PATH)
+        failure = found.fence_failure
+        assert failure is not None and failure.by == new.elector.identity
+        assert failure.old == old.name and failure.count == 1
+        assert "injected" in failure.error
+        assert found.last_term is not None and found.last_term.identity == new.elector.identity
+        assert found.last_term.cause.endswith(f"(fenced {old.name!r})")  # once, after the retry
