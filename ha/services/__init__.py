@@ -2,7 +2,7 @@
 
 This is what Flink's ``HighAvailabilityServices`` give a job manager, shaped for anyio::
 
-    async with ha.services("zk://127.0.0.1:2181/app", "cluster-1") as services:
+    async with ha.open_services("zk://127.0.0.1:2181/app", "cluster-1") as services:
         election = services.leader_election("dispatcher")
         await election.start(dispatcher)      # dispatcher.grant_leadership(session_id) ...
         ...
@@ -105,7 +105,7 @@ class _Grant:
 
 
 class HAServices:
-    """The HA services of one cluster; use ``async with``. Built by ``ha.services(...)``."""
+    """The HA services of one cluster; use ``async with``. Built by ``ha.open_services(...)``."""
 
     def __init__(
         self,
@@ -233,7 +233,7 @@ class HAServices:
     def stores(self, **options: Any) -> Stores:
         """The stores of the cluster under the current lease (read-only when not leading)."""
         if self.blobs is None:
-            raise ConfigurationError("no blob store: give ha.services(..., blobs=DIRECTORY)")
+            raise ConfigurationError("no blob store: give ha.open_services(..., blobs=DIRECTORY)")
         options.setdefault("prefix", self.layout.prefix)
         return Stores(self.driver, self.cluster_id, blobs=self.blobs, lease=self.lease, **options)
 
@@ -266,7 +266,7 @@ class HAServices:
 
     async def _start_elector(self) -> None:
         if self._tg is None:
-            raise RuntimeError("use the services as 'async with ha.services(...) as services'")
+            raise RuntimeError("use the services as 'async with ha.open_services(...) as services'")
         elector = Elector(self.driver, self.election_path, self.identity, timing=self.timing)
         self._elector, self._elector_done = elector, anyio.Event()
         done = self._elector_done
