@@ -89,6 +89,7 @@ class KubernetesEnv:
             except OSError:  # urllib's errors and timeouts
                 await anyio.sleep(1)
         await anyio.to_thread.run_sync(self.server.restart)
+        self.state = "up"
 
     def _url(self, server: str, session_timeout: float) -> str:
         from tests.support.backends.kubernetes import write_kubeconfig
@@ -207,6 +208,7 @@ class KubernetesEnv:
     async def heal(self) -> None:
         await self._resume()  # first: the proxies' connects upstream go through again
         await self._start()
+        await self._serving()  # a start that did not come up is tried again
         await anyio.to_thread.run_sync(self.server.reset_faults)
         for link in self.links.values():
             await anyio.to_thread.run_sync(link.accept)
