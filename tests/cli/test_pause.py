@@ -78,7 +78,8 @@ def test_pause_stops_failover_until_resume(
         assert resumed.returncode == 0 and "resumed" in resumed.stdout
         doc = hosts.settled()
         assert doc["active"] == "b" and doc["paused"] is None
-        assert fenced.read_text().split() == ["after"]  # fenced once, after the resume
+        # fenced after the resume only (again if a loaded machine made it rejoin on the way)
+        assert set(fenced.read_text().split()) == {"after"}
         assert ha("resume", "/svc", env=hosts.env).stdout.strip() == "/svc: not paused"
 
         def terms() -> list[Any] | None:

@@ -138,20 +138,23 @@ async def _terms(probe: Driver, leaders: list[Node]) -> None:
     assert got == want
 
 
-async def _two(c: Cluster) -> None:
+async def _leading(c: Cluster) -> tuple[Node, Node, Driver]:
+    """Two electors settled: (the active, its standby, a driver for the test), once the
+    active's term is in the history (recorded in the background: before it ends)."""
     for name in "ab":
         await c.add(name, session_timeout=c.net.session_timeout)
     await wait_for(c.settled, 20)
+    [old] = c.active()
+    [new] = [n for n in c.nodes if n is not old]
+    probe = await c.stack.enter_async_context(c.probe())
+    await _terms(probe, [old])
+    return old, new, probe
 
 
 @pytest.mark.anyio
 async def test_no_failover_while_paused_then_resume_fences_and_acts(peer_net: Net) -> None:
     async with cluster(peer_net) as c:
-        await _two(c)
-        [old] = c.active()
-        [new] = [n for n in c.nodes if n is not old]
-        probe = await c.stack.enter_async_context(c.probe())
-        await _terms(probe, [old])  # recorded in the background: before it ends
+        old, new, probe = await _leading(c)
         pause, already = await pause_election(probe, PATH)
         assert not already and pause.active == old.elector.identity
         assert await read_pause(probe, PATH) == pause
@@ -170,11 +173,7 @@ async def test_no_failover_while_paused_then_resume_fences_and_acts(peer_net: Ne
 @pytest.mark.anyio
 async def test_a_graceful_quit_during_a_pause_hands_over_on_resume(peer_net: Net) -> None:
     async with cluster(peer_net) as c:
-        await _two(c)
-        [old] = c.active()
-        [new] = [n for n in c.nodes if n is not old]
-        probe = await c.stack.enter_async_context(c.probe())
-        await _terms(probe, [old])  # recorded in the background: before it ends
+        old, new, probe = await _leading(c)
         await pause_election(probe, PATH)
         old.quit()
         await old.done.wait()
@@ -190,12 +189,8 @@ async def test_a_graceful_quit_during_a_pause_hands_over_on_resume(peer_net: Net
 @pytest.mark.parametrize("peer_net", ["memory", "sqlite"], indirect=True)  # ZooKeeper: the CLI's
 async def test_a_refused_fence_is_recorded_for_status(peer_net: Net) -> None:
     async with cluster(peer_net) as c:
-        await _two(c)
-        [old] = c.active()
-        [new] = [n for n in c.nodes if n is not old]
+        old, new, probe = await _leading(c)
         new.rec.refuse_fence = 1  # the first try is refused, the next one works
-        probe = await c.stack.enter_async_context(c.probe())
-        await _terms(probe, [old])  # recorded in the background: before it ends
         await c.crash(old)
         await wait_for(lambda: c.active() == [new] and bool(new.rec.leases), 20)
         await _terms(probe, [old, new])
