@@ -217,8 +217,9 @@ def submit(
     The job is checked in full here (pipeline known, parameters valid, batches listed, output
     new or empty): a malformed job is refused with the reason, and never reaches a job
     manager. The batch list is fixed now. Pipelines shipped: clicks.sessionize (input: a
-    directory of Parquet click files), journal.intervals; others come with --import or the
-    `ha.pipelines` entry point group. Prints the job id.
+    directory of Parquet click files), journal.intervals, events.count (a stream of JSON-lines
+    files); others come with --import or the `ha.pipelines` entry point group. Prints the job
+    id; with --wait, a line per committed (micro-)batch.
 
     \b
     Examples:
@@ -230,6 +231,7 @@ def submit(
     from ..pipeline import make_plan, parse_params
     from ..pipeline.jobs import submit_job
     from ..pipeline.registry import import_pipelines
+    from ..pipeline.streaming import is_stream_plan
 
     jo = _jobs_options(opts, cluster, blobs)
     try:
@@ -250,9 +252,10 @@ def submit(
 
     async def go(driver: Driver) -> Any:
         await submit_job(driver, jo.cluster, plan)
+        size = "a stream" if is_stream_plan(plan) else f"{len(plan.batches)} batches"
         click.echo(
             f"submitted job {plan.job_id} to cluster {jo.cluster!r}: {plan.pipeline},"
-            f" {len(plan.batches)} batches, output {plan.output}"
+            f" {size}, output {plan.output}"
         )
         if await _active_manager(driver, jo.cluster) is None:
             click.echo(
@@ -270,14 +273,13 @@ def submit(
 
 
 async def _wait_job(driver: Driver, jo: JobsOptions, job_id: str, within: float | None) -> Any:
-    from ..pipeline.jobs import job_status, wait_for_job
+    from ..pipeline.jobs import job_status, progress_lines, wait_for_job
 
+    show = progress_lines(job_id, click.echo)
     try:
         with anyio.fail_after(within):
             return await jo.reading(
-                lambda: wait_for_job(
-                    driver, jo.cluster, job_id, blobs=jo.blobs, on_progress=_progress(job_id)
-                )
+                lambda: wait_for_job(driver, jo.cluster, job_id, blobs=jo.blobs, on_progress=show)
             )
     except TimeoutError:
         now = await jo.reading(lambda: job_status(driver, jo.cluster, job_id, blobs=jo.blobs))
@@ -285,24 +287,6 @@ async def _wait_job(driver: Driver, jo: JobsOptions, job_id: str, within: float 
             f"job {job_id} not finished after {within:g}s (still {now.state},"
             f" {batches(now)} batches); it goes on: `ha jobs status {job_id}`"
         ) from None
-
-
-def _progress(job_id: str) -> Callable[[Any], None]:
-    """Prints a line for each change of state and each newly committed (micro-)batch."""
-    last: dict[str, Any] = {"state": None, "done": 0}
-
-    def show(status: Any) -> None:
-        if status.finished:
-            return  # _finished says it
-        if status.state != last["state"]:
-            last["state"] = status.state
-            click.echo(f"job {job_id} {status.state}")
-        total = "" if status.batches is None else f" of {status.batches}"
-        for n in range(last["done"], status.batches_done):
-            click.echo(f"job {job_id}: batch {n} committed ({n + 1}{total})")
-        last["done"] = max(last["done"], status.batches_done)
-
-    return show
 
 
 def _finished(status: Any) -> None:

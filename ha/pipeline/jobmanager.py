@@ -40,6 +40,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -70,17 +71,13 @@ from .layout import JobLayout, failure_record
 from .plan import JobPlan
 from .registry import Pipeline, get_pipeline
 from .spark import SparkSettings, WarmSession, run_in_thread
-from .stream_run import StreamRun
+from .stream_run import StreamRun, warm_streaming
 
 __all__ = ("JobManager", "EventSink")
 
 log = logging.getLogger("ha.pipeline.jobmanager")
 
 EventSink = Callable[[str, dict[str, Any]], None]
-
-
-def _log_event(name: str, fields: dict[str, Any]) -> None:
-    log.info("%s %s", name, fields)
 
 
 class _Stopped(Exception):
@@ -92,9 +89,9 @@ class JobManager:
 
     ``blobs``: the blob directory shared by every job manager of the cluster (plans and
     checkpoints are kept there, the coordination backend holds pointers). ``spark``: settings
-    or a ``WarmSession``; with ``hot_standby`` the session is built at start, not when elected.
-    ``checkpointing=False`` skips the per-batch checkpoint (a job then restarts from its first
-    batch after a failover): only for measuring what checkpoints cost.
+    or a ``WarmSession``; with ``hot_standby`` the session is built at start, not when elected
+    (``warm_streams``: and a tiny stream runs once). ``checkpointing=False`` skips the per-batch
+    checkpoint (a job restarts from its first batch after a failover): for benchmarks only.
     """
 
     def __init__(
@@ -112,6 +109,7 @@ class JobManager:
         poll_interval: float = 1.0,
         checkpointing: bool = True,
         on_event: EventSink | None = None,
+        warm_streams: bool = False,
     ) -> None:
         if poll_interval <= 0:
             raise ConfigurationError(f"poll_interval must be positive, got {poll_interval}")
@@ -127,8 +125,9 @@ class JobManager:
         )
         self.poll_interval = poll_interval
         self.checkpointing = checkpointing
-        self.on_event = on_event or _log_event
+        self.on_event = on_event or partial(log.info, "%s %s")
         self.portal: BlockingPortal | None = None
+        self.warm_streams = warm_streams
 
     def emit(self, name: str, **fields: Any) -> None:
         fields.setdefault("t", time.time())
@@ -144,7 +143,7 @@ class JobManager:
         """Join the election and serve until ``quit()``."""
         self.warm.start()
         self.emit("started", hot_standby=self.warm.hot)
-        # Streams commit through it from Spark's threads; it outlives terms (``stream_run``).
+        # Streams commit through it from Spark's threads, past their term (``stream_run``).
         async with BlockingPortal() as self.portal, anyio.create_task_group() as tg:
             if self.warm.hot:
                 tg.start_soon(self._announce_warm)
@@ -153,7 +152,9 @@ class JobManager:
 
     async def _announce_warm(self) -> None:
         try:
-            await self.warm.wait()
+            spark = await self.warm.wait()
+            if self.warm_streams:
+                await anyio.to_thread.run_sync(warm_streaming, spark, abandon_on_cancel=True)
         except Exception:  # reported when it matters: on election
             return
         self.emit("spark_warm")

@@ -36,6 +36,7 @@ __all__ = (
     "cancel_job",
     "job_status",
     "list_jobs",
+    "progress_lines",
     "submit_job",
     "wait_for_job",
 )
@@ -228,6 +229,22 @@ async def list_jobs(
         except CorruptData as exc:
             found.append(JobStatus(job_id, JobState.UNKNOWN, error=str(exc)))
     return found
+
+
+def progress_lines(job_id: str, echo: Callable[[str], None]) -> Callable[[JobStatus], None]:
+    """An ``on_progress`` for ``wait_for_job`` that says, one plain line each, every change of
+    state before the end and every newly committed (micro-)batch."""
+    last: dict[str, Any] = {"state": None, "done": 0}
+
+    def show(status: JobStatus) -> None:
+        if status.state != last["state"] and not status.finished:  # the caller says the end
+            echo(f"job {job_id} {status.state}")
+        total = "" if status.batches is None else f" of {status.batches}"
+        for n in range(last["done"], status.batches_done):
+            echo(f"job {job_id}: batch {n} committed ({n + 1}{total})")
+        last.update(state=status.state, done=max(last["done"], status.batches_done))
+
+    return show
 
 
 async def wait_for_job(

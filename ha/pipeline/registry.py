@@ -213,8 +213,10 @@ def pipeline(
     description: str | None = None,
     validate: Validate | None = None,
     replace: bool = False,
+    stream: Any = None,
 ) -> Callable[[Compute], Pipeline]:
-    """Decorator registering ``compute(spark, params, batch) -> DataFrame`` under ``name``."""
+    """Decorator registering ``compute(spark, params, batch) -> DataFrame`` under ``name``
+    (``stream``: see ``streaming.streaming_pipeline``)."""
 
     def decorate(compute: Compute) -> Pipeline:
         doc = (compute.__doc__ or "").strip().splitlines()
@@ -228,6 +230,7 @@ def pipeline(
                 files_per_batch=files_per_batch,
                 description=description if description is not None else (doc[0] if doc else ""),
                 validate=validate,
+                stream=stream,
             ),
             replace=replace,
         )

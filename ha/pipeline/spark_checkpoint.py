@@ -1,4 +1,12 @@
-"""Repairing a Structured Streaming checkpoint left by a driver that died between two of its logs.
+"""Each term's own copy of a Structured Streaming checkpoint, repaired where a killed driver tore it.
+
+A killed driver's JVM may live on for a moment and go on writing its checkpoint, even after a
+new active has started from it. So a new term never runs on its predecessor's directory: it
+copies the newest earlier term's checkpoint (``<output>/_stream/checkpoint-e<epoch>``) into
+its own, trims the copy (below) and runs there (``term_checkpoint``). A deposed JVM writes
+only into its own term's copy, which no one reads any more. Hadoop's ``.crc`` files are not
+copied: the copy is read without them, and a checksum caught between a file and its rename
+would otherwise fail the read.
 
 Spark plans a micro-batch of a file source in two writes: the source's own log first
 (``sources/<i>/<n>``: the files of source offset ``n``), then the query's offset log
@@ -18,10 +26,13 @@ runs before the query starts and without Spark.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import uuid
 from pathlib import Path
 
-__all__ = ("trim_source_logs",)
+__all__ = ("term_checkpoint", "trim_source_logs")
 
 _ENTRY_RE = re.compile(r"^\.?(\d+)(\.compact)?(\.crc)?$")
 
@@ -89,3 +100,42 @@ def trim_source_logs(checkpoint: Path | str) -> list[Path]:
                     path.unlink(missing_ok=True)
                     removed.append(path)
     return sorted(removed)
+
+
+def _copy_logs(source: Path, target: Path) -> None:
+    """Copy a checkpoint's files a writer may still be renaming; skip what vanishes, and every
+    temporary and ``.crc`` file."""
+    for directory, _, files in os.walk(source):
+        into = target / Path(directory).relative_to(source)
+        into.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            if name.endswith((".crc", ".tmp")) or ".tmp" in name:
+                continue
+            try:
+                shutil.copyfile(Path(directory, name), into / name)
+            except FileNotFoundError:
+                continue
+
+
+def term_checkpoint(stream_dir: Path | str, epoch: int) -> tuple[Path, list[Path]]:
+    """The checkpoint the term of ``epoch`` runs on, and what its trim removed.
+
+    The term's own directory if it has one already (its query restarted); otherwise a trimmed
+    copy of the newest earlier term's (or a new, empty one), made whole before it is renamed
+    into place. Older terms' copies are removed. Blocking.
+    """
+    root = Path(stream_dir)
+    own = root / f"checkpoint-e{epoch:015d}"
+    if own.is_dir():
+        return own, []
+    root.mkdir(parents=True, exist_ok=True)
+    earlier = sorted(d for d in root.glob("checkpoint-e*") if d.name < own.name and d.is_dir())
+    building = root / f".{own.name}.{uuid.uuid4().hex[:8]}"
+    building.mkdir()
+    if earlier:
+        _copy_logs(earlier[-1], building)
+    removed = trim_source_logs(building)
+    os.rename(building, own)
+    for old in earlier[:-1]:
+        shutil.rmtree(old, ignore_errors=True)
+    return own, removed

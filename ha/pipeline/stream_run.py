@@ -1,7 +1,8 @@
 """Running a streaming job while active: a Structured Streaming query with a fenced sink.
 
 The active job manager starts the pipeline's query with Spark's ``checkpointLocation`` under
-the job's output directory (``streaming.checkpoint_dir``) and ``foreachBatch`` as its sink.
+the job's output directory (its term's copy: ``spark_checkpoint``) and ``foreachBatch`` as
+its sink.
 Spark calls the sink in a thread of this Python process (Py4J's callback server): it computes
 the micro-batch, stages it, and commits it through ``stream_commit`` on the job manager's event
 loop (a ``BlockingPortal`` that outlives leadership terms, so a late batch of a deposed term
@@ -10,9 +11,9 @@ still meets the fence and is refused there, in the open).
 Two processes are involved, the Python driver and Spark's JVM, and either may stop alone:
 
 - Python paused or killed, JVM running: the JVM blocks in its ``foreachBatch`` call (the
-  callback is Python), and a JVM whose Python parent died exits when its stdin closes. Its
-  tasks write only staging directories; nothing becomes visible without the Python driver's
-  fenced record.
+  callback is Python), and a JVM whose Python parent died exits when its stdin closes. Until
+  then it writes only staging directories and its own term's checkpoint copy; nothing
+  becomes visible without the Python driver's fenced record.
 - JVM paused: the query stalls, the Python driver keeps its lease and nothing is written.
 - JVM killed: the session is gone for good, so the job manager leaves the election (a standby
   with a live session takes over) instead of counting failures of a job that is not at fault.
@@ -27,10 +28,12 @@ from __future__ import annotations
 
 import itertools
 import logging
+import tempfile
 import threading
 import time
 import traceback
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -42,7 +45,7 @@ from .commit import clean_staging, stage_batch
 from .jobs import failure_count
 from .layout import failure_record
 from .registry import Pipeline
-from .spark_checkpoint import trim_source_logs
+from .spark_checkpoint import term_checkpoint
 from .stream_commit import commit_micro_batch, read_commits
 from .streaming import StreamSpec, checkpoint_dir
 
@@ -53,7 +56,7 @@ if TYPE_CHECKING:
     from .jobmanager import _Term
     from .plan import JobPlan
 
-__all__ = ("STOP_GRACE", "StreamRun", "session_alive")
+__all__ = ("STOP_GRACE", "StreamRun", "session_alive", "warm_streaming")
 
 log = logging.getLogger("ha.pipeline.stream_run")
 
@@ -86,6 +89,7 @@ class StreamRun:
         self.epoch = term.lease.epoch
         self.stop = threading.Event()
         self.in_flight = threading.Lock()
+        self.checkpoint = checkpoint_dir(plan.output)  # this term's copy, once run() made it
 
     async def run(self) -> tuple[JobOutcome, dict[str, Any]]:
         term, plan, job_id = self.term, self.plan, self.plan.job_id
@@ -95,7 +99,9 @@ class StreamRun:
                 error=f"failed {failures} times", failures=failures
             )
         await anyio.to_thread.run_sync(clean_staging, plan.output)
-        trimmed = await anyio.to_thread.run_sync(trim_source_logs, checkpoint_dir(plan.output))
+        self.checkpoint, trimmed = await anyio.to_thread.run_sync(
+            term_checkpoint, checkpoint_dir(plan.output), self.epoch
+        )
         if trimmed:  # a dead driver's half-planned batch: planned again, the same way
             self.jm.emit("checkpoint_trimmed", job=job_id, files=[p.name for p in trimmed])
         done = await read_commits(term.driver, term.layout, job_id)
@@ -136,7 +142,10 @@ class StreamRun:
 
     async def _query(self) -> BaseException | None:
         """Run the query to its end; its error, or None. Cancelled: stop it, then re-raise."""
-        query = await anyio.to_thread.run_sync(self._start)
+        try:
+            query = await anyio.to_thread.run_sync(self._start)
+        except Exception as exc:  # e.g. a checkpoint a dying JVM still writes: try again
+            return exc
         try:
             return await anyio.to_thread.run_sync(_await, query, abandon_on_cancel=True)
         except anyio.get_cancelled_exc_class():
@@ -149,7 +158,7 @@ class StreamRun:
         df = self.stream.source(self.term.spark, self.plan.params)
         writer = (
             df.writeStream.foreachBatch(self._on_batch)
-            .option("checkpointLocation", str(checkpoint_dir(self.plan.output)))
+            .option("checkpointLocation", str(self.checkpoint))
             .queryName(f"ha-{self.plan.job_id}-e{self.epoch}-{next(_queries)}")
         )
         if self.stream.interval is None:
@@ -204,6 +213,40 @@ class StreamRun:
             self.jm.emit(
                 "batch_committed", job=job_id, batch=batch_id, commit=result, epoch=self.epoch
             )
+
+
+def warm_streaming(spark: Any) -> None:
+    """Run a one-file stream through ``foreachBatch`` and a Parquet write, then forget it.
+
+    A JVM's first micro-batch costs seconds more than the next ones (Py4J's callback server
+    starts, the file source and the writer load their classes); a hot standby pays that ahead
+    of a takeover instead of after it. Blocking; a failure is logged, never raised (the
+    session is still good for what did not fail).
+    """
+    try:
+        _warm_up(spark)
+    except Exception:
+        log.warning("warming up streaming failed", exc_info=True)
+
+
+def _warm_up(spark: Any) -> None:
+    with tempfile.TemporaryDirectory(prefix="ha-warm-stream-") as tmp:
+        source = Path(tmp, "in")
+        source.mkdir()
+        (source / "a.json").write_text('{"k": 1}\n')
+
+        def sink(df: DataFrame, batch_id: int) -> None:
+            df.groupBy("k").count().write.parquet(str(Path(tmp, f"out-{batch_id}")))
+
+        query = (
+            spark.readStream.schema("k BIGINT")
+            .json(str(source))
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(Path(tmp, "checkpoint")))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
 
 
 def _await(query: StreamingQuery) -> BaseException | None:

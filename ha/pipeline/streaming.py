@@ -11,8 +11,8 @@ The job manager runs it as a Structured Streaming query whose sink is ``foreachB
 micro-batch's DataFrame goes through the decorated function, is staged under the job's output
 directory and committed by a fenced write (``stream_commit``). Spark's ``checkpointLocation`` is
 under the output directory too (``checkpoint_dir``), so a new active restarts the query where
-the last one left it and redoes at most the micro-batch in flight, with the same input (Spark
-logs a batch's offsets before running it).
+the last one left it (from a copy of its own: ``spark_checkpoint``) and redoes at most the
+micro-batch in flight, with the same input (Spark logs a batch's offsets before running it).
 
 A stream has no batch list known at submission: its plan holds one entry, ``{"stream": ...}``
 (``is_stream_plan``). With ``interval=None`` the query processes what the source holds and
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
-from .registry import Compute, Param, Pipeline, Validate, register
+from .registry import Compute, Param, Pipeline, Validate, pipeline
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -101,29 +101,21 @@ def streaming_pipeline(
     ``compute`` must be deterministic (same micro-batch, same rows): a batch redone by a new
     active must write the same bytes.
     """
-    spec = StreamSpec(source, interval)
 
     def plan(checked: Mapping[str, Any]) -> list[Any]:
         return [{"stream": name, "interval": interval}]
 
-    def decorate(compute: Compute) -> Pipeline:
-        doc = (compute.__doc__ or "").strip().splitlines()
-        return register(
-            Pipeline(
-                name=name,
-                compute=compute,
-                list_batches=plan,
-                params=dict(params or {}),
-                sort_by=tuple(sort_by) if sort_by is not None else None,
-                files_per_batch=files_per_batch,
-                description=description if description is not None else (doc[0] if doc else ""),
-                validate=validate,
-                stream=spec,
-            ),
-            replace=replace,
-        )
-
-    return decorate
+    return pipeline(
+        name,
+        batches=plan,
+        params=params,
+        sort_by=sort_by,
+        files_per_batch=files_per_batch,
+        description=description,
+        validate=validate,
+        replace=replace,
+        stream=StreamSpec(source, interval),
+    )
 
 
 def is_stream_plan(plan: JobPlan) -> bool:
@@ -133,5 +125,6 @@ def is_stream_plan(plan: JobPlan) -> bool:
 
 
 def checkpoint_dir(output: str | Path) -> Path:
-    """Spark's ``checkpointLocation`` for the job writing ``output`` (shared like the output)."""
-    return Path(output) / STREAM_DIR / "checkpoint"
+    """Where the job writing ``output`` keeps Spark's checkpoints (shared like the output): one
+    ``checkpointLocation`` per leadership term (``spark_checkpoint.term_checkpoint``)."""
+    return Path(output) / STREAM_DIR

@@ -43,6 +43,7 @@ async def run_job_manager(
     prefix: str = "/ha",
     on_event: EventSink | None = None,
     http: tuple[str, int] | None = None,
+    warm_streams: bool = False,
     **driver_options: Any,
 ) -> None:
     """Run one job manager until SIGTERM/SIGINT (then leave the election gracefully).
@@ -61,6 +62,7 @@ async def run_job_manager(
             journal=journal,
             checkpointing=checkpointing,
             on_event=on_event,
+            warm_streams=warm_streams,
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(quit_on_signals, manager.quit)
@@ -90,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--journal", help="append election transitions to this JSON-lines file")
     parser.add_argument("--no-checkpoints", action="store_true", help="(benchmarks only)")
     parser.add_argument("--session-timeout", type=float, help="backend session timeout, s")
+    parser.add_argument("--warm-streams", action="store_true",
+                        help="run a tiny stream at start (hot standby for streaming jobs)")  # fmt: skip
     parser.add_argument("--die-with-parent", action="store_true")
     args = parser.parse_args(argv)
     if args.die_with_parent:
@@ -108,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             journal=args.journal,
             checkpointing=not args.no_checkpoints,
             on_event=_print_event,
+            warm_streams=args.warm_streams,
             **options,
         )
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ha.pipeline.spark_checkpoint import trim_source_logs
+from ha.pipeline.spark_checkpoint import term_checkpoint, trim_source_logs
 
 
 def _offsets(root: Path, batch: int, log_offset: int) -> None:
@@ -51,3 +51,20 @@ def test_a_source_log_with_no_planned_batch_is_emptied_and_others_are_kept(
     assert _names(tmp_path / "sources" / "0") == []
     assert _names(rate) == ["0"]
     assert trim_source_logs(tmp_path / "missing") == []
+
+
+def test_each_term_runs_on_a_trimmed_copy_of_the_newest_earlier_one(tmp_path: Path) -> None:
+    first, removed = term_checkpoint(tmp_path, 7)
+    assert removed == [] and _names(tmp_path) == [first.name]
+    _source(first, 0)
+    _source(first, 1)  # planned, then the driver was killed before its offset log entry
+    _offsets(first, 0, 0)
+    (first / "offsets" / ".1.3f2a.tmp").write_text("half")
+    second, removed = term_checkpoint(tmp_path, 9)
+    assert [p.name for p in removed] == ["1"]  # .crc files are never copied
+    assert _names(second / "sources" / "0") == ["0"] and _names(second / "offsets") == ["0"]
+    assert _names(first / "sources" / "0") == [".0.crc", ".1.crc", "0", "1"]  # untouched
+    _source(first, 2)  # the old term's JVM writes on: into its own copy only
+    assert term_checkpoint(tmp_path, 9) == (second, [])  # the term's query restarted
+    third, _ = term_checkpoint(tmp_path, 12)
+    assert _names(tmp_path) == [second.name, third.name]  # older copies go

@@ -86,4 +86,4 @@ def test_a_stream_plan_is_known_without_the_registry(tmp_path: Path) -> None:
     assert is_stream_plan(plan)
     assert not is_stream_plan(JobPlan("b", "clicks.sessionize", {}, ("/d/c.parquet",), "/o"))
     assert not is_stream_plan(JobPlan("b", "x", {}, ({"day": 1}, {"day": 2}), "/o"))
-    assert checkpoint_dir(plan.output).parent.parent == Path(plan.output)
+    assert checkpoint_dir(plan.output).parent == Path(plan.output)
