@@ -80,7 +80,6 @@ def test_pause_stops_failover_until_resume(
         assert doc["active"] == "b" and doc["paused"] is None
         # fenced after the resume only (again if a loaded machine made it rejoin on the way)
         assert set(fenced.read_text().split()) == {"after"}
-        assert ha("resume", "/svc", env=hosts.env).stdout.strip() == "/svc: not paused"
 
         def terms() -> list[Any] | None:
             got = json.loads(ha("history", "/svc", "--json", env=hosts.env).stdout)["terms"]
@@ -118,8 +117,7 @@ def test_pause_errors_are_one_line(tmp_path: Path) -> None:
         history = ha("history", "/nothing", env=hosts.env)
         assert "no election at /nothing" in one_error_line(history)
         assert "no leader recorded yet" in ha("history", "/svc", env=hosts.env).stdout
-        bad = ha("pause", "no-slash", env=hosts.env)
-        assert one_error_line(bad)
+        assert ha("resume", "/svc", env=hosts.env).stdout.strip() == "/svc: not paused"
 
 
 @pytest.mark.slow  # recorded and read in tests/election/test_pause.py in every run

@@ -29,8 +29,8 @@ from tests.support.harness import cluster, wait_for
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
 PATH = "/svc"  # the harness's election
-# 4 per anyio backend by default (the suite's time budget); 120 with --hypothesis-profile=long
-EXAMPLES = max(1, settings.default.max_examples // 25)
+# 3 per anyio backend by default (the suite's time budget); 100 with --hypothesis-profile=long
+EXAMPLES = max(1, settings.default.max_examples // 30)
 OPERATOR = ["pause", "resume"]
 Step = tuple[str, int, float]
 
