@@ -12,13 +12,20 @@ the winner's joins the queue, and it opens its own stores. Deposed leaders keep 
   would leave; a deposed leader's operation changes nothing (except dropping its own locks);
 - what the backend holds always equals the model (nothing committed is lost), read back by a
   fresh reader at the end, and no blob is leaked or lost.
+
+Premise: both processes keep their sessions for the whole example (a deposed leader is deposed
+by losing its queue node, never its session). A session's end takes its ephemeral locks with it
+and nothing else (``test_an_ended_session_takes_only_its_locks``), which the model does not
+follow, so the sessions are long (``SESSION_TIMEOUT``: renewals starved on a loaded machine
+once let a 2 s sqlite lease lapse at the end of an example, and its lock looked lost), and a
+failed check says first whether a session ended (each process keeps a canary ephemeral node).
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +55,8 @@ pytestmark = pytest.mark.anyio
 
 JOBS = ("j0", "j1")
 RETAINED = 2
+# far beyond any stall of a loaded machine during one example (ZooKeeper caps it at 20 s)
+SESSION_TIMEOUT = 20.0
 _examples = itertools.count()
 
 # --- the model ------------------------------------------------------------------------------
@@ -373,71 +382,97 @@ async def test_deposed_leaders_never_write_on_a_server(
     await deposed_leaders_never_write(backend, steps)
 
 
-async def deposed_leaders_never_write(backend: Any, steps: list[tuple[Any, ...]]) -> None:
+async def deposed_leaders_never_write(
+    backend: Any,
+    steps: list[tuple[Any, ...]],
+    before_check: Callable[[World], Awaitable[None]] | None = None,
+) -> None:
     n = next(_examples)
-    async with backend.driver() as a, backend.driver() as b:
+    long = {"session_timeout": SESSION_TIMEOUT}
+    async with backend.driver(**long) as a, backend.driver(**long) as b:
         world = World([a, b], f"prop{n}", f"/prop-election-{n}")
+        canaries = [f"/prop-alive-{n}/{i}" for i in range(2)]
+        for driver, canary in zip((a, b), canaries, strict=True):
+            await driver.create(canary, ephemeral=True, makepath=True)
         await world.failover()
-        for step in steps:
-            if step[0] == "failover":
-                await world.failover()
-                continue
-            _, who, op, trip = step
-            index = max(0, len(world.stores) - 1 - who)
-            current = index == len(world.stores) - 1
-            expected = simulate(world.model, world.owners[index], op)
-            world.trip_in = trip if current else None
-            before = len(world.leases)
-            error: Exception | None = None
-            result: Any = None
-            try:
-                result = await world.run(world.stores[index], op)
-            except (Fenced, NodeExists, NoNode) as exc:
-                error = exc
-            tripped = len(world.leases) > before
-            world.trip_in = None
-            seen = await world.observe(a)
+        try:
+            for step in steps:
+                if step[0] == "failover":
+                    await world.failover()
+                    continue
+                _, who, op, trip = step
+                index = max(0, len(world.stores) - 1 - who)
+                current = index == len(world.stores) - 1
+                expected = simulate(world.model, world.owners[index], op)
+                world.trip_in = trip if current else None
+                before = len(world.leases)
+                error: Exception | None = None
+                result: Any = None
+                try:
+                    result = await world.run(world.stores[index], op)
+                except (Fenced, NodeExists, NoNode) as exc:
+                    error = exc
+                tripped = len(world.leases) > before
+                world.trip_in = None
+                seen = await world.observe(a)
 
-            if current and not tripped:
-                # the current leader's writes all land, as the model says
-                assert (
-                    error is None if expected.error is None else isinstance(error, expected.error)
-                )
-                if expected.error is None:
-                    assert result == expected.result, op
-                assert seen == expected.final, op
-            elif current and error is None:
-                # deposed after its last write: it all landed
-                assert expected.error is None and result == expected.result, op
-                assert seen == expected.final, op
-            elif current and isinstance(error, Fenced):
-                # deposed mid-way: some prefix of its atomic steps landed, nothing more
-                event("deposed in the middle of an operation")
-                assert seen in expected.states, (op, seen, expected.states)
-            elif current:
-                assert expected.error is not None and isinstance(error, expected.error), op
-                assert seen == expected.states[0]
-            elif op[0] == "close":
-                assert error is None and seen == expected.final  # dropping locks is allowed
-            else:
-                # a deposed leader: refused (or a precondition failed first); nothing changed
-                assert error is not None or len(expected.states) == 1, (op, result)
-                event(f"deposed leader: {type(error).__name__ if error else 'no write'}")
-                if error is not None and not isinstance(error, Fenced):
+                if current and not tripped:
+                    # the current leader's writes all land, as the model says
+                    assert (
+                        error is None
+                        if expected.error is None
+                        else isinstance(error, expected.error)
+                    )
+                    if expected.error is None:
+                        assert result == expected.result, op
+                    assert seen == expected.final, op
+                elif current and error is None:
+                    # deposed after its last write: it all landed
+                    assert expected.error is None and result == expected.result, op
+                    assert seen == expected.final, op
+                elif current and isinstance(error, Fenced):
+                    # deposed mid-way: some prefix of its atomic steps landed, nothing more
+                    event("deposed in the middle of an operation")
+                    assert seen in expected.states, (op, seen, expected.states)
+                elif current:
                     assert expected.error is not None and isinstance(error, expected.error), op
-                assert seen == world.model, op
-            world.model = seen
+                    assert seen == expected.states[0]
+                elif op[0] == "close":
+                    assert error is None and seen == expected.final  # dropping locks is allowed
+                else:
+                    # a deposed leader: refused (or a precondition failed first); nothing changed
+                    assert error is not None or len(expected.states) == 1, (op, result)
+                    event(f"deposed leader: {type(error).__name__ if error else 'no write'}")
+                    if error is not None and not isinstance(error, Fenced):
+                        assert expected.error is not None and isinstance(error, expected.error), op
+                    assert seen == world.model, op
+                world.model = seen
 
-        # a removal a leader was deposed in the middle of leaves its entry marked for deletion
-        # (pointer and payload): the current leader finishes it, as a job manager does
-        leader = world.stores[-1]
-        for handles in [
-            leader.execution_plans.handles,
-            *(leader.checkpoints(j).handles for j in JOBS),
-        ]:
-            await handles.cleanup_marked_for_deletion()
-        # nothing committed is lost: a fresh reader in a new session sees the same
-        async with backend.driver() as reader:
-            assert await world.observe(reader) == world.model
-            # and no payload is leaked or lost
-            assert await world.referenced_blobs(reader) == set(world.blobs.blobs)
+            # a removal a leader was deposed in the middle of leaves its entry marked for deletion
+            # (pointer and payload): the current leader finishes it, as a job manager does
+            leader = world.stores[-1]
+            for handles in [
+                leader.execution_plans.handles,
+                *(leader.checkpoints(j).handles for j in JOBS),
+            ]:
+                await handles.cleanup_marked_for_deletion()
+            if before_check is not None:
+                await before_check(world)
+            # nothing committed is lost: a fresh reader in a new session sees the same
+            async with backend.driver() as reader:
+                assert await world.observe(reader) == world.model
+                # and no payload is leaked or lost
+                assert await world.referenced_blobs(reader) == set(world.blobs.blobs)
+        except AssertionError:
+            await check_sessions(backend, canaries)  # a broken premise, named as such
+            raise
+
+
+async def check_sessions(backend: Any, canaries: list[str]) -> None:
+    """AssertionError naming the processes whose session ended (their canary is gone)."""
+    async with backend.driver() as reader:
+        ended = [i for i, c in enumerate(canaries) if await reader.exists(c) is None]
+    assert not ended, (
+        f"the session of process {ended} ended during the example (its lease lapsed?): the "
+        "property's premise is broken; its ephemeral nodes (locks, queue node) went with it"
+    )
