@@ -21,7 +21,9 @@ Two processes are involved, the Python driver and Spark's JVM, and either may st
 When the term ends (leadership lost, or the job cancelled) no new micro-batch starts, the one in
 flight is let finish (its commit meets the fence) for at most ``STOP_GRACE`` seconds, then the
 query is stopped. A query that fails otherwise counts as one failed attempt of the job and is
-restarted from its checkpoint, up to the job's ``max_attempts``.
+restarted from its checkpoint, up to the job's ``max_attempts``. The events of a micro-batch
+(``batch_started``, ``batch_committed``, ``batch_rejected``) are emitted from Spark's callback
+thread, not the event loop's.
 """
 
 from __future__ import annotations
