@@ -187,7 +187,8 @@ async def job_status(
         plan = JobPlan.from_bytes(data, layout.submission(job_id))
     except CorruptData as exc:  # the active will refuse it; say why already
         return JobStatus(job_id, JobState.SUBMITTED, error=str(exc))
-    return JobStatus(job_id, JobState.SUBMITTED, plan.pipeline, 0, len(plan.batches), plan.output)
+    total = None if is_stream_plan(plan) else len(plan.batches)
+    return JobStatus(job_id, JobState.SUBMITTED, plan.pipeline, 0, total, plan.output)
 
 
 async def children(driver: Driver, path: str) -> list[str]:

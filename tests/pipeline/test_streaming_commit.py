@@ -87,3 +87,16 @@ def test_a_stream_plan_is_known_without_the_registry(tmp_path: Path) -> None:
     assert not is_stream_plan(JobPlan("b", "clicks.sessionize", {}, ("/d/c.parquet",), "/o"))
     assert not is_stream_plan(JobPlan("b", "x", {}, ({"day": 1}, {"day": 2}), "/o"))
     assert checkpoint_dir(plan.output).parent == Path(plan.output)
+
+
+async def test_a_submitted_stream_has_no_batch_count_yet(tmp_path: Path) -> None:
+    from ha.pipeline.events import generate_events
+    from ha.pipeline.jobs import job_status, submit_job
+    from ha.pipeline.plan import make_plan
+
+    generate_events(tmp_path / "in", files=1, rows=3)
+    plan = make_plan("events.count", {"input": str(tmp_path / "in")}, str(tmp_path / "o"))
+    async with MemoryDriver(f"stream-{next(_clusters)}") as driver:
+        await submit_job(driver, "c1", plan)
+        status = await job_status(driver, "c1", plan.job_id, blobs=tmp_path / "blobs")
+    assert (status.state, status.batches_done, status.batches) == ("submitted", 0, None)
