@@ -240,7 +240,9 @@ def progress_lines(job_id: str, echo: Callable[[str], None]) -> Callable[[JobSta
     def show(status: JobStatus) -> None:
         if status.state != last["state"] and not status.finished:  # the caller says the end
             echo(f"job {job_id} {status.state}")
-        total = "" if status.batches is None else f" of {status.batches}"
+        # A stream's count is known only at its end: keep saying what the first status said.
+        known = last.setdefault("batches", status.batches)
+        total = "" if known is None else f" of {known}"
         for n in range(last["done"], status.batches_done):
             echo(f"job {job_id}: batch {n} committed ({n + 1}{total})")
         last.update(state=status.state, done=max(last["done"], status.batches_done))
