@@ -735,6 +735,22 @@ async def test_ephemeral_nodes_belong_to_the_session_and_go_with_it(backend: Any
         assert owner.session_id is None and not owner.connected
 
 
+async def test_a_close_under_cancellation_still_ends_the_session(backend: Any) -> None:
+    # found on Kubernetes by the chaos rounds: a driver closed while its caller is being
+    # cancelled (``async with`` in a cancelled scope) skipped its clean-up, so its session
+    # and ephemeral nodes stayed for the session timeout and its connections leaked
+    async with backend.driver() as watcher:
+        owner = backend.driver()
+        with anyio.CancelScope() as scope:
+            async with owner:
+                await owner.create("/lock", b"me", ephemeral=True)
+                await owner.exists("/lock")  # a watch of its own, if the driver keeps one
+                scope.cancel()
+                await anyio.sleep_forever()
+        assert owner.session_id is None and not owner.connected
+        assert await watcher.exists("/lock") is None  # gone at once, as after any close
+
+
 async def test_forced_expiry(backend: Any) -> None:
     # moved from test_zookeeper.py (with an observer in another session)
     zk = backend.driver()

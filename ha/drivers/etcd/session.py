@@ -176,20 +176,22 @@ class EtcdSession(Driver):
         if task is None:
             return
         self._closing = True
-        await self._quiesce()
-        await task.stop()
-        lease, had_session = self._lease, self._session_id is not None
-        self._lease, self._session_id, self._connected = 0, None, False
-        if lease and not self._crashed:
-            try:  # its ephemeral nodes go with it, at once
-                with anyio.CancelScope(shield=True):
+        # a close under cancellation still clears up (each step is bounded: the watch's end
+        # by a second, the revoke by op_timeout): the lease and its nodes go at once
+        with anyio.CancelScope(shield=True):
+            await self._quiesce()
+            await task.stop()
+            lease, had_session = self._lease, self._session_id is not None
+            self._lease, self._session_id, self._connected = 0, None, False
+            if lease and not self._crashed:
+                try:  # its ephemeral nodes go with it, at once
                     await self._lease_gateway.call(
                         "lease/revoke", {"ID": str(lease)}, self.settings.op_timeout
                     )
-            except DriverError as exc:
-                log.warning("could not revoke the etcd lease %x: %s", lease, exc)
-        await self._gateway.aclose()
-        await self._lease_gateway.aclose()
+                except DriverError as exc:
+                    log.warning("could not revoke the etcd lease %x: %s", lease, exc)
+            await self._gateway.aclose()
+            await self._lease_gateway.aclose()
         self._closed()
         if had_session and not self._crashed:
             self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
