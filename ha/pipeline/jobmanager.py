@@ -142,7 +142,7 @@ class JobManager:
     ) -> None:
         """Join the election and serve until ``quit()``."""
         self.warm.start()
-        self.emit("started", hot_standby=self.warm.hot)
+        self.emit("started", election=self.layout.election, hot_standby=self.warm.hot)
         # Streams commit through it from Spark's threads, past their term (``stream_run``).
         async with BlockingPortal() as self.portal, anyio.create_task_group() as tg:
             if self.warm.hot:
