@@ -16,7 +16,8 @@ its lease runs out another host takes over while the old COMMAND may still run. 
 breadcrumb (identity, epoch, host and pid) in its environment, and can refuse the takeover.
 
 ``--health CMD`` (Hadoop's HealthMonitor): checked every interval; while it fails the
-supervisor leaves the election (stopping COMMAND first if active) and rejoins once it passes.
+supervisor leaves the election (stopping COMMAND first if active) and rejoins once it passes;
+not while the election is paused (``ha pause``: COMMAND is left alone, ``paused.py``).
 Graceful failover requests are honoured as described in ``ha/admin/failover.py`` (the active
 asks for one itself to hand the lead back to a preferred standby: ``preferred.py``). Whether to
 take part is decided by the pure rules of ``eligibility.py``; this module reads the facts (the
@@ -54,8 +55,10 @@ from .eligibility import Decision, Eligibility, Standing
 from .exits import OnExit, Restarts, status
 from .fencing import old_active_env
 from .health import check_health
+from .paused import PauseWatch
 from .preferred import HandBack
 from .process import Child, describe_exit, spawn
+from .reads import read_failover, read_queue
 from .settings import Settings, timing_for
 
 # the package's API: the supervisor, what it is asked to do, and the child processes it runs
@@ -114,6 +117,7 @@ class Supervisor:
         self._changed = anyio.Event()
         self._failover_poke = anyio.Event()
         self._member_poke = anyio.Event()
+        self._pause = PauseWatch(driver, settings.path)  # paused: COMMAND is left alone
 
     # --- public -------------------------------------------------------------------------------
 
@@ -163,6 +167,7 @@ class Supervisor:
             subs = [
                 self.driver.subscribe(nodes.failover, self._on_failover_node),
                 self.driver.subscribe(None, self._on_connection),
+                self.driver.subscribe(nodes.pause, self._pause.poke),
             ]
             try:
                 tg.start_soon(self._failover_loop)
@@ -301,6 +306,8 @@ class Supervisor:
                 log.warning("%s exited while active (%s)", name, how)
                 note = f"{name} exited ({how})"  # for `ha failover`: why we left
             ran = anyio.current_time() - started
+            if await self._pause.paused():  # left down until resumed (paused.py)
+                await self._wait_resumed(note)
             if self.settings.on_exit is not OnExit.RESTART:
                 self._end(code)
                 return
@@ -317,6 +324,16 @@ class Supervisor:
                 await anyio.sleep(delay)  # still active: a lost lead cancels this
             finally:
                 self._restarting = ""
+
+    async def _wait_resumed(self, note: str) -> None:
+        log.warning("%s while the election is paused: left down until ha resume", note)
+        self._restarting = f"{note}: paused, down until resumed"
+        self._member_poke.set()
+        try:
+            await self._pause.resumed()  # still active: a lost lead cancels this
+        finally:
+            self._restarting = ""
+        log.info("resumed: --on-exit %s applies", self.settings.on_exit)
 
     async def _run_child(self, child: Child, lease: Lease) -> int:
         """Wait for COMMAND to end (stopping it, with its tree, if we are cancelled)."""
@@ -391,36 +408,11 @@ class Supervisor:
         self._member_poke.set()  # a new session lost our ephemeral member node: write it again
         self._failover_poke.set()
 
-    async def _read_failover(self) -> admin.FailoverRequest | None:
-        try:
-            with anyio.fail_after(self.driver.session_timeout):
-                return await admin.read_failover(self.driver, self.settings.path)
-        except (HAError, TimeoutError) as exc:
-            log.debug("reading the failover request failed: %s", exc)
-            return None
-
-    async def _read_queue(self) -> tuple[int | None, tuple[bytes, ...]] | None:
-        """The leader's epoch (None: nobody in the queue) and the identities in queue order,
-        leader first; None when the backend could not be read."""
-        nodes = ElectionNodes(self.settings.path)
-        try:
-            with anyio.fail_after(self.driver.session_timeout):
-                for _ in range(3):  # the leader may leave between the two reads
-                    entries = await nodes.entries(self.driver)
-                    if not entries:
-                        return None, ()
-                    stat = await self.driver.exists(nodes.node(entries[0].name))
-                    if stat is not None:
-                        return stat.created, tuple(e.identity for e in entries)
-        except (HAError, TimeoutError) as exc:
-            log.debug("reading the queue failed: %s", exc)
-        return None
-
     async def _failover_loop(self) -> None:
         while True:
             self._failover_poke = anyio.Event()
-            request = await self._read_failover()
-            queue = await self._read_queue() if request is not None else (None, ())
+            request = await read_failover(self.driver, self.settings.path)
+            queue = await read_queue(self.driver, self.settings.path) if request else (None, ())
             if queue is not None:  # unread: a pending request must not look like history
                 self._consider(request, *queue)
             # the request's node wakes us, the queue's changes do not: while a request may
@@ -444,12 +436,18 @@ class Supervisor:
     # --- health -------------------------------------------------------------------------------
 
     async def _health_loop(self) -> None:
+        held = False
         while True:
             env = {"HA_ELECTION": self.settings.path, "HA_IDENTITY": self.settings.identity}
             env["HA_STATE"] = self._state
             s = self.settings
             healthy, why = await check_health(s.health, env, s.health_timeout)
-            self._act(self._eligibility.health_checked(anyio.current_time(), healthy, why))
+            if healthy or self._state != "active" or not await self._pause.paused():
+                held = False
+                self._act(self._eligibility.health_checked(anyio.current_time(), healthy, why))
+            elif not held:  # paused: stay active (paused.py), said once per failing spell
+                held = True
+                log.warning("health check failed (%s): the election is paused, staying", why)
             await anyio.sleep(self.settings.health_interval)
 
     # --- signals and the member node ----------------------------------------------------------
