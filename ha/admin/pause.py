@@ -3,8 +3,9 @@
     PATH/pause     persistent, ``ha.pause/1`` JSON: who paused, when, and the active then
 
 While the node is there, no contender takes the lead: one first in the queue waits without
-fencing or acting (``ha/election/machine.py``, P16). ``ha run``'s own policies (its health
-check, its COMMAND's exit) are not paused yet: they act on the elector as before.
+fencing or acting (``ha/election/machine.py``, P16). ``ha run`` on the active leaves its
+COMMAND alone (no cede on a failing health check, no restart or cede when it exits:
+``ha/supervisor/paused.py``) until the resume.
 The active keeps leading while it holds its node: a pause never makes a second active. If the
 active goes during a pause, nobody leads until ``ha resume`` (``ha status`` says so).
 
