@@ -87,6 +87,9 @@ async def test_killed_twice_mid_job_the_output_equals_an_uninterrupted_run(
         # Hot standby: the next batch starts well within the session timeout plus 2 s.
         assert resumed.t - killed_at < SESSION_TIMEOUT + 2
         assert resumed.fields["batch"] >= 1  # resumed from a checkpoint, not from scratch
+    # here, not in a test of its own: it reads what this test's runs journaled (a later test
+    # on the module's cluster may find it torn down and made again, under pytest-xdist)
+    await anyio.to_thread.run_sync(_journals_show_no_overlapping_leadership, cluster.workdir)
 
 
 @pytest.fixture(scope="module")
@@ -144,16 +147,14 @@ async def test_paused_past_its_lease_the_old_active_writes_nothing(
     assert output_digest(out) == output_digest(ref)
 
 
-def test_the_journals_of_these_runs_show_no_overlapping_leadership(
-    cluster: LocalJobCluster,
-) -> None:
+def _journals_show_no_overlapping_leadership(workdir: Path) -> None:
     """The electors' own journals (killed processes among them), through the report."""
     from ha.pipeline.spark import SparkSettings, build_session
     from ha.report.analysis import analyze
 
     spark = build_session(SparkSettings(app_name="ha-test-processes"))
     try:
-        report = analyze(spark, [str(cluster.workdir / "journal-*.jsonl")])
+        report = analyze(spark, [str(workdir / "journal-*.jsonl")])
     finally:
         spark.stop()
     [s] = report.summary.to_dict("records")
