@@ -29,6 +29,10 @@ pytest_plugins = [
 BACKENDS = ["memory", "sqlite", "zookeeper", "etcd", "kubernetes"]
 
 
+# where tests start Spark JVMs (besides those marked spark)
+SPARK_TESTS = ("tests/pipeline/", "tests/report/", "tests/processes/test_pipeline_processes.py")
+
+
 def slow_selected(config: pytest.Config) -> bool:
     """Long runs were asked for: ``-m slow`` (or an expression naming it) or ``HA_SLOW=1``."""
     return "slow" in (config.getoption("markexpr") or "") or bool(os.environ.get("HA_SLOW"))
@@ -37,6 +41,10 @@ def slow_selected(config: pytest.Config) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``slow`` are skipped unless asked for: the default run is CI's, which
     must stay under 20 minutes on 2 cores."""
+    for item in items:
+        if item.get_closest_marker("spark") is not None or item.nodeid.startswith(SPARK_TESTS):
+            # with pytest-xdist's --dist loadgroup one worker runs them: one Spark JVM at a time
+            item.add_marker(pytest.mark.xdist_group("spark"))
     if slow_selected(config) or os.environ.get("HA_CHAOS_ROUNDS"):
         return
     skip = pytest.mark.skip(reason="a long run: select it with -m slow or HA_SLOW=1")
