@@ -940,6 +940,36 @@ async def test_no_event_lost_when_a_subscriber_reacts_at_once(backend: Any) -> N
             assert await seen.next() == NodeEvent("/lock", DELETED)
 
 
+async def test_events_of_different_paths_come_in_the_order_of_the_writes(backend: Any) -> None:
+    # A standby that hears of a pause before its leader's exit must not take the lead: it acts
+    # on the order. ZooKeeper's driver reported a creation once its watch was re-armed, and a
+    # deletion fired meanwhile overtook it (tests/election/test_pause.py failed 1 run in 3).
+    async with backend.driver() as driver, backend.driver() as other:
+        seen = Events()
+        driver.subscribe("/pause", seen)
+        driver.subscribe("/leader", seen)
+        await driver.exists("/leader")  # both subscriptions in effect (see ``watch``)
+        await other.create("/leader")
+        assert await seen.next() == NodeEvent("/leader", CREATED)
+        for _ in range(3):
+            await other.transaction([Create("/pause"), Delete("/leader")])
+            assert [await seen.next(), await seen.next()] == [
+                NodeEvent("/pause", CREATED),
+                NodeEvent("/leader", DELETED),
+            ]
+            await other.transaction([SetData("/pause", b"x"), Create("/leader")])
+            assert [await seen.next(), await seen.next()] == [
+                NodeEvent("/pause", CHANGED),
+                NodeEvent("/leader", CREATED),
+            ]
+            await other.transaction([Delete("/pause"), Delete("/leader"), Create("/leader")])
+            assert [await seen.next(), await seen.next(), await seen.next()] == [
+                NodeEvent("/pause", DELETED),
+                NodeEvent("/leader", DELETED),
+                NodeEvent("/leader", CREATED),
+            ]
+
+
 async def test_transaction_events_and_replaced_node(backend: Any) -> None:
     # moved from test_zookeeper.py
     async with backend.driver() as zk, backend.driver() as other:

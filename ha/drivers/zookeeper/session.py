@@ -300,6 +300,9 @@ class KazooSession(ContactDating):
     def _watches_down(self) -> None:
         """Hook: the client is gone with every watch it had set."""
 
+    def _connection_changed(self) -> None:
+        """Hook: a connection event is about to be delivered (what came before goes first)."""
+
     # --- session ----------------------------------------------------------------------------
 
     def _granted(self, timeout: float) -> None:  # kazoo's thread
@@ -404,6 +407,7 @@ class KazooSession(ContactDating):
     ) -> None:
         if self._closing:
             return
+        self._connection_changed()
         old = self._session_id
         if state == KazooState.CONNECTED and session is not None:
             if granted is not None:

@@ -6,12 +6,18 @@ the last stat seen becomes the events (created, changed, deleted, or deleted the
 node replaced in between, or created then deleted for a node that came and went between the
 firing and the read), so nothing that changed while the watch was down goes unreported,
 only coalesced (as ZooKeeper's own watches are). A deletion is reported as soon as it fires.
+
+Events keep ZooKeeper's order across paths: the server sends them in the order of its updates,
+and a subscriber may act on that order (a standby that hears of a pause before its leader's
+exit must not take the lead). A firing whose events wait for their read holds back every event
+after it until that read is back (a round trip, and only when something changed just before).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from collections import deque
 from typing import Any
 
 from kazoo import exceptions as kx
@@ -47,12 +53,24 @@ class _Watch:
 _UNKNOWN = object()
 
 
+class _Pending:
+    """A firing whose events are known once its re-arming read is back; until then, the
+    events fired after it wait behind it."""
+
+    __slots__ = ("watch", "events")
+
+    def __init__(self, watch: _Watch) -> None:
+        self.watch = watch
+        self.events: list[NodeEvent] | None = None
+
+
 class Watches(KazooSession):
     """The subscribed paths' watches: armed on subscribe, re-armed on every (re)connection."""
 
     def __init__(self, hosts: str, chroot: str, options: Options) -> None:
         super().__init__(hosts, chroot, options)
         self._watches: dict[str, _Watch] = {}
+        self._held: deque[_Pending | NodeEvent] = deque()  # in the server's order
 
     def _watch_started(self, path: str) -> None:
         watch = _Watch(path)
@@ -73,6 +91,48 @@ class Watches(KazooSession):
     def _watches_down(self) -> None:
         for watch in self._watches.values():
             watch.armed = watch.arming = False
+        self._release_held()
+
+    def _connection_changed(self) -> None:
+        # what fired before a disconnection is delivered before it; a firing not read back
+        # yet is reported by the read of the next connection (its ``fired`` is kept)
+        self._release_held()
+
+    def _release_held(self) -> None:
+        for item in self._held:
+            if isinstance(item, _Pending) and item.events is None:
+                item.events = []
+        self._flush()
+
+    def _send(self, event: NodeEvent) -> None:
+        if self._held:
+            self._held.append(event)
+        else:
+            self._emit(event)
+
+    def _resolve(self, watch: _Watch, events: list[NodeEvent]) -> None:
+        """Put the events of ``watch``'s oldest firing not read back in its place."""
+        for item in self._held:
+            if isinstance(item, _Pending) and item.watch is watch and item.events is None:
+                item.events = events
+                self._flush()
+                return
+        for event in events:
+            self._send(event)
+
+    def _flush(self) -> None:
+        held = self._held
+        while held:
+            item = held[0]
+            if isinstance(item, _Pending):
+                if item.events is None:
+                    return
+                held.popleft()
+                for event in item.events:
+                    self._emit(event)
+            else:
+                held.popleft()
+                self._emit(item)
 
     def _arm(self, watch: _Watch) -> None:
         if watch.arming:
@@ -108,30 +168,44 @@ class Watches(KazooSession):
         # react (and a change it then makes is not missed).
         if kind == EventType.DELETED and watch.last is not None and watch.last is not _UNKNOWN:
             watch.last = None
-            self._emit(NodeEvent(watch.path, NodeEventKind.DELETED))
+            self._send(NodeEvent(watch.path, NodeEventKind.DELETED))
         else:
             watch.fired = kind
+            self._held.append(_Pending(watch))
         self._arm(watch)
+        self._settle(watch)
 
     def _armed(self, watch: _Watch, result: Any) -> None:
         watch.arming = False
         if not watch.active or self._closing:
+            self._resolve(watch, [])
             return
         try:
             stat = result.get_nowait()
         except kx.KazooException:
             watch.armed = False  # re-armed on the next (re)connection
+            self._resolve(watch, [])
         else:
             watch.armed = True
-            self._diff(watch, stat)
+            self._resolve(watch, [NodeEvent(watch.path, k) for k in self._diff(watch, stat)])
         if watch.again and self._connected:
             self._arm(watch)
+        self._settle(watch)
 
-    def _diff(self, watch: _Watch, stat: Any) -> None:
+    def _settle(self, watch: _Watch) -> None:
+        # no read in flight to answer them: a firing's kind stays in ``fired``, for the next
+        if not watch.arming:
+            while any(
+                isinstance(i, _Pending) and i.watch is watch and i.events is None
+                for i in self._held
+            ):
+                self._resolve(watch, [])
+
+    def _diff(self, watch: _Watch, stat: Any) -> list[NodeEventKind]:
         before, watch.last = watch.last, stat
         fired, watch.fired = watch.fired, None
         if before is _UNKNOWN:
-            return
+            return []
         events: list[NodeEventKind] = []
         if before is None and stat is None and fired == EventType.CREATED:
             # created and deleted again before this read (a leader's node spoiled the moment
@@ -146,5 +220,4 @@ class Watches(KazooSession):
                 events = [NodeEventKind.DELETED, NodeEventKind.CREATED]
             elif stat.mzxid != before.mzxid:
                 events = [NodeEventKind.CHANGED]
-        for kind in events:
-            self._emit(NodeEvent(watch.path, kind))
+        return events
