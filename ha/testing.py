@@ -152,6 +152,9 @@ def check_history(history: History | list[Event]) -> None:
     fences: dict[str, list[Event]] = defaultdict(list)
     graceful: dict[int, float] = {}  # epoch -> time its active quit without fence
     forced: dict[str, list[float]] = defaultdict(list)  # identity -> forced expiry times
+    # identity -> times its process died: its work ended with it (a test that crashes a driver
+    # in-process records this first, then cancels the work: the others may act in between)
+    crashed: dict[str, list[float]] = defaultdict(list)
 
     for e in events:
         if e.kind == "transition":
@@ -187,6 +190,8 @@ def check_history(history: History | list[Event]) -> None:
             fences[e.identity].append(e)
         elif e.kind == "expire":
             forced[e.identity].append(e.t)
+        elif e.kind == "crash":
+            crashed[e.identity].append(e.t)
 
     for s in starts:
         assert s.epoch is not None
@@ -214,9 +219,8 @@ def check_history(history: History | list[Event]) -> None:
             if other.epoch >= s.epoch or other.identity == s.identity or other.t > s.t:
                 continue
             # that scope's stop: the first stop of its identity and epoch after its start
-            stopped = min(
-                (t for t in stops[(other.identity, other.epoch)] if t >= other.t), default=None
-            )
+            ends = (*stops[(other.identity, other.epoch)], *crashed[other.identity])
+            stopped = min((t for t in ends if t >= other.t), default=None)
             if stopped is not None and stopped <= s.t:
                 continue
             if any(other.t <= t <= s.t for t in forced[other.identity]):

@@ -366,8 +366,11 @@ async def test_creator_acl_denies_others(zookeeper_backend: ZooKeeperBackend) ->
 @live
 async def test_server_restart_keeps_session_and_data(zookeeper_server_factory: Any) -> None:
     server: ZooKeeperServer = zookeeper_server_factory()
+    # the longest session the test server grants: a restarted server gives restored sessions
+    # their timeout again from its start, and a JVM starting on a loaded machine (CI runs two
+    # test workers) answered the reconnection too late for 10 s
     zk = ZooKeeperDriver.from_url(
-        f"zk://{server.hosts}/r", session_timeout=10, op_timeout=0.5, connect_timeout=5
+        f"zk://{server.hosts}/r", session_timeout=20, op_timeout=0.5, connect_timeout=5
     )
     seen = Recorder()
     zk.subscribe(None, seen)

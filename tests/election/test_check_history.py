@@ -135,6 +135,17 @@ def test_a_forced_expiry_excuses_a_scope_that_could_not_stop() -> None:
     check_history(story.events)
 
 
+def test_a_crash_ends_the_work_of_the_crashed_process() -> None:
+    # a test crashes a driver, then cancels the work: the others may act in between
+    story = standbys("a", "b").lead("a", 5).add("a", "crash").fence("b", "a", 5).lead("b", 9)
+    check_history(story.events)
+    # a crash of another process, or one before the scope began, excuses nothing
+    other = standbys("a", "b", "c").lead("a", 5).add("c", "crash").fence("b", "a", 5)
+    violation(other.lead("b", 9), "b started epoch 9 while a still ran epoch 5")
+    early = standbys("a", "b").add("a", "crash").lead("a", 5).fence("b", "a", 5)
+    violation(early.lead("b", 9), "b started epoch 9 while a still ran epoch 5")
+
+
 def test_each_scope_of_a_returning_leader_must_have_stopped() -> None:
     # a led with epoch 5, stopped, came back with it: the second scope never stopped
     story = standbys("a", "b").lead("a", 5).stop("a", 5).lead("a", 5, was="neutral")

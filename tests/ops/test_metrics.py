@@ -11,9 +11,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ha.election.elector import Elector
-from ha.election.machine import State
+from ha.election.machine import Phase, State
 from ha.metrics import BackendMetrics, ElectorMetrics, JobManagerMetrics, Registry, cause_label
 from ha.testing import History, Recorder, check_history, faults
+from tests.support.harness import wait_for
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -139,6 +140,11 @@ class Member:
     def samples(self) -> Samples:
         return parse(self.registry.render())
 
+    def watches(self, leader: Member) -> bool:
+        """This standby watches ``leader``'s node and breadcrumb, as its leader's."""
+        machine, theirs = self.elector._machine, leader.elector._machine
+        return machine.phase is Phase.STANDBY and machine.below == (theirs.node,)
+
 
 pytestmark = pytest.mark.anyio
 
@@ -175,7 +181,9 @@ async def test_failover_and_handover_are_measured_by_the_successor(real_backend:
             )
             assert created >= 1  # the join
 
-            # a crashes: b takes over after fencing a's breadcrumb
+            # a crashes: b takes over after fencing a's breadcrumb (a's work ends with its
+            # process, at the crash: b may act before the cancellation below reaches it)
+            history.add("a", "crash")
             await faults(da).crash()
             a.scope.cancel()  # its work ends with its process
             lease_b = await b.elector.wait_active()
@@ -188,7 +196,10 @@ async def test_failover_and_handover_are_measured_by_the_successor(real_backend:
             took_over = {**labels, "from": "standby", "to": "active"}
             assert total(s, "ha_elector_transitions_total", **took_over) == 1
 
-            # b leaves gracefully: c takes over without fencing
+            # b leaves gracefully: c takes over without fencing. c first re-reads the queue to
+            # watch b as its leader (b announced itself); a leader gone during that read is
+            # learnt from the read, not from an event, and has no start to measure from
+            await wait_for(lambda: c.watches(b), 20)
             b.elector.quit()
             lease_c = await c.elector.wait_active()
             s = c.samples()
