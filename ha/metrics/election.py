@@ -13,7 +13,10 @@ fenced an old leader's breadcrumb (a crash or an expired session left it behind)
 ``kind="handover"``: it fenced nobody (a graceful exit deleted the breadcrumb with the node:
 ``quit``, ``ha failover``, SIGTERM of ``ha run``). What the elector did in between (listing
 the queue, the fence command) is inside the figure; the detection delay (the session timeout
-after a crash) is not, since only the backend knows when the old leader died.
+after a crash) is not, since only the backend knows when the old leader died. A successor that
+learnt of the exit from a read of the queue rather than from an event (the leader left while
+it was re-reading the queue) has no start to measure from and observes nothing; the
+transition is still counted in ``ha_elector_transitions_total``.
 
 A transition's cause is a label with its variable parts taken out ("behind 'host-a'" becomes
 "behind", "no answer in 3s" becomes "no answer in Ns"), so the label set stays small.
