@@ -16,6 +16,7 @@ import pytest
 import ha.drivers
 from ha.drivers.base import ConnectionState, Create, Delete, NodeEvent, NodeEventKind, SetData
 from ha.drivers.etcd import EtcdDriver
+from ha.drivers.etcd.watches import _UNKNOWN
 from ha.errors import (
     AccessDenied,
     ConfigurationError,
@@ -131,8 +132,10 @@ async def test_compaction_during_a_watch_loses_no_event(
         seen = {path: Seen() for path in ("/new", "/replaced", "/changed", "/deleted", "/same")}
         for path, events in seen.items():
             driver.subscribe(path, events)
-        await driver.exists("/new")
-        await anyio.sleep(0.2)  # the subscriptions' first reads are done
+        # the subscriptions' first reads are done (a fixed sleep was too short under load)
+        with anyio.fail_after(15):
+            while any(seen is _UNKNOWN for seen in driver._seen.values()):
+                await anyio.sleep(0.01)
         faults(driver).disconnect()  # the watch stops where it was
         try:
             await other.create("/new")
