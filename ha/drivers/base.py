@@ -66,6 +66,7 @@ __all__ = (
     "NodeEventKind",
     "Op",
     "SessionKind",
+    "SessionLease",
     "SetData",
     "Stat",
     "Subscription",
@@ -189,6 +190,23 @@ class Capabilities:
     durable: bool  # persistent nodes survive a restart of every client
     push_watches: bool  # node events are pushed by the backend (False: polled)
     sessions: SessionKind
+    # the backend tells when another session was last renewed (``Driver.session_lease``)
+    session_leases: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLease:
+    """Another session's lease as the backend knows it, for display (``ha status``).
+
+    Never a safety input: the reading is taken on a clock of the backend's or of another
+    process (each driver says which), and may be an estimate. ``renewed_ago`` + ``expires_in``
+    is the lease's duration; ``expires_in`` <= 0 means the lease has run out but the session is
+    not yet ended (nobody reaped it yet).
+    """
+
+    renewed_ago: float  # seconds since the backend last heard a renewal
+    expires_in: float  # seconds until the backend may end it, unless renewed
+    duration: float  # the lease's length: the session timeout the backend applies
 
 
 class Subscription:
@@ -282,6 +300,13 @@ class Driver(ABC):
     def connected(self) -> bool:
         """Whether the driver currently has contact with the backend."""
         return self._connected
+
+    async def session_lease(self, owner: int) -> SessionLease | None:
+        """How long ago the backend last renewed session ``owner`` (another session, e.g. a
+        node's ``Stat.ephemeral_owner``), and when it expires it; None when the session is
+        not known (ended), or when the backend cannot tell (the default: see
+        ``capabilities.session_leases``). Raises ``ConnectionLost`` like a read."""
+        return None
 
     # --- nodes ------------------------------------------------------------------------------
 

@@ -60,6 +60,7 @@ class EtcdDriver(FaultHooks):
         durable=True,
         push_watches=True,
         sessions=SessionKind.LEASE,
+        session_leases=True,
     )
 
     def __init__(self, hosts: str = "127.0.0.1:2379", *, prefix: str = "", **options: Any):

@@ -31,7 +31,7 @@ import anyio
 from ..._background import BackgroundTask
 from ...errors import ConnectionLost, DriverError, SessionExpired, Unavailable
 from .._faults import Injected
-from ..base import ConnectionEvent, ConnectionState, Driver
+from ..base import ConnectionEvent, ConnectionState, Driver, SessionLease
 from .gateway import Gateway
 from .keys import KeySpace
 from .reads import ReadBatcher
@@ -275,6 +275,20 @@ class EtcdSession(Driver):
             self._connected = True
             self._emit(ConnectionEvent(ConnectionState.RECONNECTED, lease))
             self._restart_watch()
+
+    async def session_lease(self, owner: int) -> SessionLease | None:
+        """Another lease's time to live (``lease/timetolive``), None if etcd has no such lease.
+
+        An estimate: etcd tells the TTL left in whole seconds, rounded down, so "renewed ago"
+        (the granted TTL less what is left) may be up to a second more than it is, never
+        less; and a new etcd leader restarts every lease's TTL, as if all were just renewed.
+        """
+        reply = await self._operation("lease/timetolive", {"ID": str(owner)})
+        left = int(reply.get("TTL") or 0)  # proto3 JSON leaves out a zero
+        granted = int(reply.get("grantedTTL") or 0)
+        if left < 0 or granted <= 0:
+            return None
+        return SessionLease(float(granted - left), float(left), float(granted))
 
     def _lost_contact(self) -> None:
         if self._connected:

@@ -50,6 +50,7 @@ class KubernetesDriver(LeaderLeases):
         durable=True,
         push_watches=True,
         sessions=SessionKind.LEASE,
+        session_leases=True,
     )
 
     def __init__(self, namespace: str | None = None, name: str = "ha", **options: Any) -> None:

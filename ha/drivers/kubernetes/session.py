@@ -33,7 +33,7 @@ import anyio
 from ..._background import BackgroundTask
 from ...errors import ConnectionLost, DriverError, SessionExpired, Unavailable
 from .._faults import Injected
-from ..base import ConnectionEvent, ConnectionState, Driver
+from ..base import ConnectionEvent, ConnectionState, Driver, SessionLease
 from .api import COORDINATION, CORE, Api, failure
 from .config import Cluster, load
 from .settings import Settings
@@ -374,6 +374,31 @@ class KubernetesSession(Driver):
         except DriverError as exc:  # peers clear it: a registered session without a Lease
             log.debug("could not clear the expired session %x: %s", session, exc)
         self._wake.set()  # a new session at once
+
+    async def session_lease(self, owner: int) -> SessionLease | None:
+        """Another session's Lease: its ``renewTime`` against this host's wall clock, with the
+        ``leaseDurationSeconds`` it states; None if the Lease is gone.
+
+        An estimate, for display only: ``renewTime`` is the holder's wall clock, so the
+        reading is off by the clock offset between the two hosts (nothing here depends on it:
+        peers expire a Lease by their own monotonic clocks, ``liveness``, no sooner than the
+        duration after they see it renewed, so "expires in" errs early, not late).
+        """
+        status, body = await self._request("GET", self.lease_url(owner))
+        if status == 404:
+            return None
+        if status != 200:
+            raise failure(status, body, "GET", "leases", self.where)
+        spec = body.get("spec") or {}
+        duration = spec.get("leaseDurationSeconds")
+        try:
+            renewed = datetime.fromisoformat(str(spec.get("renewTime")))
+        except ValueError:
+            return None  # not one of our records
+        if spec.get("holderIdentity") != f"{owner:016x}" or not isinstance(duration, int):
+            return None
+        ago = max(0.0, (datetime.now(UTC) - renewed).total_seconds())
+        return SessionLease(ago, duration - ago, float(duration))
 
     def _lost_contact(self) -> None:
         if self._connected:

@@ -19,7 +19,18 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ...errors import BadVersion, NodeExists, NoNode, NotEmpty, TransactionFailed
-from ..base import Check, Create, Delete, NodeEvent, NodeEventKind, Op, SetData, Stat, parent_of
+from ..base import (
+    Check,
+    Create,
+    Delete,
+    NodeEvent,
+    NodeEventKind,
+    Op,
+    SessionLease,
+    SetData,
+    Stat,
+    parent_of,
+)
 
 if TYPE_CHECKING:
     from .driver import MemoryDriver
@@ -99,6 +110,14 @@ class MemoryCluster:
     def alive(self, sid: int) -> bool:
         session = self.sessions.get(sid)
         return session is not None and not session.expired
+
+    def lease(self, sid: int) -> SessionLease | None:
+        """When ``sid`` was last heard from and when the tracker ends it (exact: one clock)."""
+        session = self.sessions.get(sid)
+        if session is None or session.expired:
+            return None
+        ago = time.monotonic() - session.last_heartbeat
+        return SessionLease(ago, session.timeout - ago, session.timeout)
 
     def reap(self) -> None:
         """Expire every session not heard from for its timeout (the server's session tracker).

@@ -37,6 +37,7 @@ from ..base import (
     NodeEvent,
     Op,
     SessionKind,
+    SessionLease,
     SetData,
     Stat,
     parent_of,
@@ -60,6 +61,7 @@ class MemoryDriver(Driver):
         durable=False,
         push_watches=True,
         sessions=SessionKind.SESSION,
+        session_leases=True,
     )
 
     def __init__(self, cluster: str | MemoryCluster = "default", *, session_timeout: float = 2.0):
@@ -287,6 +289,10 @@ class MemoryDriver(Driver):
         result = await self._one(Create(path, data, ephemeral, sequential))
         assert isinstance(result, str)
         return result
+
+    async def session_lease(self, owner: int) -> SessionLease | None:
+        await self._call([])  # as a read: fails while cut off
+        return self.cluster.lease(owner)
 
     async def get(self, path: str) -> tuple[bytes, Stat]:
         validate_path(path)

@@ -58,8 +58,9 @@ import anyio.to_thread
 
 from ...errors import ConfigurationError, ConnectionLost, NodeExists, SessionExpired
 from .._input import checked_op, node_data
-from ..base import Capabilities, Create, Op, SessionKind, Stat, validate_path
+from ..base import Capabilities, Create, Op, SessionKind, SessionLease, Stat, validate_path
 from . import tree
+from .liveness import lease_of
 from .schema import writing
 from .session import FileSession, Lifecycle
 from .settings import Settings, parse_url
@@ -79,6 +80,7 @@ class SqliteDriver(FileSession):
         durable=True,
         push_watches=False,
         sessions=SessionKind.LEASE,
+        session_leases=True,
     )
 
     def __init__(
@@ -193,6 +195,9 @@ class SqliteDriver(FileSession):
         if sid is None:
             raise SessionExpired(f"{self._path}: no session (it expired; a new one is opening)")
         return sid
+
+    async def session_lease(self, owner: int) -> SessionLease | None:
+        return await self._read(lease_of, owner)
 
     async def create(
         self,

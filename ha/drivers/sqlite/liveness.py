@@ -47,10 +47,11 @@ import secrets
 import sqlite3
 import time
 
+from ..base import SessionLease
 from .schema import os_error, writing
 from .tree import end_session, expire_lapsed
 
-__all__ = ("Liveness", "SessionLock", "new_lock_file", "stamp_matches", "unlock")
+__all__ = ("Liveness", "SessionLock", "lease_of", "new_lock_file", "stamp_matches", "unlock")
 
 log = logging.getLogger("ha.drivers.sqlite")
 
@@ -291,6 +292,21 @@ class Liveness:
         self.sessions = [(sid, e) for sid, e in self.sessions if sid not in gone]
         self.dirty = True  # our own commit does not move data_version
         return True
+
+
+def lease_of(conn: sqlite3.Connection, sid: int) -> SessionLease | None:
+    """Session ``sid``'s lease as its row says, or None if the row is gone.
+
+    Exact, not an estimate: a renewal sets ``expires_at`` to its CLOCK_MONOTONIC reading plus
+    the timeout, and that clock is this host's, the only host a file serves. A process that
+    died is still shown until a poller reaps it (at its next poll: its lock file is free).
+    """
+    row = conn.execute("SELECT expires_at, timeout FROM sessions WHERE id = ?", (sid,)).fetchone()
+    if row is None:
+        return None
+    expires_at, timeout = float(row[0]), float(row[1])
+    now = time.monotonic()
+    return SessionLease(now - (expires_at - timeout), expires_at - now, timeout)
 
 
 # --- lock files -----------------------------------------------------------------------------------
