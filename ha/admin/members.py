@@ -25,6 +25,7 @@ __all__ = (
     "claim_member",
     "list_members",
     "member_path",
+    "read_members",
     "remove_member",
     "write_member",
 )
@@ -111,6 +112,11 @@ async def remove_member(driver: Driver, path: str, identity: bytes) -> None:
 
 async def list_members(driver: Driver, path: str) -> list[Member]:
     """Every member node, decoded; a foreign node shows as its name in state ``unknown``."""
+    return [member for member, _ in await read_members(driver, path)]
+
+
+async def read_members(driver: Driver, path: str) -> list[tuple[Member, int | None]]:
+    """Every member with the session that holds its node (``list_members``)."""
     try:
         names = await driver.children(ElectionNodes(path).members)
     except NoNode:
@@ -118,11 +124,11 @@ async def list_members(driver: Driver, path: str) -> list[Member]:
     members = []
     for name in names:
         try:
-            raw, _ = await driver.get(f"{ElectionNodes(path).members}/{name}")
+            raw, stat = await driver.get(f"{ElectionNodes(path).members}/{name}")
         except NoNode:
             continue
         member = Member.decode(raw)
         if member is None:  # a foreign node: show it by its name
             member = Member(unquote(name).encode(), "unknown")
-        members.append(member)
+        members.append((member, stat.ephemeral_owner))
     return members

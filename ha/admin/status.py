@@ -10,17 +10,18 @@ contents: a corrupt or foreign node lands in ``problems``.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 
-from ..drivers.base import Driver, Subscription, validate_path
+from ..drivers.base import Driver, SessionLease, Subscription, validate_path
 from ..election.history import FenceFailure, Term, read_history
 from ..election.nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, parse_entry
 from ..election.preference import priority_of
 from ..errors import ConfigurationError, NoNode
-from .members import list_members
+from .leases import lease_json, read_leases
+from .members import read_members
 from .records import FailoverRequest, Member, Pause, b64, text
 
 __all__ = (
@@ -73,6 +74,7 @@ class Contender:
     joined: float  # wall clock of its creation
     breadcrumb: Breadcrumb | None = None
     breadcrumb_raw: bytes | None = None  # None: no breadcrumb (it is leaving)
+    lease: SessionLease | None = None  # its session's, if read and the backend tells
 
     @property
     def priority(self) -> int:
@@ -88,6 +90,7 @@ class Contender:
             "session": self.session,
             "joined": self.joined,
             "breadcrumb": _crumb_json(self.breadcrumb_raw, self.breadcrumb),
+            "lease": lease_json(self.lease),
         }
 
 
@@ -142,6 +145,18 @@ class ElectionStatus:
     paused: Pause | None = None  # while paused (``pause.py``)
     last_term: Term | None = None  # the last term the history recorded
     fence_failure: FenceFailure | None = None  # the last refused fence the history recorded
+    member_leases: tuple[SessionLease | None, ...] = ()  # the members' sessions', in order
+    leases_told: bool = False  # leases were read and the backend tells them (``leases.py``)
+
+    @property
+    def active_lease(self) -> SessionLease | None:
+        """The active's session lease, when known: its "expires in"."""
+        return self.contenders[0].lease if self.active is not None else None
+
+    def members_with_leases(self) -> list[tuple[Member, SessionLease | None]]:
+        """Each member with its session's lease (None: not read, not told, or gone)."""
+        leases = self.member_leases or (None,) * len(self.members)
+        return list(zip(self.members, leases, strict=True))
 
     @property
     def leader(self) -> tuple[bytes, int] | None:
@@ -170,7 +185,10 @@ class ElectionStatus:
             "breadcrumb": _crumb_json(self.breadcrumb_raw, self.breadcrumb),
             "contenders": [c.to_json() for c in self.contenders],
             "leftovers": [c.to_json() for c in self.leftovers],
-            "members": [m.to_json() for m in self.members],
+            "members": [
+                m.to_json() | {"lease": lease_json(lease)}
+                for m, lease in self.members_with_leases()
+            ],
             "failover": None if self.failover is None else self.failover.to_json(),
             "failover_pending": self.failover_pending,
             "problems": list(self.problems),
@@ -180,6 +198,8 @@ class ElectionStatus:
         """Keys of an election that exists (one that does not has only the ones above)."""
         term, failed = self.last_term, self.fence_failure
         return {
+            "leases_told": self.leases_told,
+            "active_lease": lease_json(self.active_lease),
             "paused": None if self.paused is None else self.paused.to_json(),
             "last_term": None
             if term is None
@@ -217,8 +237,9 @@ async def _names(driver: Driver, path: str) -> list[str]:
         return []
 
 
-async def election_status(driver: Driver, path: str) -> ElectionStatus:
+async def election_status(driver: Driver, path: str, *, leases: bool = False) -> ElectionStatus:
     """Read the election at ``path``. Never raises for odd contents: they land in ``problems``.
+    ``leases``: read the contenders' and members' session leases too (``leases.py``).
 
     The nodes are read one by one; if the queue changed meanwhile, they are read again (a few
     times), so a reading is consistent unless the election is changing very fast.
@@ -227,7 +248,7 @@ async def election_status(driver: Driver, path: str) -> ElectionStatus:
     queue = ElectionNodes(path).queue
     for _ in range(3):
         before = await _names(driver, queue)
-        status = await _read_status(driver, path, before)
+        status = await _read_status(driver, path, before, leases)
         if await _names(driver, queue) == before:
             break
     return status
@@ -302,7 +323,9 @@ async def _read_leftovers(
     return found
 
 
-async def _read_status(driver: Driver, path: str, names: list[str]) -> ElectionStatus:
+async def _read_status(
+    driver: Driver, path: str, names: list[str], with_leases: bool
+) -> ElectionStatus:
     problems: list[str] = []
     nodes = ElectionNodes(path)
     if await driver.exists(path) is None:
@@ -315,7 +338,15 @@ async def _read_status(driver: Driver, path: str, names: list[str]) -> ElectionS
         failover = FailoverRequest.decode(got[0])
         if failover is None:
             problems.append("the failover request node is not an ha failover request")
-    members = tuple(await list_members(driver, path))
+    found_members = await read_members(driver, path)
+    members = tuple(m for m, _ in found_members)
+    told = with_leases and driver.capabilities.session_leases
+    leases = {}
+    if told:
+        owners = [c.session for c in contenders] + [owner for _, owner in found_members]
+        leases = await read_leases(driver, owners)
+        contenders = [replace(c, lease=leases.get(c.session or 0)) for c in contenders]
+    member_leases = tuple(leases.get(owner or 0) for _, owner in found_members)
     got = await read_node(driver, nodes.pause)
     paused = None if got is None else Pause.decode(got[0])
     found = await read_history(driver, nodes)
@@ -333,6 +364,8 @@ async def _read_status(driver: Driver, path: str, names: list[str]) -> ElectionS
             paused=paused,
             last_term=last,
             fence_failure=refused,
+            member_leases=member_leases,
+            leases_told=told,
         )
     first = contenders[0]
     said = next(
@@ -368,6 +401,8 @@ async def _read_status(driver: Driver, path: str, names: list[str]) -> ElectionS
         paused,
         last,
         refused,
+        member_leases,
+        told,
     )
 
 

@@ -18,6 +18,8 @@ from typing import Any
 import click
 
 from .. import admin
+from ..admin.leases import NOT_TOLD
+from ..drivers.base import SessionLease
 from ..election.history import FenceFailure, Term
 
 __all__ = (
@@ -96,8 +98,7 @@ def print_status(status: admin.ElectionStatus, url: str) -> None:
             f"  [green]active[/]  {t(status.active)}  epoch {status.epoch}"
             f"  since {when(status.since)}"
         )
-        # no driver tells another session's lease: see the member's pid for a dead process
-        console.print("  expires in n/a (the backend tells no other session's last contact)")
+        console.print(f"  {_expiry(status)}")
     elif status.holder is not None and status.paused is not None:
         console.print(
             f"  [yellow]no active[/]: {t(status.holder)} is first (epoch {status.epoch})"
@@ -120,7 +121,10 @@ def print_status(status: admin.ElectionStatus, url: str) -> None:
         else:
             note = "  no breadcrumb (leaving)"
         rank = f"  priority {c.priority}" if c.priority else ""
-        console.print(f"  {place:>2}. {role}  {t(c.identity)}  epoch {c.epoch}{rank}{note}")
+        renewed = f"  renewed {_renewed(c.lease)}" if status.leases_told else ""
+        console.print(
+            f"  {place:>2}. {role}  {t(c.identity)}  epoch {c.epoch}{rank}{note}{renewed}"
+        )
     for left in status.leftovers:
         who = (
             t(left.breadcrumb.identity)
@@ -149,10 +153,11 @@ def print_status(status: admin.ElectionStatus, url: str) -> None:
     for problem in status.problems:
         console.print(f"  [red]problem[/]: {problem}")
     if status.members:
-        table = Table(box=None, padding=(0, 2), show_edge=False)
-        for column in ("member", "state", "epoch", "host", "pid", "process", "since", "note"):
+        table = Table(box=None, padding=(0, 1), show_edge=False)
+        columns = ("member", "state", "epoch", "host", "pid", "process", "renewed", "since", "note")
+        for column in columns:
             table.add_column(column)
-        for m in status.members:
+        for m, lease in status.members_with_leases():
             table.add_row(
                 t(m.identity),
                 m.state,
@@ -160,10 +165,34 @@ def print_status(status: admin.ElectionStatus, url: str) -> None:
                 m.host,
                 str(m.pid or ""),
                 _process(m),
+                _renewed(lease) if status.leases_told else "n/a",
                 ago(time.time() - m.since) + " ago" if m.since else "",
                 m.note,
             )
         console.print(table)
+
+
+def _renewed(lease: SessionLease | None) -> str:
+    """``0.4s ago``: when the backend last renewed a session (``?``: its session is gone)."""
+    return "?" if lease is None else f"{ago(lease.renewed_ago)} ago"
+
+
+def _expiry(status: admin.ElectionStatus) -> str:
+    """The active's session: when the backend ends it unless it is renewed."""
+    lease = status.active_lease
+    if not status.leases_told:
+        return f"expires in n/a ({NOT_TOLD}; see its member's process below)"
+    if lease is None:
+        return "expires in ?: its session is gone (a new reading shows who leads)"
+    if lease.expires_in <= 0:
+        return (
+            f"[red]lease ran out[/] {ago(-lease.expires_in)} ago (renewed {_renewed(lease)}):"
+            " the backend ends its session at its next check"
+        )
+    return (
+        f"expires in {ago(lease.expires_in)} unless renewed"
+        f" (renewed {_renewed(lease)}, lease {lease.duration:g}s)"
+    )
 
 
 def _refused(failed: FenceFailure) -> str:
@@ -197,6 +226,9 @@ def print_elections(found: Sequence[admin.ElectionStatus], prefix: str, url: str
         pause = "  paused" if status.paused is not None else ""
         if status.active is not None:
             state = f"active {admin.text(status.active)}  epoch {status.epoch}"
+            lease = status.active_lease
+            if lease is not None:
+                state += f"  renewed {_renewed(lease)}, expires in {ago(lease.expires_in)}"
         elif status.holder is not None:
             state = f"no active ({admin.text(status.holder)} first, not acting)"
         else:

@@ -81,8 +81,8 @@ async def _status_or_all(
     if not paths or paths == [path] or path in paths:
         if path == "/":
             return []
-        return await admin.election_status(driver, path)
-    return [await admin.election_status(driver, p) for p in paths]
+        return await admin.election_status(driver, path, leases=True)
+    return [await admin.election_status(driver, p, leases=True) for p in paths]
 
 
 @click.command()

@@ -22,7 +22,7 @@ __all__ = ("contact",)  # a fixture
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 TIMEOUT = 2.0  # the watched session's timeout: longer than SILENT, whole seconds for etcd
-SILENT = 0.6  # how long it is cut off before its lease is read again
+SILENT = 0.3  # how long it is cut off before its lease is read again
 
 
 async def test_another_sessions_lease(backend: Any, contact: Contact) -> None:
