@@ -207,6 +207,33 @@ async def test_a_watch_resumed_past_the_history_re_reads_and_diffs(
         assert events[3] == NodeEvent("/x", NodeEventKind.CHANGED)
 
 
+async def test_a_change_after_subscribe_survives_a_410_that_found_the_watch_behind(
+    kubernetes_private: KubernetesBackend,
+) -> None:
+    """Found by the server-restart test (1 run in 10): the watch had not yet read a node's
+    creation when the server lost its history, so the re-read after the 410 knew the node
+    only as new and reported CREATED alone; the change written after ``subscribe``, which
+    a driver never misses, was gone. Here the watch is held behind by a partition and the
+    history compacted away: the re-read must report CREATED, then CHANGED."""
+    backend = kubernetes_private
+    async with backend.driver() as watcher, backend.driver() as writer:
+        await watcher.exists("/")
+        faults(watcher).partition()
+        await wait_until(watcher._stream_ended.is_set)  # its watch reads nothing more
+        await writer.create("/p", b"0")
+        events: list[NodeEvent] = []
+        watcher.subscribe("/p", events.append)  # after the creation, before the change
+        await writer.set("/p", b"1")
+        backend.server.compact()
+        faults(watcher).heal()
+        await wait_until(lambda: bool(events))  # a re-read reports all it found at once
+        assert watcher.resyncs >= 1
+        assert events == [
+            NodeEvent("/p", NodeEventKind.CREATED),
+            NodeEvent("/p", NodeEventKind.CHANGED),
+        ]
+
+
 async def test_watches_closed_by_the_server_resume_without_losing_an_event(
     kubernetes_backend: KubernetesBackend,
 ) -> None:

@@ -337,6 +337,27 @@ def test_diff_gives_the_events_between_two_trees() -> None:
     ]
 
 
+def test_a_coalesced_diff_reports_a_change_written_after_a_creation() -> None:
+    """After a 410 the re-read may be many writes ahead of the watch: a node it finds new
+    but already written since was created, then changed (a reader may have seen it between)."""
+    kinds = NodeEventKind
+    one, _ = apply(Tree(), [Create("/a"), Create("/b")], None)
+    two, _ = apply(one, [SetData("/a", b"x")], None)
+    three, _ = apply(two, [Delete("/b")], None)
+    four, _ = apply(three, [Create("/b"), SetData("/b", b"y")], None)
+    assert diff(Tree(), two, ["/a", "/b"], coalesced=True) == [
+        NodeEvent("/a", kinds.CREATED),
+        NodeEvent("/a", kinds.CHANGED),
+        NodeEvent("/b", kinds.CREATED),  # never written since: nothing more to report
+    ]
+    assert diff(one, four, ["/b"], coalesced=True) == [
+        NodeEvent("/b", kinds.DELETED),
+        NodeEvent("/b", kinds.CREATED),
+        NodeEvent("/b", kinds.CHANGED),
+    ]
+    assert diff(Tree(), two, ["/a"]) == [NodeEvent("/a", kinds.CREATED)]  # one write: as is
+
+
 # --- the peers' clock ---------------------------------------------------------------------------
 
 

@@ -132,9 +132,9 @@ class Watches(Reaper):
                 log.error("the ha tree ConfigMap holds what ha cannot read: %s", exc)
         return False
 
-    def _changed(self, tree: Tree) -> None:
+    def _changed(self, tree: Tree, *, coalesced: bool = False) -> None:
         before, self._known = self._known, tree
-        for event in diff(before, tree, self.watched_paths()):
+        for event in diff(before, tree, self.watched_paths(), coalesced=coalesced):
             self._emit(event)
 
     async def _resync(self) -> None:
@@ -147,4 +147,4 @@ class Watches(Reaper):
             except DriverError as exc:
                 log.debug("re-reading the ha tree: %s", exc)
                 await anyio.sleep(0.05)
-        self._changed(tree)
+        self._changed(tree, coalesced=True)  # any number of writes since: see tree.diff
