@@ -16,6 +16,7 @@ One module per idea:
     members.py     the member nodes: claim, write, remove, list (a duplicate identity refused)
     status.py      ElectionStatus: one consistent reading of all the nodes (the queue in
                    order, the leftover breadcrumbs), and a watch
+    leases.py      other sessions' leases (last renewal, expiry), for status to show
     format.py      format_election (``ha format``)
     failover.py    the graceful failover protocol (``ha failover``) and its waits
     pause.py       maintenance mode (``ha pause``, ``ha resume``): nobody takes the lead

@@ -47,8 +47,10 @@ READY = ("standby", "neutral")  # the member states that can take over (ha/admin
 def status(opts: Options, path: str, as_json: bool) -> None:
     """Show the election at PATH: its queue in order (the leader first, with its epoch, then
     the standbys in the order they would take over), leftover breadcrumbs, members, the pause,
-    the last term and the last refused fence. PATH that holds no election but elections below
-    it (a PREFIX, or /) lists each of them on one line.
+    the last term and the last refused fence. Each member's session shows how long ago the
+    backend last renewed it, the active's when it expires unless renewed (n/a on ZooKeeper,
+    which does not tell). PATH that holds no election but elections below it (a PREFIX, or /)
+    lists each of them on one line.
 
     Exit code 0 when an active exists (under a PREFIX: in every election), 3 when not.
 
