@@ -11,6 +11,12 @@ If the server no longer has that version (an ``ERROR`` event with 410 Expired, "
 resource version"), the driver reads the ConfigMap again and diffs it with what it knew: the
 events come coalesced, never lost (the fix the Python client, kr8s and lightkube each
 needed: kubernetes-client/python#728, kr8s-org/kr8s#476, gtsystem/lightkube PR #153).
+
+The re-read is a watch without a resourceVersion: the server starts it with the current
+object (a synthetic ADDED) and streams the changes after it, as the API concepts page
+describes ("Efficient detection of changes"). A GET would give the object's own version,
+which the server's history may start after (after a restart, once any other object was
+written since the tree), so the watch resumed from it would be 410 again, and again.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class Watches(Reaper):
         self._stream_ended = anyio.Event()  # set while no stream is being read
         self._stream_ended.set()
         self._reading = False  # a watch's answer has come: its stream must be closed, not cancelled
+        self._fresh = False  # a 410 came: the next watch starts from the current state
         self.resyncs = 0  # full re-reads after a 410 (for tests)
 
     def _restart_watch(self) -> None:
@@ -67,7 +74,8 @@ class Watches(Reaper):
             finally:
                 self._stream_ended.set()
             if gone:
-                await self._resync()
+                self.resyncs += 1
+                self._fresh = True
             else:
                 await anyio.sleep(0.02)
 
@@ -75,10 +83,11 @@ class Watches(Reaper):
         """Read one watch until it ends; True if the server no longer has our version."""
         params = {
             "fieldSelector": f"metadata.name={self.settings.tree}",
-            "resourceVersion": self._known.version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": "300",
         }
+        if not self._fresh:
+            params["resourceVersion"] = self._known.version
         url = self.tree_url.rsplit("/", 1)[0]
         response: Any = None
         gone = False
@@ -127,7 +136,9 @@ class Watches(Reaper):
             return False
         if kind in ("ADDED", "MODIFIED"):
             try:
-                self._changed(Tree.decode(body, self.tree_url))
+                # the first event of a fresh watch: any number of writes since (see tree.diff)
+                self._changed(Tree.decode(body, self.tree_url), coalesced=self._fresh)
+                self._fresh = False
             except DriverError as exc:
                 log.error("the ha tree ConfigMap holds what ha cannot read: %s", exc)
         return False
@@ -136,15 +147,3 @@ class Watches(Reaper):
         before, self._known = self._known, tree
         for event in diff(before, tree, self.watched_paths(), coalesced=coalesced):
             self._emit(event)
-
-    async def _resync(self) -> None:
-        """Read the tree again and report what changed since it was last known."""
-        self.resyncs += 1
-        while True:
-            try:
-                tree = await self._read_tree(own=True)
-                break
-            except DriverError as exc:
-                log.debug("re-reading the ha tree: %s", exc)
-                await anyio.sleep(0.05)
-        self._changed(tree, coalesced=True)  # any number of writes since: see tree.diff
