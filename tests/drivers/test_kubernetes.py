@@ -266,6 +266,38 @@ async def test_one_410_costs_one_re_read_when_another_object_was_written_last(
         assert watcher.resyncs == 1
 
 
+async def test_a_re_read_after_a_410_tells_events_in_the_order_of_the_writes(
+    kubernetes_private: KubernetesBackend,
+) -> None:
+    """As test_contract's order test, across a 410: a pause written before the leader's exit
+    must be heard of first (a standby acts on the order: c0e73ce), though the re-read finds
+    only the end state. The last write's paths used to come first, then the others by name:
+    /other, /leader (the exit), /pause."""
+    backend = kubernetes_private
+    async with backend.driver() as watcher, backend.driver() as writer:
+        events: list[NodeEvent] = []
+        for path in ("/pause", "/leader", "/other"):
+            watcher.subscribe(path, events.append)
+        await writer.create("/leader")
+        await writer.create("/other")
+        await wait_until(lambda: len(events) == 2)  # the watch has caught up
+        events.clear()
+        faults(watcher).partition()
+        await wait_until(watcher._stream_ended.is_set)
+        await writer.create("/pause")
+        await writer.set("/other", b"1")
+        await writer.delete("/leader")
+        await writer.set("/other", b"2")
+        backend.server.compact()
+        faults(watcher).heal()
+        await wait_until(lambda: bool(events))
+        assert events == [
+            NodeEvent("/pause", NodeEventKind.CREATED),
+            NodeEvent("/other", NodeEventKind.CHANGED),
+            NodeEvent("/leader", NodeEventKind.DELETED),
+        ]
+
+
 async def test_watches_closed_by_the_server_resume_without_losing_an_event(
     kubernetes_backend: KubernetesBackend,
 ) -> None:

@@ -21,12 +21,14 @@ from ha.drivers.kubernetes.liveness import Observer, session_of
 from ha.drivers.kubernetes.settings import Settings, parse_url
 from ha.drivers.kubernetes.tree import (
     LIMIT,
+    LOG,
     Entry,
     TooLarge,
     Tree,
     apply,
     diff,
     key_of,
+    order,
     path_of,
     reap,
 )
@@ -356,6 +358,32 @@ def test_a_coalesced_diff_reports_a_change_written_after_a_creation() -> None:
         NodeEvent("/b", kinds.CHANGED),
     ]
     assert diff(Tree(), two, ["/a"]) == [NodeEvent("/a", kinds.CREATED)]  # one write: as is
+
+
+def test_the_tree_logs_its_last_writes_and_events_follow_their_order() -> None:
+    """A watcher that missed writes (a 410) tells their events in the order of the writes:
+    the tree keeps the paths of its last LOG writes (meta "log", kept through the ConfigMap)."""
+    kinds = NodeEventKind
+    start, _ = apply(Tree(), [Create("/leader"), Create("/other")], None)
+    tree, _ = apply(start, [Create("/pause")], None)
+    tree, _ = apply(tree, [SetData("/other", b"1")], None)
+    tree, _ = apply(tree, [Delete("/leader")], None)
+    tree, _ = apply(tree, [SetData("/other", b"2")], None)
+    tree = Tree.decode(tree.encode("ns", "r-ha", "r"), "here")
+    assert [txn for txn, _ in tree.log] == [1, 2, 3, 4, 5]
+    assert diff(start, tree, ["/leader", "/other", "/pause"], coalesced=True) == [
+        NodeEvent("/pause", kinds.CREATED),
+        NodeEvent("/other", kinds.CHANGED),
+        NodeEvent("/leader", kinds.DELETED),
+    ]
+    for number in range(LOG):  # the log keeps the last LOG writes only
+        tree, _ = apply(tree, [SetData("/other", b"%d" % number)], None)
+    assert len(tree.log) == LOG and tree.log[0][0] == tree.txn - LOG + 1
+    # writes older than the log: their paths first, by name
+    assert order(start, tree, ["/other", "/pause", "/leader"]) == ["/leader", "/pause", "/other"]
+    # a tree written without a log (an older driver): its last write's paths, after the rest
+    tree.log = []
+    assert order(start, tree, ["/other", "/pause"]) == ["/pause", "/other"]
 
 
 # --- the peers' clock ---------------------------------------------------------------------------

@@ -413,7 +413,9 @@ class KubernetesSession(Driver):
 
 
 def _registered(tree: Tree, session: int) -> Tree:
-    return Tree(dict(tree.nodes), tree.sessions | {session}, tree.txn, tree.seq, tree.version)
+    registered = Tree(dict(tree.nodes), tree.sessions | {session}, tree.txn, tree.seq)
+    registered.version, registered.log = tree.version, tree.log  # no node written: no new txn
+    return registered
 
 
 def _reaped(tree: Tree, sessions: set[int]) -> Tree | None:

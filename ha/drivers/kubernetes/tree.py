@@ -7,7 +7,8 @@ ConfigMap, checked inside the CAS)::
 
     ConfigMap NAME-ha   labels: app.kubernetes.io/managed-by=ha, ha.io/root=NAME
       data:
-        meta            {"format": 1, "txn": 12, "seq": 7, "sessions": ["00ab...", ...]}
+        meta            {"format": 1, "txn": 12, "seq": 7, "sessions": ["00ab...", ...],
+                         "last": ["/a"], "log": [[11, ["/b", "/c"]], [12, ["/a"]]]}
       binaryData:
         n.a.b           node /a/b: "VERSION CREATED OWNER MTIME\\n" then the node's bytes
 
@@ -17,6 +18,9 @@ only, and the mapping must be one-to-one. ``txn`` numbers the writing transactio
 ``Stat.created``), ``seq`` gives sequential suffixes, and ``sessions`` lists the sessions
 whose ephemeral nodes may be created: a session reaped is struck off in the same write that
 deletes its ephemeral nodes, so a late create of the dead session cannot leave one behind.
+``last`` names the paths the last write touched, and ``log`` those of the last ``LOG``
+writes with their numbers: a watcher that missed writes (a 410) still tells their events in
+the order they were written (``diff``).
 
 ``apply`` runs a transaction on a ``Tree`` exactly as ``ha.drivers.base`` says (each op sees
 the earlier ones) and returns the new tree; the driver then writes it with the
@@ -57,11 +61,13 @@ __all__ = (
     "apply",
     "diff",
     "key_of",
+    "order",
     "path_of",
 )
 
 FORMAT = 1
 LIMIT = 1024 * 1024  # data + binaryData of one ConfigMap, as the API server counts it
+LOG = 16  # writes whose touched paths the tree keeps (the order of events across a 410)
 MAX_KEY = 253
 MANAGED = {"app.kubernetes.io/managed-by": "ha"}
 _SPECIAL = re.compile(rb"[^A-Za-z0-9-]")  # escaped in keys
@@ -148,6 +154,7 @@ class Tree:
     seq: int = 0  # the last sequential suffix given
     version: str = ""  # the ConfigMap's resourceVersion ("": not read from the server)
     touched: list[str] = field(default_factory=list)  # by the last write, in op order
+    log: list[tuple[int, list[str]]] = field(default_factory=list)  # (txn, touched), oldest first
 
     def node(self, path: str) -> Entry | None:
         if path == "/":
@@ -182,6 +189,7 @@ class Tree:
             "txn": self.txn,
             "seq": self.seq,
             "last": self.touched,
+            "log": [[txn, paths] for txn, paths in self.log],
             "sessions": [f"{s:x}" for s in sorted(self.sessions)],
         }
         data = {"meta": json.dumps(meta, separators=(",", ":"))}
@@ -222,6 +230,7 @@ class Tree:
                 txn=int(meta["txn"]),
                 seq=int(meta["seq"]),
                 touched=[str(p) for p in meta.get("last") or []],
+                log=[(int(txn), [str(p) for p in paths]) for txn, paths in meta.get("log") or []],
                 sessions={int(s, 16) for s in meta["sessions"]},
                 version=str(metadata.get("resourceVersion") or ""),
             )
@@ -271,6 +280,7 @@ def apply(
     now = time.time() if now is None else now
     writes = any(not isinstance(op, Check) for op in ops)
     new = Tree(dict(tree.nodes), set(tree.sessions), tree.txn + writes, tree.seq, tree.version)
+    new.log = _logged(tree, new.txn, new.touched)  # the list filled in below
     results: list[str | Stat | None] = []
     for index, op in enumerate(ops):
         try:
@@ -325,25 +335,33 @@ def reap(tree: Tree, sessions: Iterable[int]) -> tuple[Tree, list[str]]:
     if not gone and not dead & tree.sessions:
         return tree, []
     nodes = {p: e for p, e in tree.nodes.items() if e.owner not in dead}
-    return Tree(nodes, tree.sessions - dead, tree.txn + 1, tree.seq, tree.version, gone), gone
+    log = _logged(tree, tree.txn + 1, gone)
+    return Tree(nodes, tree.sessions - dead, tree.txn + 1, tree.seq, tree.version, gone, log), gone
+
+
+def _logged(tree: Tree, txn: int, touched: list[str]) -> list[tuple[int, list[str]]]:
+    """``tree``'s log with the write ``txn`` added (if it is one), the last LOG writes."""
+    if txn == tree.txn:
+        return list(tree.log)
+    return [*tree.log, (txn, touched)][-LOG:]
 
 
 def diff(
     before: Tree, after: Tree, paths: Iterable[str], *, coalesced: bool = False
 ) -> list[NodeEvent]:
     """The events of ``paths`` between two states of the tree (a node created again in
-    between: DELETED then CREATED). When ``after`` is the write right after ``before``, the
-    events come in the order of its ops, as ZooKeeper delivers a multi's (a successor must
-    see a leader's breadcrumb go no later than its node); otherwise coalesced, by path.
+    between: DELETED then CREATED), each path's where it was first written after ``before``
+    (``order``): the events of one write in the order of its ops, as ZooKeeper delivers a
+    multi's (a successor must see a leader's breadcrumb go no later than its node), and of
+    several writes in the order of the writes (a standby must hear of a pause written before
+    its leader's exit first).
 
     ``coalesced``: ``after`` may be many writes later (a re-read after a 410). A node found
     created whose version says it was written since is then reported CHANGED too: the watch
     can lag behind a reader, who may have subscribed after that creation and before the
     change, which a subscriber never misses (the server-restart test lost it, 1 run in 10)."""
-    wanted = set(paths)
-    first = [p for p in dict.fromkeys(after.touched) if p in wanted]
     events: list[NodeEvent] = []
-    for path in [*first, *sorted(wanted.difference(first))]:
+    for path in order(before, after, paths):
         old, new = before.node(path), after.node(path)
         kinds: list[NodeEventKind] = []
         if old is None and new is not None:
@@ -359,6 +377,20 @@ def diff(
             kinds.append(NodeEventKind.CHANGED)
         events += [NodeEvent(path, kind) for kind in kinds]
     return events
+
+
+def order(before: Tree, after: Tree, paths: Iterable[str]) -> list[str]:
+    """``paths`` in the order of their first write after ``before``, as ``after``'s log
+    tells (a tree written without a log: its last write's). Paths the log does not name
+    come first, by name: written before the log begins, if at all. Exact when ``after`` is
+    at most LOG writes past ``before``."""
+    log = after.log or [(after.txn, after.touched)]
+    first: dict[str, int] = {}
+    for txn, touched in log:
+        if txn > before.txn:
+            for path in touched:
+                first.setdefault(path, len(first))
+    return sorted(set(paths), key=lambda path: (first.get(path, -1), path))
 
 
 Plan = Callable[[Tree], Sequence[Op]]  # the ops of a transaction, decided on the tree read
