@@ -13,8 +13,8 @@ events come coalesced, never lost (the fix the Python client, kr8s and lightkube
 needed: kubernetes-client/python#728, kr8s-org/kr8s#476, gtsystem/lightkube PR #153).
 
 The re-read is a watch without a resourceVersion: the server starts it with the current
-object (a synthetic ADDED) and streams the changes after it, as the API concepts page
-describes ("Efficient detection of changes"). A GET would give the object's own version,
+object (a synthetic ADDED) and streams the changes after it (kubernetes.io, API concepts,
+"Semantics for watch": resourceVersion unset). A GET would give the object's own version,
 which the server's history may start after (after a restart, once any other object was
 written since the tree), so the watch resumed from it would be 410 again, and again.
 """
