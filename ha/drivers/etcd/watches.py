@@ -11,7 +11,8 @@ a partition: etcd's gateway sends no heartbeat), the reader starts again from th
 after the last one it read. If that revision was compacted away, or etcd cancels the watch
 for any reason, every subscribed path is read again and compared with what was last known of
 it (its creation and its last write): the difference becomes the events, coalesced but never
-lost. What is known of a path starts with a read at the revision its events had reached when
+lost, in the order of the paths' last writes, deletions last (they leave no revision to order
+them by). What is known of a path starts with a read at the revision its events had reached when
 it was subscribed.
 """
 
@@ -254,7 +255,11 @@ class Watches(EtcdSession):
                 await anyio.sleep(0.05)
                 continue
             break
-        for path, now in zip(paths, found, strict=True):
+        # in the order of the writes, as far as the read tells it: a path's last write has a
+        # revision; a deletion has none left, so it is taken as the latest (a standby hearing
+        # of a pause and of its leader's exit hears of the pause first)
+        changes: list[tuple[int, int, str, list[NodeEventKind]]] = []
+        for index, (path, now) in enumerate(zip(paths, found, strict=True)):
             before = self._seen.get(path, _UNKNOWN)
             if path not in self._seen:
                 continue
@@ -269,6 +274,8 @@ class Watches(EtcdSession):
                 kinds = [DELETED, CREATED]
             else:
                 kinds = [CHANGED]
+            changes.append((revision + 1 if now is None else now[1], index, path, kinds))
+        for _, _, path, kinds in sorted(changes):
             for kind in kinds:
                 self._emit(NodeEvent(path, kind))
         self._read_revision = self._done_revision = revision
