@@ -24,7 +24,9 @@ ZooKeeper-shaped model, and nothing more:
 - **transactions**: a list of ``Check`` / ``Create`` / ``SetData`` / ``Delete`` applied
   atomically, all or nothing; a failure raises ``TransactionFailed`` naming the first failing op.
 - **events**: connection events (``ConnectionEvent``) and node events (``NodeEvent``) for
-  subscribed paths, delivered by calling the subscriber's callback on the event loop's thread.
+  subscribed paths, delivered by calling the subscriber's callback on the event loop's thread,
+  in the order of the backend's writes across paths too (a standby that hears of a pause
+  before its leader's exit must not take the lead: it acts on that order).
 
 Timing assumption (written once, here): the backend expires a session no earlier than
 ``session_timeout`` after the last contact it had from the client, and ``last_contact`` is a
@@ -382,7 +384,8 @@ class Driver(ABC):
         """Call ``callback(event)`` for node events at ``path``, or connection events if None.
 
         Callbacks run on the event loop's thread, must not block and should not raise (an
-        exception is logged and dropped). Events of one path arrive in the backend's order.
+        exception is logged and dropped). Events arrive in the backend's order, of one path
+        and across paths (after a gap the watch could not replay, as far as a re-read tells).
         Node events are hints to re-read, as ZooKeeper's watches are: a backend may coalesce
         them, or deliver one from just before ``subscribe``; it never misses a change after.
         """
