@@ -25,9 +25,9 @@ harmless for the same reason a redo is.
 On loss of leadership the elector cancels ``become_active``: the running batch's Spark job
 group is cancelled, its staging directory is never committed, and the active stops touching
 outputs (it also checks ``lease.valid``, with ``Lease.stop_deadline()``, before each commit: a
-paused process may wake up late). A job whose pipeline raises is retried up to its
-``max_attempts`` (failures are counted in a fenced node, so they add up across failovers), then
-failed with the error; a process killed while running a job does not count as a failure.
+paused process may wake up late). A job whose pipeline raises, or whose job managers die
+running it, is tried again up to its ``max_attempts`` across failovers, then failed with the
+reason (``attempts``).
 """
 
 from __future__ import annotations
@@ -65,9 +65,10 @@ from ..errors import (
     NotEmpty,
 )
 from ..stores import BlobStore, CompletedCheckpoint, JobOutcome, JobResult, Stores, Writer
+from .attempts import Attempt
 from .commit import clean_staging, commit_batch, stage_batch
-from .jobs import children, failure_count
-from .layout import JobLayout, failure_record
+from .jobs import children
+from .layout import JobLayout
 from .plan import JobPlan
 from .registry import Pipeline, get_pipeline
 from .spark import SparkSettings, WarmSession, run_in_thread
@@ -379,7 +380,6 @@ class _Term:
         }
 
     async def _run_job(self, plan: JobPlan) -> tuple[JobOutcome, dict[str, Any]]:
-        started = time.monotonic()
         job_id = plan.job_id
         try:
             spec = get_pipeline(plan.pipeline)
@@ -391,11 +391,21 @@ class _Term:
         checkpoints = self.stores.checkpoints(job_id)
         recovered = await checkpoints.recover()
         index = max((c.checkpoint_id for c in recovered), default=0)
-        failures = await failure_count(self.driver, self.layout, job_id)
-        if failures >= plan.max_attempts:  # failed for good before a failover lost its result
-            return JobOutcome.FAILED, self._detail(
-                plan, index, error=f"failed {failures} times", failures=failures
-            )
+        attempt = await Attempt.begin(self.writer, self.layout, plan, index, self.jm.emit)
+        if (error := attempt.verdict()) is not None:
+            return JobOutcome.FAILED, self._detail(plan, index, error=error, **attempt.counts())
+        try:
+            return await self._run_batches(spec, plan, index, attempt)
+        except BaseException:  # the term ends; this job manager lives on
+            await attempt.close()
+            raise
+
+    async def _run_batches(
+        self, spec: Pipeline, plan: JobPlan, index: int, attempt: Attempt
+    ) -> tuple[JobOutcome, dict[str, Any]]:
+        started = time.monotonic()
+        job_id = plan.job_id
+        checkpoints = self.stores.checkpoints(job_id)
         await anyio.to_thread.run_sync(clean_staging, plan.output)
         self.jm.emit("job_started", job=job_id, from_batch=index, batches=len(plan.batches))
         while index < len(plan.batches):
@@ -414,20 +424,11 @@ class _Term:
                     await anyio.sleep_forever()  # our scope is being cancelled
                 result = await anyio.to_thread.run_sync(commit_batch, staged, plan.output, index)
             except Exception as exc:
-                failures += 1
                 error = f"batch {index}: {type(exc).__name__}: {exc}"
-                await self.writer.put(self.layout.failure(job_id), failure_record(failures, error))
-                self.jm.emit(
-                    "batch_failed", job=job_id, batch=index, error=error, failures=failures
-                )
-                log.warning(
-                    "job %s %s (failure %d of %d)", job_id, error, failures, plan.max_attempts
-                )
-                if failures >= plan.max_attempts:
+                if await attempt.failed(error, "batch_failed", batch=index):
                     tb = "".join(traceback.format_exception(exc)[-3:])
-                    return JobOutcome.FAILED, self._detail(
-                        plan, index, error=error, failures=failures, traceback=tb
-                    )
+                    detail = self._detail(plan, index, error=error, traceback=tb)
+                    return JobOutcome.FAILED, {**detail, **attempt.counts()}
                 continue  # the same batch again
             if self.jm.checkpointing:
                 meta = json.dumps({"next_batch": index + 1, "epoch": self.lease.epoch}).encode()
@@ -436,9 +437,8 @@ class _Term:
                 "batch_committed", job=job_id, batch=index, commit=result, epoch=self.lease.epoch
             )
             index += 1
-        return JobOutcome.SUCCEEDED, self._detail(
-            plan, index, seconds=round(time.monotonic() - started, 3), failures=failures
-        )
+        seconds = round(time.monotonic() - started, 3)
+        return JobOutcome.SUCCEEDED, self._detail(plan, index, seconds=seconds, **attempt.counts())
 
     async def _stage(self, spec: Pipeline, plan: JobPlan, index: int) -> Path:
         """Compute and stage one batch in a worker thread, in a job group we can cancel."""
@@ -494,5 +494,6 @@ class _Term:
                 log.info("%s: not empty, left in place", container)
         await self.stores.execution_plans.remove(job_id)
         await self.writer.delete(self.layout.failure(job_id))
+        await self.writer.delete(self.layout.attempt(job_id))
         await self.stores.running_jobs.clear(job_id)
         await self._delete_request(self.layout.cancel(job_id))

@@ -163,7 +163,12 @@ async def job_status(
             error=detail.get("error"),
             detail=detail,
         )
-    raw = await stores.execution_plans.get(job_id)
+    try:
+        raw = await stores.execution_plans.get(job_id)
+    except CorruptData:  # its blob gone: the job may have finished since we looked, and be cleaned
+        if await stores.job_results.get(job_id) is None:
+            raise
+        return await job_status(driver, cluster_id, job_id, blobs=blobs, prefix=prefix)
     if raw is not None:
         plan = JobPlan.from_bytes(raw, f"{stores.layout.execution_plans}/{job_id}")
         status = await stores.running_jobs.status(job_id)

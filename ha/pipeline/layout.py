@@ -10,12 +10,15 @@ the execution plan store. Nodes of one cluster (``<prefix>/<cluster_id>/``, the 
     pipeline/cancel/<job_id>            a cancel request (a time), until the job has a result
     pipeline/failures/<job_id>          {"failures": n, "last_error": "..."}: failed attempts
                                         so far (fenced; the active's bookkeeping)
+    pipeline/attempts/<job_id>          {"deaths": d, "open": {...} | null}: the attempt that
+                                        has not ended, and job managers that died running
+                                        the job (fenced; ``attempts``)
     pipeline/streams/<job_id>/batch-N   a streaming job's commit record of micro-batch N
                                         (fenced; kept as the job's commit log, ``stream_commit``)
 
 ``JobLayout`` is a ``stores.Layout``, so one object names both these nodes and the stores'.
-The inbox, cancel and doorbell nodes are written by clients, unfenced; only the failure record
-and commit records are written under the active's lease (``stores.Writer``).
+The inbox, cancel and doorbell nodes are written by clients, unfenced; only the failure and
+attempt records and commit records are written under the active's lease (``stores.Writer``).
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ class JobLayout(Layout):
         return f"{self.root}/pipeline/failures"
 
     @property
+    def attempts(self) -> str:
+        return f"{self.root}/pipeline/attempts"
+
+    @property
     def streams(self) -> str:
         return f"{self.root}/pipeline/streams"
 
@@ -67,6 +74,9 @@ class JobLayout(Layout):
 
     def failure(self, job_id: str) -> str:
         return f"{self.failures}/{check_name('job_id', job_id)}"
+
+    def attempt(self, job_id: str) -> str:
+        return f"{self.attempts}/{check_name('job_id', job_id)}"
 
 
 # The failure record predates the stores' versioned documents; its bytes stay as they are.

@@ -16,12 +16,15 @@ Two processes are involved, the Python driver and Spark's JVM, and either may st
   becomes visible without the Python driver's fenced record.
 - JVM paused: the query stalls, the Python driver keeps its lease and nothing is written.
 - JVM killed: the session is gone for good, so the job manager leaves the election (a standby
-  with a live session takes over) instead of counting failures of a job that is not at fault.
+  with a live session takes over) instead of counting failures against the query; the attempt
+  counts as the job manager's death, as the OOM killer's would.
 
 When the term ends (leadership lost, or the job cancelled) no new micro-batch starts, the one in
 flight is let finish (its commit meets the fence) for at most ``STOP_GRACE`` seconds, then the
 query is stopped. A query that fails otherwise counts as one failed attempt of the job and is
-restarted from its checkpoint, up to the job's ``max_attempts``. The events of a micro-batch
+restarted from its checkpoint, up to the job's ``max_attempts``; a driver (or JVM) that dies
+running it leaves its attempt open, for the next active to count as a death (``attempts``).
+The events of a micro-batch
 (``batch_started``, ``batch_committed``, ``batch_rejected``) are emitted from Spark's callback
 thread, not the event loop's.
 """
@@ -43,9 +46,8 @@ import anyio.to_thread
 
 from ..errors import Fenced
 from ..stores import JobOutcome
+from .attempts import Attempt
 from .commit import clean_staging, stage_batch
-from .jobs import failure_count
-from .layout import failure_record
 from .registry import Pipeline
 from .spark_checkpoint import term_checkpoint
 from .stream_commit import commit_micro_batch, read_commits
@@ -95,19 +97,25 @@ class StreamRun:
 
     async def run(self) -> tuple[JobOutcome, dict[str, Any]]:
         term, plan, job_id = self.term, self.plan, self.plan.job_id
-        failures = await failure_count(term.driver, term.layout, job_id)
-        if failures >= plan.max_attempts:  # failed for good before a failover lost its result
-            return JobOutcome.FAILED, await self._detail(
-                error=f"failed {failures} times", failures=failures
-            )
+        done = await read_commits(term.driver, term.layout, job_id)
+        attempt = await Attempt.begin(term.writer, term.layout, plan, len(done), self.jm.emit)
+        if (reason := attempt.verdict()) is not None:
+            return JobOutcome.FAILED, await self._detail(error=reason, **attempt.counts())
+        try:
+            return await self._run(attempt)
+        except BaseException:  # the term ends; unless Spark went (keep_open), we live on
+            await attempt.close()
+            raise
+
+    async def _run(self, attempt: Attempt) -> tuple[JobOutcome, dict[str, Any]]:
+        term, plan, job_id = self.term, self.plan, self.plan.job_id
         await anyio.to_thread.run_sync(clean_staging, plan.output)
         self.checkpoint, trimmed = await anyio.to_thread.run_sync(
             term_checkpoint, checkpoint_dir(plan.output), self.epoch
         )
         if trimmed:  # a dead driver's half-planned batch: planned again, the same way
             self.jm.emit("checkpoint_trimmed", job=job_id, files=[p.name for p in trimmed])
-        done = await read_commits(term.driver, term.layout, job_id)
-        self.jm.emit("job_started", job=job_id, from_batch=len(done), stream=True)
+        self.jm.emit("job_started", job=job_id, from_batch=attempt.progress, stream=True)
         started = time.monotonic()
         while True:
             error: BaseException | None = None
@@ -120,20 +128,20 @@ class StreamRun:
                 return JobOutcome.CANCELLED, await self._detail()
             if error is None:
                 seconds = round(time.monotonic() - started, 3)
-                return JobOutcome.SUCCEEDED, await self._detail(seconds=seconds, failures=failures)
+                return JobOutcome.SUCCEEDED, await self._detail(seconds=seconds, **attempt.counts())
             if not session_alive(term.spark):
                 self.jm.emit("spark_lost", job=job_id, epoch=self.epoch, error=str(error))
                 log.error("Spark's JVM is gone (%s): leaving the election", error)
+                # Killed from outside or by the job (the OOM killer): the next active counts
+                # this attempt as a death, as it would the whole process's.
+                attempt.keep_open = True
                 self.jm.quit()  # a standby with a live session takes over
                 await anyio.sleep_forever()
-            failures += 1
             text = f"stream: {type(error).__name__}: {_first_line(error)}"
-            await term.writer.put(term.layout.failure(job_id), failure_record(failures, text))
-            self.jm.emit("stream_failed", job=job_id, error=text, failures=failures)
-            if failures >= plan.max_attempts:
+            if await attempt.failed(text, "stream_failed"):
                 tb = "".join(traceback.format_exception(error)[-3:])
                 return JobOutcome.FAILED, await self._detail(
-                    error=text, failures=failures, traceback=tb
+                    error=text, traceback=tb, **attempt.counts()
                 )
 
     async def _detail(self, **extra: Any) -> dict[str, Any]:

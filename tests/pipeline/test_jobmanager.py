@@ -64,6 +64,9 @@ class Knobs:
         self.computed: list[int] = []
         self.release = threading.Event()
         self.release.set()
+        self.block: Counter[Any] = Counter()  # batch or (manager, batch) -> hangs to inject
+        self.unblock = threading.Event()
+        self.hung: list[tuple[str | None, Any]] = []  # (manager, batch) hanging now
 
 
 KNOBS = Knobs()
@@ -78,6 +81,11 @@ def _compute(spark: Any, params: Any, batch: Any) -> bytes:
         if KNOBS.fail[key] > 0:
             KNOBS.fail[key] -= 1
             raise RuntimeError(f"injected failure in batch {batch}")
+    for key in (batch, (getattr(spark, "name", None), batch)):
+        if KNOBS.block[key] > 0:
+            KNOBS.block[key] -= 1
+            KNOBS.hung.append((getattr(spark, "name", None), batch))
+            KNOBS.unblock.wait(10)  # hangs until the test ends: its job manager is killed
     return f"rows of batch {batch} with {params['label']}\n".encode()
 
 
@@ -366,6 +374,8 @@ async def test_cancel_a_running_and_a_pending_job(cluster: Cluster) -> None:
     long, nxt = await cluster.wait("long"), await cluster.wait("next")
     assert long.state == "cancelled" and 1 <= long.batches_done < 6
     assert nxt.state == "cancelled" and nxt.batches_done == 0
+    for job in ("long", "next"):  # the result is told before its cleanup has ended
+        await cluster.wait_event("job_finished", job=job)
     async with cluster.client() as d:
         assert await d.children("/ha/c1/pipeline/cancel") == []
 
@@ -379,3 +389,63 @@ async def test_status_of_a_submitted_job_before_any_manager_runs(cluster: Cluste
             await job_status(d, "c1", "nope", blobs=cluster.blobs)
     await cluster.add("a")
     assert (await cluster.wait("early")).state == "succeeded"
+
+
+async def _crash_next(cluster: Cluster, batch: int, dead: list[str]) -> str:
+    """Kill the job manager that hangs in ``batch`` next, as os._exit in the batch would."""
+    with anyio.fail_after(10):
+        while not (found := [w for w, n in KNOBS.hung if n == batch and w not in dead]):
+            await anyio.sleep(0.005)
+    [victim] = [m for m in cluster.managers if m.name == found[0]]
+    await victim.crash()  # the attempt never ends
+    dead.append(victim.name)
+    return victim.name
+
+
+async def test_a_job_that_kills_its_job_managers_is_failed_after_max_attempts(
+    cluster: Cluster,
+) -> None:
+    await cluster.add("a")
+    await cluster.active()
+    await cluster.add("b")
+    await cluster.add("c")
+    KNOBS.block[1] = 2  # the first two job managers to run batch 1 hang there: killed there
+    await cluster.submit("job")  # max_attempts=2
+    dead: list[str] = []
+    await _crash_next(cluster, 1, dead)
+    second = await _crash_next(cluster, 1, dead)
+    status = await cluster.wait("job")
+    KNOBS.unblock.set()
+    [third] = {"a", "b", "c"} - set(dead)
+    assert status.state == "failed"
+    assert status.error == "the job manager died running it 2 times (at batch 1; max_attempts 2)"
+    assert status.detail and status.detail["deaths"] == 2 and status.batches_done == 1
+    assert [(w, f["deaths"]) for w, f in cluster.seen("attempt_died")] == [(second, 1), (third, 2)]
+    assert not cluster.seen("batch_started", identity=third)  # not run a third time
+    assert (await cluster.active()).name == third
+
+
+async def test_raised_and_handed_over_attempts_are_no_deaths_and_progress_restarts_the_count(
+    cluster: Cluster,
+) -> None:
+    a = await cluster.add("a")
+    await cluster.active()
+    await cluster.add("b")
+    await cluster.add("c")
+    KNOBS.fail[("a", 1)] = 1
+    KNOBS.block.update({("a", 1): 1, 3: 1, 5: 1})
+    out = await cluster.submit("job")
+    await cluster.wait_event("batch_failed", job="job", identity="a")
+    a.jm.quit()  # graceful, in its retry of batch 1: a counted failure, a handover, no death
+    await a.done.wait()
+    dead = ["a"]
+    second = await _crash_next(cluster, 3, dead)  # it committed batches 1 and 2: one death
+    third = await _crash_next(cluster, 5, dead)  # it committed 3 and 4: one death, not two
+    KNOBS.unblock.set()
+    await cluster.add("d")
+    status = await cluster.wait("job")
+    assert status.state == "succeeded"
+    assert status.detail and (status.detail["failures"], status.detail["deaths"]) == (1, 1)
+    assert [(w, f["deaths"]) for w, f in cluster.seen("attempt_died")] == [(third, 1), ("d", 1)]
+    assert [w for w, _ in cluster.seen("job_started")] == ["a", second, third, "d"]
+    assert output_digest(out) == await _reference(cluster.tmp)

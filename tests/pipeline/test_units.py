@@ -12,6 +12,7 @@ import pytest
 
 from ha.errors import ConfigurationError, CorruptData
 from ha.pipeline import Param, get_pipeline, pipeline, pipeline_names
+from ha.pipeline.attempts import AttemptRecord
 from ha.pipeline.commit import (
     batch_dir,
     clean_staging,
@@ -382,6 +383,7 @@ def test_job_layout_names_the_same_nodes_as_before() -> None:
     assert layout.submission("j1") == "/x/nightly/pipeline/inbox/j1"
     assert layout.cancel("j1") == "/x/nightly/pipeline/cancel/j1"
     assert layout.failure("j1") == "/x/nightly/pipeline/failures/j1"
+    assert layout.attempt("j1") == "/x/nightly/pipeline/attempts/j1"
     # it is the stores' layout too
     assert layout.execution_plans == Layout("nightly", "/x").execution_plans
     assert JobLayout("nightly").root == "/ha/nightly"
@@ -420,3 +422,13 @@ def test_the_failure_record_keeps_its_bytes() -> None:
 def test_a_bad_failure_record_is_corrupt_data(data: bytes) -> None:
     with pytest.raises(CorruptData, match="/p"):
         read_failures("/p", data)
+
+
+def test_the_attempt_record_round_trips_and_refuses_what_it_is_not() -> None:
+    opened = AttemptRecord(1, {"epoch": 7, "from_batch": 3})
+    assert json.loads(opened.to_bytes()) == {"deaths": 1, "open": {"epoch": 7, "from_batch": 3}}
+    assert AttemptRecord.from_bytes("/p", opened.to_bytes()) == opened
+    assert AttemptRecord.from_bytes("/p", AttemptRecord(2).to_bytes()) == AttemptRecord(2, None)
+    for bad in (b"[]", b'{"deaths": -1, "open": null}', b'{"deaths": 0, "open": [1]}', b"{"):
+        with pytest.raises(CorruptData, match="/p"):
+            AttemptRecord.from_bytes("/p", bad)
