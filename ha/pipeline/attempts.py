@@ -12,9 +12,10 @@ An attempt to run a job can end badly in two ways, and each is counted against t
       {"deaths": d, "open": {"epoch": e, "from_batch": b}}
 
   An attempt that ends while its term can still write leaves no open record: the job finished
-  (its cleanup deletes the record), or the term ended in good order (quit, handover, a cancel:
-  ``close()`` writes ``"open": null``, shielded). An attempt that raised is closed the same way
-  (counted as a failure, never twice). A new active that finds the record open learns that the
+  (succeeded, failed or cancelled: its cleanup deletes the record), or the term ended in good
+  order (quit, handover: ``close()`` writes ``"open": null``, shielded). An attempt that
+  raised was counted as a failure, and the record stays open for the retry that follows in the
+  same term: it counts as a death only if that retry dies, never twice. A new active that finds the record open learns that the
   previous job manager died in that attempt (or was cut off and deposed without a goodbye):
   one *death*. Deaths in a row at the same place add up; an attempt that committed a batch
   before it died (the job's progress is past its ``from_batch``) starts the count again at 1,

@@ -144,3 +144,37 @@ async def test_a_job_that_kills_its_job_manager_fails_after_max_attempts_deaths(
                 if m.process.returncode is None:
                     m.process.kill()
             tg.cancel_scope.cancel()
+
+
+@pytest.mark.slow  # three Spark JVMs one after the other: about a minute on 2 cores
+@pytest.mark.spark
+async def test_a_stream_that_kills_its_job_manager_fails_after_max_attempts_deaths(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("pyspark")
+    import tests.pipeline.dying_stream  # noqa: F401  (registers test.stream_dies here too)
+    from ha.pipeline.events import generate_events
+    from ha.pipeline.local import LocalJobCluster
+    from ha.pipeline.plan import make_plan
+
+    generate_events(tmp_path / "in", files=2, rows=20, users=4)
+    plan = make_plan(
+        "test.stream_dies", {"input": str(tmp_path / "in")}, str(tmp_path / "out"), max_attempts=2
+    )
+    imports = ["tests.pipeline.dying_stream"]
+    async with LocalJobCluster(tmp_path / "jm", session_timeout=2.0, imports=imports) as cluster:
+        for name in ("sj-1", "sj-2", "sj-3"):
+            await cluster.start(name, cold=True)  # one JVM at a time: each built when elected
+        with anyio.fail_after(300):
+            await cluster.wait_ready(3, warm=False)
+            async with connect(cluster.url) as client:
+                await submit_job(client, cluster.cluster_id, plan)
+            status = await cluster.wait_job(plan.job_id)
+        assert status.state == "failed"
+        assert (
+            status.error == "the job manager died running it 2 times (at batch 0; max_attempts 2)"
+        )
+        dead = [w for w in cluster.workers.values() if w.process.returncode is not None]
+        assert sorted(w.process.returncode for w in dead) == [137, 137]
+        assert cluster.active() not in {w.identity for w in dead}
+        assert [e.fields["deaths"] for e in cluster.find("attempt_died")] == [1, 2]

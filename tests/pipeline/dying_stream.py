@@ -1,0 +1,22 @@
+"""A streaming pipeline whose micro-batch kills its job manager's process (``test_job_deaths``;
+job manager processes load it with ``--import tests.pipeline.dying_stream``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ha.pipeline.events import SCHEMA
+from ha.pipeline.registry import Param
+from ha.pipeline.streaming import file_source, streaming_pipeline
+
+
+@streaming_pipeline(
+    "test.stream_dies",
+    source=file_source("json", SCHEMA),
+    params={"input": Param(str, help="directory of events-*.json files")},
+)
+def dies(spark: Any, params: Mapping[str, Any], batch: Any) -> Any:
+    """Its first micro-batch ends the process, as a segfault in a UDF would."""
+    os._exit(137)
