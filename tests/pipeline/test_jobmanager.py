@@ -53,6 +53,7 @@ class FakeSpark:
     def __init__(self, name: str) -> None:
         self.name = name  # which manager computes: failures can be aimed at one
         self.sparkContext = FakeContext()
+        self.knobs = KNOBS  # its test's: an abandoned batch thread may outlive its test
 
 
 class Knobs:
@@ -73,19 +74,20 @@ KNOBS = Knobs()
 
 
 def _compute(spark: Any, params: Any, batch: Any) -> bytes:
-    KNOBS.computed.append(batch)
-    KNOBS.release.wait(10)
-    if KNOBS.pause:
-        threading.Event().wait(KNOBS.pause)
+    knobs = getattr(spark, "knobs", KNOBS)
+    knobs.computed.append(batch)
+    knobs.release.wait(10)
+    if knobs.pause:
+        threading.Event().wait(knobs.pause)
     for key in (batch, (getattr(spark, "name", None), batch)):
-        if KNOBS.fail[key] > 0:
-            KNOBS.fail[key] -= 1
+        if knobs.fail[key] > 0:
+            knobs.fail[key] -= 1
             raise RuntimeError(f"injected failure in batch {batch}")
     for key in (batch, (getattr(spark, "name", None), batch)):
-        if KNOBS.block[key] > 0:
-            KNOBS.block[key] -= 1
-            KNOBS.hung.append((getattr(spark, "name", None), batch))
-            KNOBS.unblock.wait(10)  # hangs until the test ends: its job manager is killed
+        if knobs.block[key] > 0:
+            knobs.block[key] -= 1
+            knobs.hung.append((getattr(spark, "name", None), batch))
+            knobs.unblock.wait(10)  # hangs until the test ends: its job manager is killed
     return f"rows of batch {batch} with {params['label']}\n".encode()
 
 
