@@ -83,9 +83,11 @@ async def test_killed_twice_mid_job_the_output_equals_an_uninterrupted_run(
     assert committed_batches(out) == list(range(DAYS))
     assert output_digest(out) == output_digest(ref)
     assert not any((out / STAGING).iterdir())
+    warm = {e.identity: e.t for e in reversed(cluster.find("spark_warm"))}  # first of each
     for _victim, killed_at, resumed in (first, second):
-        # Hot standby: the next batch starts well within the session timeout plus 2 s.
-        assert resumed.t - killed_at < SESSION_TIMEOUT + 2
+        # Hot standby: the job manager that resumed had built its SparkSession before the kill
+        # (how fast that makes it is benchmarks/pipeline_recovery.py's figure, not a test's)
+        assert warm[resumed.identity] < killed_at
         assert resumed.fields["batch"] >= 1  # resumed from a checkpoint, not from scratch
     # here, not in a test of its own: it reads what this test's runs journaled (a later test
     # on the module's cluster may find it torn down and made again, under pytest-xdist)
