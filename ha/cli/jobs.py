@@ -183,8 +183,8 @@ def jobs() -> None:
     default=3,
     show_default=True,
     metavar="N",
-    help="Failed attempts (batch failures, over the whole job and its failovers)"
-    " before the job is failed for good.",
+    help="Failed attempts before the job is failed for good: batches that raised (over the"
+    " whole job and its failovers), or job managers that died running it in a row at one batch.",
 )
 @click.option(
     "--import",

@@ -42,6 +42,11 @@ class JobManagerMetrics:
             "Jobs found unfinished by a recovery (run again from their checkpoint)",
             ("identity",),
         )
+        self.deaths = registry.counter(
+            "ha_jobmanager_attempt_deaths_total",
+            "Jobs found with an attempt left open by a job manager that died running it",
+            ("identity",),
+        )
         self.jobs = registry.counter(
             "ha_jobmanager_jobs_total",
             "Jobs accepted, refused and finished (by outcome)",
@@ -55,6 +60,8 @@ class JobManagerMetrics:
         elif name == "recovered":
             self.recoveries.labels(identity=identity).inc()
             self.recovered_jobs.labels(identity=identity).inc(len(fields.get("jobs", ())))
+        elif name == "attempt_died":
+            self.deaths.labels(identity=identity).inc()
         elif name in ("accepted", "refused"):
             self.jobs.labels(identity=identity, event=name).inc()
         elif name == "job_finished":
@@ -65,6 +72,7 @@ class JobManagerMetrics:
         """An event sink for ``JobManager(on_event=...)`` that counts, then calls ``then``."""
         self.recoveries.labels(identity=identity)  # shown as 0 before the first
         self.recovered_jobs.labels(identity=identity)
+        self.deaths.labels(identity=identity)
         for outcome in _BATCHES.values():
             self.batches.labels(identity=identity, outcome=outcome)
 

@@ -93,8 +93,13 @@ def test_job_manager_events_are_counted_and_handed_on() -> None:
     sink("batch_committed", {})
     sink("batch_committed", {})
     sink("batch_failed", {})
+    assert (
+        value(parse(registry.render()), "ha_jobmanager_attempt_deaths_total", identity="jm-1") == 0
+    )
+    sink("attempt_died", {"job": "j1", "deaths": 1, "batch": 3})
     sink("job_finished", {"outcome": "succeeded"})
     samples = parse(registry.render())
+    assert value(samples, "ha_jobmanager_attempt_deaths_total", identity="jm-1") == 1
     assert value(samples, "ha_jobmanager_batches_total", identity="jm-1", outcome="committed") == 2
     assert value(samples, "ha_jobmanager_batches_total", identity="jm-1", outcome="failed") == 1
     assert value(samples, "ha_jobmanager_batches_total", identity="jm-1", outcome="cancelled") == 0
@@ -108,6 +113,7 @@ def test_job_manager_events_are_counted_and_handed_on() -> None:
         "batch_committed",
         "batch_committed",
         "batch_failed",
+        "attempt_died",
         "job_finished",
     ]
 
