@@ -29,6 +29,9 @@ Rounds are interleaved (ha then restart, the order swapped every other round). E
 a micro-batch of the contender's current driver, SIGKILLs that Python driver, waits for the
 next micro-batch and checks that the killed driver's Spark JVM exited too. Times are
 ``time.time()`` taken in each process: one wall clock across the processes of this host.
+Beside p50/p90/max and the ratios, the output splits a recovery into steps, by the drivers'
+events: ha's ``active``, ``job_started``, ``batch_started``, ``batch_committed``; the plain
+driver's SparkSession built, query started, batch written.
 At the end the ``ha`` job catches up with its files and is cancelled, and its output must
 equal, by digest, an uninterrupted run of ``events.count`` on the same files.
 """
@@ -48,6 +51,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -71,14 +75,20 @@ BACKLOG = 2  # unread files kept in each input directory
 ROWS, USERS = 500, 50  # per file
 JVM_GRACE = 15.0  # seconds a killed driver's JVM may take to exit
 JOB = "live"
+# The events that mark a recovery's steps, the last one its micro-batch out.
+HA_STEPS = ("active", "job_started", "batch_started", "batch_committed")
+PLAIN_STEPS = ("session", "started", "batch_written")  # SparkSession built, query started
 
 
 @dataclass
 class Results:
-    phase: str  # what the first part of a recovery is
-    recoveries: list[float] = field(default_factory=list)  # kill -> next micro-batch
-    first: list[float] = field(default_factory=list)  # kill -> the end of ``phase``
-    jvms_left: int = 0  # rounds whose killed driver's JVM outlived JVM_GRACE
+    steps: tuple[str, ...]  # what a recovery goes through; the last: the micro-batch is out
+    rounds: list[list[float]] = field(default_factory=list)  # kill -> each step, per round
+    jvms_left: int = 0  # rounds whose killed driver's JVM outlived JVM_GRACE (or was not found)
+
+    @property
+    def recoveries(self) -> list[float]:
+        return [marks[-1] for marks in self.rounds]
 
 
 def java_descendants(pid: int) -> list[int]:
@@ -110,13 +120,17 @@ def running(pid: int) -> bool:
         return False
 
 
-async def jvms_gone(pids: list[int]) -> bool:
-    """Whether every one of ``pids`` exits within ``JVM_GRACE`` seconds."""
+async def jvm_fate(pids: list[int], results: Results) -> str:
+    """Whether the killed driver's JVMs ``pids`` exit within ``JVM_GRACE`` seconds."""
+    if not pids:
+        results.jvms_left += 1
+        return "not found"
     with anyio.move_on_after(JVM_GRACE):
         while any(running(p) for p in pids):
             await anyio.sleep(0.1)
-        return True
-    return False
+        return "exited"
+    results.jvms_left += 1
+    return "LEFT RUNNING"
 
 
 class Feeder:
@@ -153,7 +167,7 @@ class Supervised:
         self.argv, self.log = argv, log
         self.incarnation = 0
         self.process: anyio.abc.Process | None = None
-        self.events: list[tuple[int, dict[str, float]]] = []  # (incarnation, event)
+        self.events: list[tuple[int, dict[str, Any]]] = []  # (incarnation, event)
         self._changed = anyio.Event()
 
     async def run(self) -> None:
@@ -190,13 +204,13 @@ class Supervised:
         self.process.send_signal(signal.SIGKILL)
         return killed_at
 
-    def first_after(self, name: str, after: float) -> dict[str, float]:
+    def first_after(self, name: str, after: float) -> dict[str, Any]:
         return next(e for _, e in self.events if e["event"] == name and e["t"] > after)
 
     def batches_done(self) -> int:
         return 1 + max((e["batch"] for _, e in self.events if "batch" in e), default=-1)
 
-    async def wait_batch(self, after: float, incarnation: int = 0) -> dict[str, float]:
+    async def wait_batch(self, after: float, incarnation: int = 0) -> dict[str, Any]:
         """The first batch written after ``after`` by incarnation ``incarnation`` or a later one."""
         while True:
             for n, e in self.events:
@@ -223,14 +237,20 @@ async def ha_round(cluster: LocalJobCluster, results: Results) -> str:
 
     with anyio.fail_after(120):
         event = await cluster.wait_event("batch_committed", next_one)
-    results.recoveries.append(event.t - killed_at)
-    elected = cluster.find("active", lambda e: e.identity == event.identity and e.t > killed_at)[0]
-    results.first.append(elected.t - killed_at)
-    gone = bool(jvms) and await jvms_gone(jvms)
-    results.jvms_left += not gone
+    heir = event.identity
+
+    def step(name: str) -> float:
+        [first, *_] = cluster.find(
+            name,
+            lambda e: e.identity == heir and e.t > killed_at and e.fields.get("job", JOB) == JOB,
+        )
+        return first.t - killed_at
+
+    results.rounds.append([*map(step, HA_STEPS[:-1]), event.t - killed_at])
+    fate = await jvm_fate(jvms, results)
     return (
         f"ha: {victim} killed, {event.identity} committed batch {event.fields['batch']} after "
-        f"{results.recoveries[-1]:.3f} s; killed JVM {'exited' if gone else 'LEFT RUNNING'}"
+        f"{results.recoveries[-1]:.3f} s; killed JVM {fate}"
     )
 
 
@@ -244,13 +264,12 @@ async def restart_round(peer: Supervised, results: Results) -> str:
     killed_at = peer.kill()
     with anyio.fail_after(180):
         event = await peer.wait_batch(killed_at, old + 1)
-    results.recoveries.append(event["t"] - killed_at)
-    results.first.append(peer.first_after("session", killed_at)["t"] - killed_at)
-    gone = bool(jvms) and await jvms_gone(jvms)
-    results.jvms_left += not gone
+    marks = [peer.first_after(name, killed_at)["t"] - killed_at for name in PLAIN_STEPS[:-1]]
+    results.rounds.append([*marks, event["t"] - killed_at])
+    fate = await jvm_fate(jvms, results)
     return (
         f"restart: driver killed, restarted driver wrote batch {int(event['batch'])} after "
-        f"{results.recoveries[-1]:.3f} s; killed JVM {'exited' if gone else 'LEFT RUNNING'}"
+        f"{results.recoveries[-1]:.3f} s; killed JVM {fate}"
     )
 
 
@@ -272,7 +291,7 @@ async def run(rounds: int, session_timeout: float, workdir: Path) -> dict[str, R
     ha_in.mkdir()
     plain_in.mkdir()
     out = workdir / "ha-out"
-    results = {"ha": Results("elected"), "restart": Results("SparkSession built")}
+    results = {"ha": Results(HA_STEPS), "restart": Results(PLAIN_STEPS)}
     peer = Supervised(
         [
             sys.executable, str(PEERS / "plain_stream.py"), str(plain_in),
@@ -370,11 +389,15 @@ def report(results: dict[str, Results], rounds: int, session_timeout: float) -> 
         print(f"{NAMES[kind]:20} {p50:8.3f} {p90_:8.3f} {top:8.3f}")
     ratios = [r / h for r, h in zip(stats["restart"], stats["ha"], strict=True)]
     print(f"{'ratio restart/ha':20} {ratios[0]:7.1f}x {ratios[1]:7.1f}x {ratios[2]:7.1f}x")
-    print("\nwhere the time goes (p50 s)")
+    print("\nwhere the time goes: each step's own time, p50 s (from the step before; the kill)")
     for kind, r in results.items():
-        first = statistics.median(r.first)
-        rest = statistics.median(b - a for a, b in zip(r.first, r.recoveries, strict=True))
-        print(f"{NAMES[kind]:20} kill -> {r.phase} {first:.3f}, then -> micro-batch {rest:.3f}")
+        spans = [
+            [b - a for a, b in zip([0.0, *marks[:-1]], marks, strict=True)] for marks in r.rounds
+        ]
+        steps = [
+            f"{name} {statistics.median(s[i] for s in spans):.3f}" for i, name in enumerate(r.steps)
+        ]
+        print(f"{NAMES[kind]:20} " + ", ".join(steps))
     ha = results["ha"].recoveries
     target = session_timeout + 1
     print(
@@ -387,7 +410,7 @@ def report(results: dict[str, Results], rounds: int, session_timeout: float) -> 
     for kind, r in results.items():
         print(
             f"{NAMES[kind]}: the killed driver's JVM still ran {JVM_GRACE:g} s after the kill "
-            f"in {r.jvms_left} of {len(r.recoveries)} rounds"
+            f"(or was not found) in {r.jvms_left} of {len(r.recoveries)} rounds"
         )
     print(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}")
 
@@ -405,8 +428,10 @@ async def main() -> None:
     print(f"load average (1, 5, 15 min) at the start: {os.getloadavg()}", flush=True)
     try:
         results = await run(rounds, args.session_timeout, workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    except BaseException:
+        print(f"failed: its processes' logs are kept in {workdir}", file=sys.stderr)
+        raise
+    shutil.rmtree(workdir, ignore_errors=True)
     report(results, rounds, args.session_timeout)
     sys.stdout.flush()
 
