@@ -35,12 +35,11 @@ process is always the leader (a private in-memory backend holds its election and
 ``none://?dispatcher=host:8081&rest=host:8082`` fixes the address that retrieval reports for
 the components named, as configured addresses do in Flink's standalone mode.
 
-Where things are: this module holds ``HAServices`` (the one elector, the leadership scope, and
-each component's grant in one ``_Grant`` record) and ``services()``; ``component.py`` the
-``Component`` protocol, the ``LeaderElection`` handle and ``ComponentError`` (what fails on a
-component's behalf reaches its ``on_error``); ``retrieval.py`` the ``LeaderInfo``
-document and ``LeaderRetrieval``; ``publication.py`` one term's fenced writes of confirmed
-addresses; ``cleanup.py`` the removal of a cluster's nodes at the end of its life.
+Where things are: here ``HAServices`` (the one elector, the leadership scope), ``services()``;
+``grant.py`` grant records; ``component.py`` ``Component``, ``LeaderElection``, ``ComponentError``;
+``retrieval.py`` ``LeaderInfo``, ``LeaderRetrieval``; ``publication.py`` fenced writes of
+confirmed addresses; ``cleanup.py`` the cluster's end; ``membership.py`` the member node that
+``ha failover`` needs (``members=True``).
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ import logging
 import os
 import socket
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import parse_qsl, urlsplit
@@ -61,13 +60,16 @@ from ..drivers import connect
 from ..drivers.base import ConnectionEvent, ConnectionState, Driver, NodeEvent, Subscription
 from ..drivers.memory import MemoryCluster, MemoryDriver
 from ..election.elector import Elector
+from ..election.journal import JournalWriter
 from ..election.lease import Lease
 from ..election.timing import Timing
-from ..errors import ConfigurationError, DriverError, Fenced
+from ..errors import ConfigurationError, ContenderError, DriverError, Fenced
 from ..stores import BlobStore, Stores
 from ..stores.layout import Layout, check_name
 from .cleanup import NoBlobs, remove_cluster_nodes, remove_election
 from .component import Component, ComponentError, LeaderElection
+from .grant import Grant, Leadership, revoke_bounded
+from .membership import Membership
 from .publication import Term
 from .retrieval import STANDALONE_SESSION, LeaderInfo, LeaderRetrieval
 
@@ -83,25 +85,11 @@ __all__ = (
 
 log = logging.getLogger("ha.services")
 
+ElectorObserver = Callable[[Elector, object], object]  # see ``HAServices.on_elector``
+
 
 def _default_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(eq=False, slots=True)
-class _Grant:
-    """One component's grant, from ``grant_leadership`` until ``revoke_leadership`` is owed
-    no more. It ends first (no more leadership, nothing more published, its task stopped);
-    the revoke follows."""
-
-    session_id: uuid.UUID
-    scope: anyio.CancelScope  # the grant_leadership task's
-    done: anyio.Event  # that task has finished
-    confirmed: LeaderInfo | None = None  # the address confirmed for this grant
-    ended: bool = False
-
-    def current(self, session_id: uuid.UUID) -> bool:
-        return not self.ended and session_id == self.session_id
 
 
 class HAServices:
@@ -118,6 +106,8 @@ class HAServices:
         timing: Timing | None = None,
         blobs: BlobStore | str | os.PathLike[str] | None = None,
         fixed: dict[str, LeaderInfo] | None = None,
+        journal: JournalWriter | str | None = None,
+        members: bool = False,
     ) -> None:
         self.driver = driver
         self.layout = Layout(cluster_id, prefix)
@@ -129,7 +119,7 @@ class HAServices:
         self._owns_driver = owns_driver
         self._fixed = dict(fixed or {})
         self._elections: dict[str, LeaderElection] = {}
-        self._grants: dict[str, _Grant] = {}  # by component name
+        self._grants: dict[str, Grant] = {}  # by component name
         self._watches: dict[str, Subscription] = {}  # on each registered component's node
         self._tg: anyio.abc.TaskGroup | None = None
         self._elector: Elector | None = None
@@ -138,6 +128,11 @@ class HAServices:
         self._lead_tg: anyio.abc.TaskGroup | None = None
         self._subs: list[Subscription] = []
         self._keep_elector = False  # while the components close for the cleanup
+        self._journal = journal
+        self._next: Elector | None = None  # built ahead by ``elector``, run by the next start
+        self._give_up: anyio.Event | None = None  # while leading: set to give the lead up
+        self._membership = m = Membership(self) if members else None
+        self._observers: list[ElectorObserver] = [] if m is None else [m.observe]
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -147,6 +142,8 @@ class HAServices:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._subs.append(self.driver.subscribe(None, self._on_connection))
+        if self._membership is not None:  # claims our member node first
+            await self._tg.start(self._membership.run)
         return self
 
     async def __aexit__(
@@ -177,6 +174,8 @@ class HAServices:
         for election in list(self._elections.values()):
             await election.close()
         await self._stop_elector()
+        if self._membership is not None:
+            self._membership.scope.cancel()
 
     async def close_and_cleanup_all_data(self) -> None:
         """Remove everything of the cluster: stores, blobs, published addresses, election.
@@ -219,6 +218,30 @@ class HAServices:
             election = self._elections[component] = LeaderElection(self, component)
         return election
 
+    @property
+    def elector(self) -> Elector:
+        """The process's elector: the one running, else the one the next start runs (built
+        now, so that it can be watched or waited on before it runs)."""
+        if self._elector is not None:
+            return self._elector
+        if self._next is None:
+            d, path, journal = self.driver, self.election_path, self._journal
+            self._next = Elector(d, path, self.identity, timing=self.timing, journal=journal)
+        return self._next
+
+    def on_elector(self, observer: ElectorObserver) -> None:
+        """Call ``observer(elector, contender)`` with each elector the services run from now
+        on, before it runs; it returns the contender to run (``ElectorMetrics(r).watch``)."""
+        self._observers.append(observer)
+
+    def give_up_leadership(self, reason: str) -> None:
+        """Give the lead up as a failed ``become_active`` does (every component revoked, the
+        lead released, joining again after the elector's backoff), for a component that
+        cannot serve (a process-wide resource failed). Nothing happens when not leading."""
+        if self._give_up is not None:
+            log.warning("giving the lead up: %s", reason)
+            self._give_up.set()
+
     def leader_retrieval(self, component: str) -> LeaderRetrieval:
         check_name("component", component)
         path = f"{self.layout.root}/leader/{component}"
@@ -241,7 +264,8 @@ class HAServices:
         self._watches[election.name] = self.driver.subscribe(election.path, self._on_leader_node)
         if self._lead_tg is not None:  # leading already: grant at once
             self._grant(election, self._lead_tg)
-        if self._elector is None:
+        out = self._membership is not None and self._membership.out
+        if self._elector is None and not out:  # (out: the membership's rejoin starts it)
             await self._start_elector()
 
     async def _unregistered(self, election: LeaderElection) -> None:
@@ -267,13 +291,16 @@ class HAServices:
     async def _start_elector(self) -> None:
         if self._tg is None:
             raise RuntimeError("use the services as 'async with ha.open_services(...) as services'")
-        elector = Elector(self.driver, self.election_path, self.identity, timing=self.timing)
+        elector, self._next = self.elector, None  # (none runs: the next one)
+        contender: object = Leadership(self)
+        for observe in self._observers:
+            contender = observe(elector, contender)
         self._elector, self._elector_done = elector, anyio.Event()
         done = self._elector_done
 
         async def run(*, task_status: anyio.abc.TaskStatus[Elector]) -> None:
             try:
-                await elector.run(_Leadership(self), task_status=task_status)
+                await elector.run(contender, task_status=task_status)
             finally:
                 done.set()
 
@@ -299,8 +326,13 @@ class HAServices:
                     if election.component is not None:
                         self._grant(election, tg)
                 tg.start_soon(self._keep_published, term)
-                await anyio.sleep_forever()
+                give_up = self._give_up = anyio.Event()
+                await give_up.wait()
+                tg.cancel_scope.cancel()
+            # a component asked: the elector takes this as a failed become_active
+            raise ContenderError("a component gave the lead up (give_up_leadership)")
         finally:
+            self._give_up = None
             self._lead_tg = None
             for grant in self._grants.values():
                 grant.ended, grant.confirmed = True, None  # has_leadership is false from here on
@@ -317,7 +349,7 @@ class HAServices:
         component = election.component
         assert component is not None
         session_id = uuid.uuid4()
-        grant = self._grants[election.name] = _Grant(session_id, anyio.CancelScope(), anyio.Event())
+        grant = self._grants[election.name] = Grant(session_id, anyio.CancelScope(), anyio.Event())
 
         async def run() -> None:
             try:
@@ -349,7 +381,7 @@ class HAServices:
         grant = self._grants.pop(election.name, None)
         if grant is None or election.component is None:
             return
-        await _bounded(election, self.timing.hook_timeout)
+        await revoke_bounded(election, self.timing.hook_timeout)
 
     # --- publishing ---------------------------------------------------------------------------
 
@@ -415,31 +447,6 @@ class HAServices:
             self._retry_publication()
 
 
-class _Leadership:
-    """The contender the services' one elector runs: all components lead together."""
-
-    def __init__(self, services: HAServices) -> None:
-        self.services = services
-
-    async def become_active(self, lease: Lease) -> None:
-        await self.services._lead(lease)
-
-
-async def _bounded(election: LeaderElection, limit: float) -> None:
-    """The component's ``revoke_leadership``, bounded by ``limit``; a failure is told."""
-    assert election.component is not None
-    name = election.name
-    try:
-        with anyio.fail_after(limit):
-            await election.component.revoke_leadership()
-    except TimeoutError as exc:
-        log.error("%s: revoke_leadership did not finish in %gs", name, limit)
-        election.report_error("revoke_leadership", exc)
-    except Exception as exc:
-        log.exception("%s: revoke_leadership raised", name)
-        election.report_error("revoke_leadership", exc)
-
-
 def services(
     url_or_driver: str | Driver,
     cluster_id: str,
@@ -448,12 +455,16 @@ def services(
     prefix: str = "/ha",
     timing: Timing | None = None,
     blobs: BlobStore | str | os.PathLike[str] | None = None,
+    journal: JournalWriter | str | None = None,
+    members: bool = False,
     **driver_options: Any,
 ) -> HAServices:
     """The HA services of ``cluster_id`` on a backend URL or a started driver.
 
     A URL's driver is started and closed by the services (``async with``); a driver given is
-    the caller's. ``none://[?component=address&...]`` is the standalone mode.
+    the caller's. ``none://[?component=address&...]`` is the standalone mode. ``journal``:
+    the elector's transitions appended to this JSON-lines file; ``members``: a member node,
+    so that ``ha failover`` can move this process (``membership.py``).
     """
     fixed: dict[str, LeaderInfo] = {}
     if isinstance(url_or_driver, str) and url_or_driver.startswith("none:"):
@@ -483,4 +494,6 @@ def services(
         timing=timing,
         blobs=blobs,
         fixed=fixed,
+        journal=journal,
+        members=members,
     )

@@ -1,0 +1,181 @@
+"""The services' process as a member of its election, so that ``ha failover`` can move it.
+
+``ha failover PATH`` (``ha/admin/failover.py``) asks members only: a process with a member
+node ``PATH/members/<identity>`` that honours requests, as ``ha run`` supervisors do. With
+``ha.open_services(..., members=True)`` the services' process is such a member: it claims its
+node before it first joins (a second live process with its identity is refused), keeps its
+state there (the elector's, or "out" while it cools down after ceding) and follows the
+failover requests with the supervisor's own pure rules (``ha/supervisor/eligibility.py``).
+What the rules decide is done by ``HAServices``: leave the election without fence (every
+component revoked first: one failover moves them all) and join again, at the back of the
+queue, once the rules allow it (at once when stepping aside behind a target, after the
+request's cooling period when ceding).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+
+from .. import admin
+from ..drivers.base import ConnectionEvent
+from ..election.elector import Elector
+from ..election.journal import Transition
+from ..election.machine import State
+from ..election.nodes import ElectionNodes, identity_bytes
+from ..errors import DriverError, HAError
+from ..supervisor.eligibility import Decision, Eligibility
+from ..supervisor.reads import read_failover, read_queue
+
+if TYPE_CHECKING:
+    from . import HAServices
+
+__all__ = ("Membership",)
+
+log = logging.getLogger("ha.services")
+
+
+class Membership:
+    """One process's member node and its handling of failover requests (see the module)."""
+
+    def __init__(self, services: HAServices) -> None:
+        self.services = services
+        self.identity = identity_bytes(services.identity)
+        self.rules = Eligibility(self.identity, health_check=False)
+        self.state = State.NEUTRAL.value
+        self.epoch: int | None = None
+        self.scope = anyio.CancelScope()
+        self._member_poke: anyio.Event | None = None
+        self._failover_poke: anyio.Event | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.out = False  # left the election on a request's rule, until it lets us back
+
+    def eligible(self) -> bool:
+        """Whether the process may take part now (not cooling down after a cede)."""
+        return self.rules.verdict(anyio.current_time()).eligible
+
+    def observe(self, elector: Elector, contender: object) -> object:
+        """Follow ``elector``'s states (for the member node); the contender is left as is."""
+        elector.add_listener(self._transition)
+        return contender
+
+    def _transition(self, t: Transition) -> None:
+        self.state = t.new.value
+        self.epoch = t.epoch if t.new is State.ACTIVE else None
+        self._poke_member()
+
+    def _poke_member(self) -> None:
+        if self._member_poke is not None:
+            self._member_poke.set()
+
+    def _poke_failover(self, _event: object = None) -> None:
+        if self._failover_poke is not None:
+            self._failover_poke.set()
+
+    def _on_connection(self, event: ConnectionEvent) -> None:
+        self._poke_member()  # a new session lost our ephemeral node: write it again
+        self._poke_failover()
+
+    def _member(self) -> admin.Member:
+        verdict = self.rules.verdict(anyio.current_time())
+        state, note = (self.state, "") if verdict.eligible else ("out", verdict.note)
+        return admin.Member(
+            self.identity,
+            state,
+            self.epoch if state == State.ACTIVE.value else None,
+            socket.gethostname(),
+            os.getpid(),
+            time.time(),
+            note,
+        )
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Claim the member node, then follow requests until ``scope`` is cancelled."""
+        driver, path = self.services.driver, self.services.election_path
+        await admin.claim_member(driver, path, self._member(), wait=1.5 * driver.session_timeout)
+        subs = [
+            driver.subscribe(ElectionNodes(path).failover, self._poke_failover),
+            driver.subscribe(None, self._on_connection),
+        ]
+        task_status.started()
+        try:
+            with self.scope:
+                async with anyio.create_task_group() as self._tg:
+                    self._tg.start_soon(self._member_loop)
+                    self._tg.start_soon(self._failover_loop)
+        finally:
+            for sub in subs:
+                sub.close()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                try:
+                    await admin.remove_member(driver, path, self.identity)
+                except (HAError, OSError):
+                    pass
+
+    async def _member_loop(self) -> None:
+        """Publish our state in our member node (latest value wins; best effort)."""
+        driver, path = self.services.driver, self.services.election_path
+        while True:
+            self._member_poke = anyio.Event()
+            try:
+                with anyio.fail_after(driver.session_timeout):
+                    await admin.write_member(driver, path, self._member())
+            except (DriverError, HAError, TimeoutError) as exc:
+                log.debug("member node not written: %s", exc)
+            await self._member_poke.wait()
+
+    async def _failover_loop(self) -> None:
+        driver, path = self.services.driver, self.services.election_path
+        while True:
+            self._failover_poke = anyio.Event()
+            request = await read_failover(driver, path)
+            queue = await read_queue(driver, path) if request else (None, ())
+            if queue is not None:  # unread: a pending request must not look like history
+                lease = self.services.lease
+                leading = lease.epoch if lease is not None else None
+                now = anyio.current_time()
+                self._act(self.rules.failover_read(now, request, *queue, leading))
+            # the queue's changes wake nobody: read again soon while a request is pending
+            with anyio.move_on_after(0.2 if self.rules.pending else 5.0):
+                await self._failover_poke.wait()
+
+    def _act(self, decision: Decision) -> None:
+        for level, line in decision.say:
+            log.log(level, "%s", line)
+        if decision.quit and not self.out and self._tg is not None:
+            self.out = True
+            self._tg.start_soon(self._rejoin)
+        if decision.wake:
+            self._poke_member()
+
+    async def _rejoin(self) -> None:
+        """Leave the election without fence (every component revoked first), wait out the
+        cooldown the rules set (none after stepping aside), join again at the queue's back."""
+        services = self.services
+        with self.scope:
+            try:
+                await services._stop_elector()
+                await self._until_eligible()
+            finally:
+                self.out = False
+            if services._elector is None and any(e.component for e in services._elections.values()):
+                await services._start_elector()
+
+    async def _until_eligible(self) -> None:
+        self._poke_member()  # "out", with the reason, while it lasts
+        while True:
+            verdict = self.rules.verdict(anyio.current_time())
+            if verdict.eligible:
+                break
+            if math.isfinite(verdict.wake_at):
+                await anyio.sleep(max(0.0, verdict.wake_at - anyio.current_time()))
+            else:
+                await anyio.sleep(0.1)
+        self._poke_member()
