@@ -43,3 +43,58 @@ async def test_a_node_created_and_deleted_at_once_is_reported(
             sub.close()
             await anyio.to_thread.run_sync(other.stop)
             other.close()
+
+
+async def test_subscribing_again_reuses_the_watch_still_set(
+    zookeeper_backend: ZooKeeperBackend,
+) -> None:
+    """A standby that re-reads its queue drops and re-subscribes its predecessor's node: the
+    server's watch, which ZooKeeper cannot remove, serves again. A second watcher would make
+    kazoo's thread run two callbacks when the node goes (at a handover, while the successor's
+    loop wants the GIL)."""
+    events: list[NodeEvent] = []
+    async with zookeeper_backend.driver() as driver, zookeeper_backend.driver() as other:
+        await other.create("/pred")
+        sub = driver.subscribe("/pred", events.append)
+        await driver.exists("/pred")  # the watch is set (see the test above)
+        for _ in range(3):
+            sub.close()
+            sub = driver.subscribe("/pred", events.append)
+        await driver.exists("/pred")  # any watch those subscriptions set is set by now
+        client = driver._client
+        assert client is not None
+        assert len(client._data_watchers[zookeeper_backend.chroot + "/pred"]) == 1
+        await other.set("/pred", b"x")  # nothing missed: the change comes
+        with anyio.fail_after(10):
+            while len(events) < 1:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        # (deleted before the change's re-arming read, the two would be coalesced)
+        await other.delete("/pred")
+        with anyio.fail_after(10):
+            while len(events) < 2:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        assert events == [
+            NodeEvent("/pred", NodeEventKind.CHANGED),
+            NodeEvent("/pred", NodeEventKind.DELETED),
+        ]
+        # dropped, then changed before it is wanted again: a fresh watch, from a fresh read
+        await other.create("/pred")
+        with anyio.fail_after(10):
+            while len(events) < 3:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        sub.close()
+        await other.set("/pred", b"y")
+        with anyio.fail_after(10):  # its firing reached the driver: the idle watch is gone
+            while "/pred" in driver._idle:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        sub = driver.subscribe("/pred", events.append)
+        await driver.exists("/pred")
+        await other.delete("/pred")
+        with anyio.fail_after(10):
+            while len(events) < 4:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        assert events[2:] == [
+            NodeEvent("/pred", NodeEventKind.CREATED),
+            NodeEvent("/pred", NodeEventKind.DELETED),
+        ]
+        sub.close()

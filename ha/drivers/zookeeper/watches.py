@@ -70,9 +70,18 @@ class Watches(KazooSession):
     def __init__(self, hosts: str, chroot: str, options: Options) -> None:
         super().__init__(hosts, chroot, options)
         self._watches: dict[str, _Watch] = {}
+        # unsubscribed paths whose server watch is still set (ZooKeeper cannot remove one):
+        # subscribed again before it fires, the same watch serves, with no second watcher
+        # (whose firing kazoo's thread would run too) and no request
+        self._idle: dict[str, _Watch] = {}
         self._held: deque[_Pending | NodeEvent] = deque()  # in the server's order
 
     def _watch_started(self, path: str) -> None:
+        idle = self._idle.pop(path, None)
+        if idle is not None and idle.armed and not idle.arming:
+            idle.active = True  # set on the server since its last read: nothing was missed
+            self._watches[path] = idle
+            return
         watch = _Watch(path)
         self._watches[path] = watch
         if self._connected:
@@ -81,7 +90,9 @@ class Watches(KazooSession):
     def _watch_stopped(self, path: str) -> None:
         watch = self._watches.pop(path, None)
         if watch is not None:
-            watch.active = False  # ZooKeeper cannot remove a watch: its firing is ignored
+            watch.active = False  # its firing is ignored, unless subscribed again by then
+            if watch.armed:
+                self._idle[path] = watch
 
     def _rearm_watches(self) -> None:
         for watch in self._watches.values():
@@ -91,6 +102,7 @@ class Watches(KazooSession):
     def _watches_down(self) -> None:
         for watch in self._watches.values():
             watch.armed = watch.arming = False
+        self._idle.clear()
         self._release_held()
 
     def _connection_changed(self) -> None:
@@ -161,6 +173,8 @@ class Watches(KazooSession):
     def _fired(self, watch: _Watch, kind: str | None) -> None:
         watch.armed = False
         if not watch.active or self._closing:
+            if self._idle.get(watch.path) is watch:
+                del self._idle[watch.path]
             return
         # A deletion is reported at once (a lock's deletion is what a standby waits for): the
         # re-arming read then reports a re-creation against a known absence. Anything else is
