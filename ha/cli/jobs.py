@@ -126,10 +126,17 @@ def _jobs_options(opts: Options, cluster: str, blobs: str | None) -> JobsOptions
 
 
 async def _active_manager(driver: Driver, cluster: str) -> str | None:
-    """The identity of the cluster's active job manager, if any."""
+    """The identity of the cluster's active job manager, if any: the one its process's HA
+    services published (``leader/jobmanager``), or an earlier version's active (own election)."""
     from ..pipeline.layout import JobLayout
+    from ..services import LeaderRetrieval
 
-    found = await admin.election_status(driver, JobLayout(cluster).election)
+    layout = JobLayout(cluster)
+    async with LeaderRetrieval(driver, layout.leader) as leaders:
+        info = await anext(leaders)
+    if info is not None:
+        return info.address
+    found = await admin.election_status(driver, layout.old_election)
     return None if found.active is None else admin.text(found.active)
 
 
@@ -143,7 +150,8 @@ async def _cancel_requested(driver: Driver, cluster: str, job_id: str) -> bool:
 def jobs() -> None:
     """Submit, list, watch and cancel PySpark pipeline jobs; run a job manager.
 
-    Job managers (`ha jobs manager`, one per host or process) elect an active among them,
+    Job managers (`ha jobs manager`, one per host or process) elect an active among them, in
+    the cluster's election /ha/CLUSTER/election (`ha status` and `ha failover` take that path),
     which runs the submitted jobs on Spark batch by batch, checkpointing after each committed
     batch; when it dies, a standby takes over and resumes from the last checkpoint, and the
     output is the same as that of an uninterrupted run. The commands here need no running job
@@ -439,7 +447,8 @@ def manager(
 ) -> None:
     """Run one job manager of the cluster until SIGTERM or Ctrl-C.
 
-    It joins the cluster's job manager election; while active it runs the submitted jobs on
+    It joins the cluster's election (/ha/CLUSTER/election: `ha status` shows the job managers,
+    `ha failover` hands over to a standby); while active it runs the submitted jobs on
     Spark, batch by batch, from their last checkpoint. Run several (on several hosts, sharing
     the backend and the --blobs directory, and the job outputs' file system) so that one takes
     over when the active dies. Prints one line per event (elected, batch committed, job

@@ -2,19 +2,20 @@
 
 ``serve_job_manager`` measures a ``JobManager`` that has not started yet (its backend's
 operations, its elector, its batches and recoveries through its event sink) and serves the
-routes of ``endpoints.py`` for its election until cancelled. The job manager runs its elector
-with itself as the contender, so the fence counter (``ElectorMetrics.watch``'s wrapper) is
-set as that instance's ``fence_old_active`` hook: the elector looks the hook up on the
-contender, and the wrapper calls the job manager's own if it ever has one.
+routes of ``endpoints.py`` for its election until cancelled. The job manager is a component of
+its process's HA services, whose elector runs the services' contender: ``ElectorMetrics.watch``
+is handed to the services (``on_elector``), so each elector they run is measured and runs the
+wrapper that counts its fences.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 
+from ..election.nodes import identity_bytes
 from ..metrics import BackendMetrics, ElectorMetrics, JobManagerMetrics, Registry
 from .endpoints import ElectionEndpoints
 from .server import serve
@@ -37,10 +38,10 @@ async def serve_job_manager(
     registry = Registry()
     BackendMetrics(registry).measure(manager.driver)
     manager.on_event = JobManagerMetrics(registry).sink(manager.identity, manager.on_event)
-    measured: Any = ElectorMetrics(registry).watch(manager.elector, manager)
-    manager.fence_old_active = measured.fence_old_active  # type: ignore[attr-defined]
-    elector = manager.elector
+    manager.services.on_elector(ElectorMetrics(registry).watch)
+    identity = identity_bytes(manager.services.identity)
+    path = manager.services.election_path
     routes = ElectionEndpoints(
-        manager.driver, elector.path, elector.identity, lambda: elector.state.value, registry
+        manager.driver, path, identity, lambda: manager.elector.state.value, registry
     )
     await serve(host, port, routes, task_status=task_status)

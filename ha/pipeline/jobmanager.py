@@ -1,11 +1,19 @@
-"""The HA job manager: a contender that runs pipeline jobs on Spark while it is the active.
+"""The HA job manager: a component of the cluster's HA services that runs pipeline jobs on
+Spark while its process leads.
 
-Several job manager processes take part in one election (``<cluster root>/jobmanager``). Each
-builds its SparkSession as soon as it starts (hot standby), so a takeover does not pay Spark's
-start-up. The active, for each leadership term:
+One election per cluster (Flink's multi-component leader election). The job manager is the
+component ``jobmanager`` of ``ha.services`` (``HAServices.leader_election("jobmanager")``): every
+job manager process, and every other component a process hosts beside it (a user's dispatcher),
+takes part in the one election at ``<prefix>/<cluster_id>/election``, so one failover moves them
+all and ``ha status``/``ha failover`` work on that path. Given no services, a job manager makes
+its own for its process (with a member node: ``ha failover`` can move it); given a process's
+services (``services=``), it joins them and leads whenever that process does. When the process
+wins, the job manager is granted leadership with a session id and, inside that grant only:
 
-1. finishes the cleanup of jobs whose result is recorded but dirty, then recovers every job
-   whose execution plan is stored and that has no result (locking its plan);
+1. waits for its SparkSession (built at start: hot standby), confirms the grant, which publishes
+   its identity at ``<prefix>/<cluster_id>/leader/jobmanager`` (``leader_retrieval``), then
+   finishes the cleanup of jobs whose result is recorded but dirty, and recovers every job whose
+   execution plan is stored and that has no result (locking its plan);
 2. takes submissions from the inbox into the execution plan store (fenced) and refuses the
    malformed ones with a failed result that says why;
 3. runs the jobs one at a time (streams: ``stream_run``), batch by batch from the latest
@@ -18,61 +26,55 @@ start-up. The active, for each leadership term:
 
 Why nothing is lost or duplicated: a batch's checkpoint is written only after its output is
 committed, so a crash can only make a batch run again, never skip one; running it again writes
-the same bytes to the same place (``commit``). Store writes carry the epoch, so a deposed
-active cannot move a checkpoint or record a result; its late commit of a batch output is
-harmless for the same reason a redo is.
+the same bytes to the same place (``commit``). Store writes carry the lease of the grant (the
+process's, fenced by its node in the election: ``lease.fence_ops()``), so a deposed active
+cannot move a checkpoint or record a result; its late commit of a batch output is harmless for
+the same reason a redo is.
 
-On loss of leadership the elector cancels ``become_active``: the running batch's Spark job
-group is cancelled, its staging directory is never committed, and the active stops touching
-outputs (it also checks ``lease.valid``, with ``Lease.stop_deadline()``, before each commit: a
-paused process may wake up late). A job whose pipeline raises, or whose job managers die
-running it, is tried again up to its ``max_attempts`` across failovers, then failed with the
-reason (``attempts``).
+On loss of leadership the services cancel the grant before the elector does anything else
+(``term.py``'s work runs in the grant's task): the running batch's Spark job group is
+cancelled, its staging directory is never committed, and the active stops touching outputs (it
+also checks ``lease.valid``, with ``Lease.stop_deadline()``, before each commit: a paused
+process may wake up late). A term that fails (not cancelled: a backend error while the lease
+holds, no SparkSession) gives the process's lead up (``give_up_leadership``), as a failed
+``become_active`` did before, so that another process serves meanwhile. A job whose pipeline
+raises, or whose job managers die running it, is tried again up to its ``max_attempts`` across
+failovers, then failed with the reason (``attempts``).
+
+Earlier versions' job managers had an election of their own at ``<cluster root>/jobmanager``. A
+job manager refuses to start while a contender is queued there (an older job manager still
+running would lead beside it): stop the old ones first, then start the new ones.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import threading
 import time
-import traceback
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from contextlib import AsyncExitStack
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import anyio.to_thread
 from anyio.from_thread import BlockingPortal
 
-from ..drivers.base import Driver, NodeEvent
+from ..drivers.base import Driver
 from ..election.elector import Elector
-from ..election.journal import JournalWriter
-from ..election.lease import Lease
+from ..election.journal import JournalWriter, Transition
+from ..election.machine import State
+from ..election.nodes import ElectionNodes
 from ..election.timing import Timing
-from ..errors import (
-    ConfigurationError,
-    CorruptData,
-    DriverError,
-    Fenced,
-    NodeExists,
-    NoNode,
-    NotEmpty,
-)
-from ..stores import BlobStore, CompletedCheckpoint, JobOutcome, JobResult, Stores, Writer
-from .attempts import Attempt
-from .commit import clean_staging, commit_batch, stage_batch
-from .jobs import children
+from ..errors import ConfigurationError, DriverError
+from ..services import HAServices
+from ..stores import BlobStore, Stores
 from .layout import JobLayout
-from .plan import JobPlan
-from .registry import Pipeline, get_pipeline
-from .spark import SparkSettings, WarmSession, run_in_thread
-from .stream_run import StreamRun, warm_streaming
+from .spark import SparkSettings, WarmSession
+from .stream_run import warm_streaming
+from .term import _Term
 
 __all__ = ("JobManager", "EventSink")
 
@@ -81,18 +83,23 @@ log = logging.getLogger("ha.pipeline.jobmanager")
 EventSink = Callable[[str, dict[str, Any]], None]
 
 
-class _Stopped(Exception):
-    """The batch's thread noticed that its result is no longer wanted."""
+COMPONENT = "jobmanager"  # its name among the components of the cluster's HA services
 
 
 class JobManager:
-    """One job manager process's part in the election. ``await manager.run()`` until ``quit()``.
+    """One job manager: a component of its process's HA services. ``await manager.run()``
+    until ``quit()``.
 
     ``blobs``: the blob directory shared by every job manager of the cluster (plans and
     checkpoints are kept there, the coordination backend holds pointers). ``spark``: settings
     or a ``WarmSession``; with ``hot_standby`` the session is built at start, not when elected
     (``warm_streams``: and a tiny stream runs once). ``checkpointing=False`` skips the per-batch
     checkpoint (a job restarts from its first batch after a failover): for benchmarks only.
+    ``services``: the process's HA services (entered, on ``driver``, of ``cluster_id``) to join
+    as one of their components; without them the job manager makes its own, with ``identity``,
+    ``timing`` and ``journal``, and ``quit()`` leaves the election. With services given,
+    ``quit()`` ends only the job manager: its process stays in the election for its other
+    components (close the services too if the job manager must be served elsewhere).
     """
 
     def __init__(
@@ -111,9 +118,13 @@ class JobManager:
         checkpointing: bool = True,
         on_event: EventSink | None = None,
         warm_streams: bool = False,
+        services: HAServices | None = None,
     ) -> None:
         if poll_interval <= 0:
             raise ConfigurationError(f"poll_interval must be positive, got {poll_interval}")
+        if services is not None and (services.driver is not driver or services.layout.root
+                                     != JobLayout(cluster_id, prefix).root):  # fmt: skip
+            raise ConfigurationError("the services given must be of the same driver and cluster")
         self.driver = driver
         self.cluster_id = cluster_id
         self.identity = identity
@@ -121,14 +132,31 @@ class JobManager:
         self.prefix = prefix
         self.layout = JobLayout(cluster_id, prefix)
         self.warm = spark if isinstance(spark, WarmSession) else WarmSession(spark, hot=hot_standby)
-        self.elector = Elector(
-            driver, self.layout.election, identity, timing=timing, journal=journal
+        self._owns_services = services is None
+        self.services = services or HAServices(
+            driver,
+            cluster_id,
+            identity=identity,
+            prefix=prefix,
+            timing=timing,
+            journal=journal,
+            members=True,
         )
+        self.services.on_elector(self._observe)
+        self.election = self.services.leader_election(COMPONENT)
         self.poll_interval = poll_interval
         self.checkpointing = checkpointing
         self.on_event = on_event or partial(log.info, "%s %s")
         self.portal: BlockingPortal | None = None
         self.warm_streams = warm_streams
+        self._stop: anyio.Event | None = None
+        self._quit = False
+        self._observed: Elector | None = None
+
+    @property
+    def elector(self) -> Elector:
+        """The process's elector (the services'): running, or the next to run."""
+        return self.services.elector
 
     def emit(self, name: str, **fields: Any) -> None:
         fields.setdefault("t", time.time())
@@ -141,15 +169,42 @@ class JobManager:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Join the election and serve until ``quit()``."""
+        """Take part in the cluster's election and serve until ``quit()``."""
+        await self._refuse_old_election()
         self.warm.start()
-        self.emit("started", election=self.layout.election, hot_standby=self.warm.hot)
-        # Streams commit through it from Spark's threads, past their term (``stream_run``).
-        async with BlockingPortal() as self.portal, anyio.create_task_group() as tg:
+        self._stop = anyio.Event()
+        if self._quit:
+            self._stop.set()
+        election = self.services.election_path
+        self.emit("started", election=election, component=COMPONENT, hot_standby=self.warm.hot)
+        # Streams commit through the portal from Spark's threads, past their term (``stream_run``).
+        async with AsyncExitStack() as stack:
+            if self._owns_services:
+                await stack.enter_async_context(self.services)
+            else:  # it may run already, for the process's other components
+                self._observe(self.services.elector, None)
+            self.portal = await stack.enter_async_context(BlockingPortal())
+            tg = await stack.enter_async_context(anyio.create_task_group())
             if self.warm.hot:
                 tg.start_soon(self._announce_warm)
-            await self.elector.run(self, task_status=task_status)
+            await self.election.start(self)
+            task_status.started(self.elector)
+            try:
+                await self._stop.wait()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.election.close()  # revoked first; alone: leaves the election
             tg.cancel_scope.cancel()
+
+    async def _refuse_old_election(self) -> None:
+        old = ElectionNodes(self.layout.old_election)
+        queued = await old.entries(self.driver)
+        if queued:
+            who = ", ".join(sorted({e.identity.decode(errors="replace") for e in queued}))
+            raise ConfigurationError(
+                f"job managers of an earlier version are running in {old.path} ({who}): stop"
+                " them before starting this one (their election is not this version's)"
+            )
 
     async def _announce_warm(self) -> None:
         try:
@@ -161,11 +216,33 @@ class JobManager:
         self.emit("spark_warm")
 
     def quit(self) -> None:
-        self.elector.quit()
+        """Stop serving: the job manager leaves (and, with services of its own, the process
+        leaves the election: a standby takes over at once)."""
+        self._quit = True
+        if self._stop is not None:
+            self._stop.set()
 
-    # --- contender hooks ------------------------------------------------------------------------
+    # --- the process's elector, observed ----------------------------------------------------------
 
-    async def become_active(self, lease: Lease) -> None:
+    def _observe(self, elector: Elector, contender: object) -> object:
+        if elector is not self._observed:
+            self._observed = elector
+            elector.add_listener(self._on_transition)
+        return contender
+
+    def _on_transition(self, t: Transition) -> None:
+        if t.new is State.STANDBY:
+            self.emit("standby")
+        elif t.new in (State.NEUTRAL, State.FENCED):
+            self.emit("neutral", state=t.new.value, cause=t.cause)
+
+    # --- the component's hooks ----------------------------------------------------------------
+
+    async def grant_leadership(self, session_id: uuid.UUID) -> None:
+        """The term: runs until the grant ends (cancelled) or fails (the lead is given up)."""
+        lease = self.services.lease
+        if lease is None or not self.election.has_leadership(session_id):
+            return  # lost already
         self.emit("active", epoch=lease.epoch)
         stores = Stores(
             self.driver, self.cluster_id, blobs=self.blobs, lease=lease, prefix=self.prefix
@@ -173,7 +250,12 @@ class JobManager:
         try:
             spark = await self.warm.wait()
             self.emit("spark_ready", epoch=lease.epoch)
+            await self.election.confirm_leadership(session_id, self.identity)
             await _Term(self, stores, lease, spark).run()
+        except Exception as exc:
+            log.exception("the job manager's term failed")
+            self.emit("term_failed", epoch=lease.epoch, error=f"{type(exc).__name__}: {exc}")
+            self.services.give_up_leadership(f"job manager {self.identity}: {exc!r}")
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
                 try:
@@ -181,319 +263,5 @@ class JobManager:
                 except DriverError as exc:  # the session may be gone: its locks went with it
                     log.info("store locks not released: %s", exc)
 
-    async def become_standby(self) -> None:
-        self.emit("standby")
-
-    async def enter_neutral(self) -> None:
-        self.emit("neutral")
-
-
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
-
-
-class _Term:
-    """What one leadership term does; dropped when the term ends."""
-
-    def __init__(self, jm: JobManager, stores: Stores, lease: Lease, spark: Any) -> None:
-        self.jm = jm
-        self.stores = stores
-        self.lease = lease
-        self.spark = spark
-        self.driver = jm.driver
-        self.layout = jm.layout
-        self.writer = Writer(jm.driver, lease)
-        self.queue: list[JobPlan] = []
-        self.running: JobPlan | None = None
-        self.stage_scope: anyio.CancelScope | None = None
-        self.cancelled: set[str] = set()
-        self.wake = anyio.Event()
-        self.queued = anyio.Event()
-
-    async def run(self) -> None:
-        await self.driver.ensure_path(self.layout.inbox)
-        sub = self.driver.subscribe(self.layout.inbox, self._on_doorbell)
-        try:
-            await self._guarded(self._recover)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._guarded, self._watch_requests)
-                await self._guarded(self._run_jobs)
-        except BaseExceptionGroup as group:
-            # The elector expects a plain error or a cancellation, not a mix of both, which
-            # is what a failed write racing with the loss of leadership leaves in our group.
-            cancelled, errors = group.split(anyio.get_cancelled_exc_class())
-            if cancelled is not None:
-                if errors is not None:
-                    log.info("stopped; the work also raised: %r", errors)
-                raise cancelled from None
-            assert errors is not None
-            raise _first(errors) from group
-        finally:
-            sub.close()
-
-    async def _guarded(self, work: Callable[[], Awaitable[None]]) -> None:
-        """Run ``work``; a backend error once leadership is gone is only its echo.
-
-        While the elector cancels us (quit, lost session, newer epoch), a store write may fail
-        before the cancellation reaches it. Raising that would turn a normal stop into an
-        error (a group of it and the cancellation); waiting lets the cancellation finish it.
-        """
-        try:
-            await work()
-        except (DriverError, Fenced) as exc:
-            try:
-                await anyio.lowlevel.checkpoint()  # raises if we are being cancelled
-            except anyio.get_cancelled_exc_class():
-                log.info("stopped under a store write: %s", exc)
-                raise
-            if self.lease.valid:
-                raise
-            log.info("leadership ended under a store write: %s", exc)
-            await anyio.sleep_forever()  # the elector's cancellation is on its way
-
-    def _on_doorbell(self, event: NodeEvent) -> None:
-        self.wake.set()
-
-    # --- recovery -------------------------------------------------------------------------------
-
-    async def _recover(self) -> None:
-        for result in await self.stores.job_results.dirty_results():
-            await self._cleanup(result.job_id)
-            await self.stores.job_results.mark_clean(result.job_id)
-            self.jm.emit("cleanup_finished", job=result.job_id)
-        for job_id in await self.stores.execution_plans.job_ids():
-            if await self.stores.job_results.has_entry(job_id):
-                await self._cleanup(job_id)  # a finished job's leftovers
-                continue
-            where = f"{self.layout.execution_plans}/{job_id}"
-            try:
-                plan = JobPlan.from_bytes(await self.stores.execution_plans.recover(job_id), where)
-            except CorruptData as exc:
-                # Never replace or delete what we cannot read; say so and leave it.
-                log.error("job %s not recovered: %s", job_id, exc)
-                self.jm.emit("corrupt_plan", job=job_id, error=str(exc))
-                continue
-            self.queue.append(plan)
-        self.queue.sort(key=lambda p: (p.submitted_at, p.job_id))
-        self.jm.emit("recovered", jobs=[p.job_id for p in self.queue])
-        if self.queue:
-            self.queued.set()
-
-    # --- requests: submissions and cancellations ------------------------------------------------
-
-    async def _watch_requests(self) -> None:
-        while True:
-            self.wake = anyio.Event()
-            await self._take_submissions()
-            await self._take_cancels()
-            with anyio.move_on_after(self.jm.poll_interval):
-                await self.wake.wait()
-
-    async def _known(self, job_id: str) -> bool:
-        return await self.stores.execution_plans.get(job_id) is not None or (
-            await self.stores.job_results.has_entry(job_id)
-        )
-
-    async def _take_submissions(self) -> None:
-        for job_id in await children(self.driver, self.layout.inbox):
-            path = self.layout.submission(job_id)
-            try:
-                data, _ = await self.driver.get(path)
-            except NoNode:
-                continue
-            if await self._known(job_id):  # taken already (by us or a previous active)
-                await self._delete_request(path)
-                continue
-            try:
-                plan = self._check_submission(job_id, path, data)
-            except (CorruptData, ConfigurationError) as exc:
-                await self._record(job_id, JobOutcome.FAILED, {"error": str(exc), "refused": True})
-                await self._delete_request(path)
-                self.jm.emit("refused", job=job_id, error=str(exc))
-                continue
-            await self.stores.execution_plans.put(job_id, data)
-            await self.stores.running_jobs.set_pending(job_id)
-            await self._delete_request(path)
-            self.queue.append(plan)
-            self.queued.set()
-            self.jm.emit("accepted", job=job_id, batches=len(plan.batches))
-
-    def _check_submission(self, job_id: str, path: str, data: bytes) -> JobPlan:
-        plan = JobPlan.from_bytes(data, path)
-        if plan.job_id != job_id:
-            raise CorruptData(path, f"holds the plan of job {plan.job_id!r}")
-        spec = get_pipeline(plan.pipeline)  # registered in this process too?
-        spec.check_params(plan.params)
-        if not plan.batches:
-            raise ConfigurationError(f"job {job_id} has no batches")
-        busy = [p for p in [*self.queue, self.running] if p is not None and p.output == plan.output]
-        if busy:
-            raise ConfigurationError(f"output {plan.output} is in use by job {busy[0].job_id}")
-        return plan
-
-    async def _take_cancels(self) -> None:
-        for job_id in await children(self.driver, self.layout.cancels):
-            path = self.layout.cancel(job_id)
-            if self.running is not None and self.running.job_id == job_id:
-                # Only the Spark work is interrupted; store writes are never cut in half.
-                self.cancelled.add(job_id)
-                if self.stage_scope is not None:
-                    self.stage_scope.cancel()
-                continue
-            queued = [p for p in self.queue if p.job_id == job_id]
-            if queued:
-                self.queue.remove(queued[0])
-                await self._finish(queued[0], JobOutcome.CANCELLED, self._detail(queued[0], 0))
-            await self._delete_request(path)  # done, or for a job we do not know
-
-    async def _delete_request(self, path: str) -> None:
-        # Inbox and cancel nodes are the clients' (unfenced); removing one twice is harmless.
-        try:
-            await self.driver.delete(path)
-        except NoNode:
-            pass
-
-    # --- running --------------------------------------------------------------------------------
-
-    async def _run_jobs(self) -> None:
-        while True:
-            while not self.queue:
-                self.queued = anyio.Event()
-                await self.queued.wait()
-            plan = self.running = self.queue.pop(0)
-            try:
-                outcome, detail = await self._run_job(plan)
-            finally:
-                self.running = None
-            await self._finish(plan, outcome, detail)
-
-    def _detail(self, plan: JobPlan, done: int, **extra: Any) -> dict[str, Any]:
-        return {
-            "pipeline": plan.pipeline,
-            "batches": len(plan.batches),
-            "batches_done": done,
-            "output": plan.output,
-            **extra,
-        }
-
-    async def _run_job(self, plan: JobPlan) -> tuple[JobOutcome, dict[str, Any]]:
-        job_id = plan.job_id
-        try:
-            spec = get_pipeline(plan.pipeline)
-        except ConfigurationError as exc:
-            return JobOutcome.FAILED, self._detail(plan, 0, error=str(exc))
-        await self.stores.running_jobs.set_running(job_id)
-        if spec.stream is not None:
-            return await StreamRun(self, spec, plan).run()
-        checkpoints = self.stores.checkpoints(job_id)
-        recovered = await checkpoints.recover()
-        index = max((c.checkpoint_id for c in recovered), default=0)
-        attempt = await Attempt.begin(self.writer, self.layout, plan, index, self.jm.emit)
-        if (error := attempt.verdict()) is not None:
-            return JobOutcome.FAILED, self._detail(plan, index, error=error, **attempt.counts())
-        try:
-            return await self._run_batches(spec, plan, index, attempt)
-        except BaseException:  # the term ends; this job manager lives on
-            await attempt.close()
-            raise
-
-    async def _run_batches(
-        self, spec: Pipeline, plan: JobPlan, index: int, attempt: Attempt
-    ) -> tuple[JobOutcome, dict[str, Any]]:
-        started = time.monotonic()
-        job_id = plan.job_id
-        checkpoints = self.stores.checkpoints(job_id)
-        await anyio.to_thread.run_sync(clean_staging, plan.output)
-        self.jm.emit("job_started", job=job_id, from_batch=index, batches=len(plan.batches))
-        while index < len(plan.batches):
-            if job_id in self.cancelled:
-                return JobOutcome.CANCELLED, self._detail(plan, index)
-            self.jm.emit("batch_started", job=job_id, batch=index, epoch=self.lease.epoch)
-            try:
-                try:
-                    with anyio.CancelScope() as self.stage_scope:
-                        staged = await self._stage(spec, plan, index)
-                finally:
-                    self.stage_scope = None
-                if job_id in self.cancelled:
-                    return JobOutcome.CANCELLED, self._detail(plan, index)
-                if not self.lease.valid:  # deposed, or woke up past its stop_deadline()
-                    await anyio.sleep_forever()  # our scope is being cancelled
-                result = await anyio.to_thread.run_sync(commit_batch, staged, plan.output, index)
-            except Exception as exc:
-                error = f"batch {index}: {type(exc).__name__}: {exc}"
-                if await attempt.failed(error, "batch_failed", batch=index):
-                    tb = "".join(traceback.format_exception(exc)[-3:])
-                    detail = self._detail(plan, index, error=error, traceback=tb)
-                    return JobOutcome.FAILED, {**detail, **attempt.counts()}
-                continue  # the same batch again
-            if self.jm.checkpointing:
-                meta = json.dumps({"next_batch": index + 1, "epoch": self.lease.epoch}).encode()
-                await checkpoints.add(CompletedCheckpoint(job_id, index + 1, meta, time.time()))
-            self.jm.emit(
-                "batch_committed", job=job_id, batch=index, commit=result, epoch=self.lease.epoch
-            )
-            index += 1
-        seconds = round(time.monotonic() - started, 3)
-        return JobOutcome.SUCCEEDED, self._detail(plan, index, seconds=seconds, **attempt.counts())
-
-    async def _stage(self, spec: Pipeline, plan: JobPlan, index: int) -> Path:
-        """Compute and stage one batch in a worker thread, in a job group we can cancel."""
-        group = f"ha-{plan.job_id}-e{self.lease.epoch}-b{index}"
-        stop = threading.Event()
-        token = f"e{self.lease.epoch}-{uuid.uuid4().hex[:8]}"
-        spark = self.spark
-
-        def work() -> Path:
-            df = spec.compute(spark, plan.params, plan.batches[index])
-            if stop.is_set():
-                raise _Stopped(group)
-            return stage_batch(
-                df,
-                plan.output,
-                index,
-                files=spec.files_per_batch,
-                sort_by=spec.sort_by,
-                token=token,
-            )
-
-        try:
-            # Cancelled: the thread finishes on its own; what it staged is never committed.
-            return await run_in_thread(spark, group, work, abandoned=stop)
-        except anyio.get_cancelled_exc_class():
-            self.jm.emit("batch_cancelled", job=plan.job_id, batch=index)
-            raise
-
-    # --- finishing ------------------------------------------------------------------------------
-
-    async def _record(self, job_id: str, outcome: JobOutcome, detail: dict[str, Any]) -> None:
-        try:
-            await self.stores.job_results.create_dirty(JobResult(job_id, outcome, detail))
-        except NodeExists:
-            pass  # recorded before a failover; finish its cleanup
-        await self._cleanup(job_id)
-        await self.stores.job_results.mark_clean(job_id)
-
-    async def _finish(self, plan: JobPlan, outcome: JobOutcome, detail: dict[str, Any]) -> None:
-        await self.stores.running_jobs.set_done(plan.job_id)
-        await self._record(plan.job_id, outcome, detail)
-        self.jm.emit("job_finished", job=plan.job_id, outcome=outcome.value, **detail)
-
-    async def _cleanup(self, job_id: str) -> None:
-        """Remove what only a running job needs; its result entry stays as the record."""
-        await self.stores.checkpoints(job_id).remove_all()
-        await self.stores.checkpoint_ids(job_id).remove()
-        layout = self.layout
-        for container in (layout.completed_checkpoints(job_id), layout.checkpoints(job_id)):
-            try:
-                await self.writer.delete(container)  # empty now; one node per job otherwise
-            except NotEmpty:
-                log.info("%s: not empty, left in place", container)
-        await self.stores.execution_plans.remove(job_id)
-        await self.writer.delete(self.layout.failure(job_id))
-        await self.writer.delete(self.layout.attempt(job_id))
-        await self.stores.running_jobs.clear(job_id)
-        await self._delete_request(self.layout.cancel(job_id))
+    async def revoke_leadership(self) -> None:
+        """The grant's work has stopped already (its task was cancelled and awaited)."""

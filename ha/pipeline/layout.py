@@ -4,7 +4,9 @@ Clients hold no lease, so they cannot write the fenced stores: they drop a submi
 cancel request under ``pipeline/`` and ring the doorbell; the active moves each submission into
 the execution plan store. Nodes of one cluster (``<prefix>/<cluster_id>/``, the stores' root)::
 
-    jobmanager/{lock,breadcrumb,epoch}  the job managers' election (ha.election)
+    election/...                        the cluster's one election (``ha.services``): its job
+                                        managers, and any other component of their processes
+    leader/jobmanager                   the active job manager's identity (``LeaderInfo``)
     pipeline/inbox                      the doorbell: its data (a time) is rewritten to wake it
     pipeline/inbox/<job_id>             a submitted plan (``JobPlan``'s JSON), until taken
     pipeline/cancel/<job_id>            a cancel request (a time), until the job has a result
@@ -38,6 +40,18 @@ class JobLayout(Layout):
 
     @property
     def election(self) -> str:
+        """The cluster's election, the HA services' (``HAServices.election_path``)."""
+        return f"{self.root}/election"
+
+    @property
+    def leader(self) -> str:
+        """Where the active job manager's identity is published (``leader_retrieval``)."""
+        return f"{self.root}/leader/jobmanager"
+
+    @property
+    def old_election(self) -> str:
+        """The job managers' own election before they became a component of the services:
+        a job manager refuses to start while an older one is queued there."""
         return f"{self.root}/jobmanager"
 
     @property

@@ -57,8 +57,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from .jobmanager import _Term
     from .plan import JobPlan
+    from .term import _Term
 
 __all__ = ("STOP_GRACE", "StreamRun", "session_alive", "warm_streaming")
 

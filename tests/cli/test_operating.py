@@ -171,7 +171,7 @@ def test_job_manager_http(tmp_path: Path, request: pytest.FixtureRequest) -> Non
         assert election["identity"] == "jm-1" and election["self"] is True
         assert (
             value(
-                samples, "ha_elector_is_leader", election="/ha/default/jobmanager", identity="jm-1"
+                samples, "ha_elector_is_leader", election="/ha/default/election", identity="jm-1"
             )
             == 1
         )

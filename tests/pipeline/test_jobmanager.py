@@ -20,7 +20,7 @@ import pytest
 import ha
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.pipeline import Param, pipeline
-from ha.pipeline import jobmanager as jm_module
+from ha.pipeline import term as jm_module
 from ha.pipeline.commit import STAGING, committed_batches, output_digest
 from ha.pipeline.jobmanager import JobManager
 from ha.pipeline.jobs import cancel_job, job_status, list_jobs, submit_job, wait_for_job

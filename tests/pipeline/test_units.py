@@ -378,7 +378,9 @@ def test_command_line_params_become_typed_at_submission(toy, tmp_path: Path) -> 
 
 def test_job_layout_names_the_same_nodes_as_before() -> None:
     layout = JobLayout("nightly", "/x")
-    assert layout.election == "/x/nightly/jobmanager"
+    # the cluster's one election, the HA services' (#15); the job managers' own before
+    assert layout.election == "/x/nightly/election"
+    assert layout.old_election == "/x/nightly/jobmanager"
     assert layout.inbox == "/x/nightly/pipeline/inbox"
     assert layout.submission("j1") == "/x/nightly/pipeline/inbox/j1"
     assert layout.cancel("j1") == "/x/nightly/pipeline/cancel/j1"
