@@ -58,7 +58,8 @@ class SparkSettings:
     shuffle_partitions: int = 4
     log_level: str = "WARN"
     java_home: str | None = None
-    local_ip: str = "127.0.0.1"
+    # The address the driver binds and gives executors; None: see driver_ip().
+    local_ip: str | None = None
     fast_start: bool = True
     conf: Mapping[str, str] = field(default_factory=dict)
 
@@ -69,6 +70,14 @@ class SparkSettings:
             raise ConfigurationError(
                 f"shuffle_partitions must be at least 1, got {self.shuffle_partitions}"
             )
+
+    def driver_ip(self) -> str | None:
+        """Where the driver listens: ``local_ip``, else loopback when everything runs here
+        (``local[N]``, a standalone master on loopback), else None: Spark's choice (the host's
+        name, or ``SPARK_LOCAL_IP``), which executors on other hosts can reach."""
+        if self.local_ip is not None:
+            return self.local_ip
+        return "127.0.0.1" if _on_loopback(self.master) else None
 
     def spark_conf(self) -> dict[str, str]:
         conf = {
@@ -81,8 +90,23 @@ class SparkSettings:
         }
         if self.fast_start:
             conf["spark.driver.extraJavaOptions"] = FAST_START_JAVA_OPTIONS
+        ip = self.driver_ip()
+        if ip is not None and self.master.startswith("spark://"):
+            # Executors are other processes: they dial back the address the driver gives them.
+            conf["spark.driver.host"] = conf["spark.driver.bindAddress"] = ip
         conf.update(self.conf)
         return conf
+
+
+def _on_loopback(master: str) -> bool:
+    """Whether the master runs on this host's loopback: ``local``, ``local[N]``, or
+    ``spark://`` with loopback hosts only (a standalone master list is comma-separated)."""
+    if master == "local" or master.startswith("local["):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    hosts = [h.rsplit(":", 1)[0] for h in master.removeprefix("spark://").split(",")]
+    return all(h == "localhost" or h.startswith("127.") for h in hosts)
 
 
 def prepare_environment(settings: SparkSettings | None = None) -> None:
@@ -99,7 +123,9 @@ def prepare_environment(settings: SparkSettings | None = None) -> None:
         if not Path(java_home, "bin", "java").exists():
             raise ConfigurationError(f"JAVA_HOME has no bin/java: {java_home}")
         os.environ["JAVA_HOME"] = java_home
-    os.environ.setdefault("SPARK_LOCAL_IP", settings.local_ip)
+    ip = settings.driver_ip()
+    if ip is not None:
+        os.environ.setdefault("SPARK_LOCAL_IP", ip)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 

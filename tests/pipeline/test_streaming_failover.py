@@ -20,14 +20,22 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from ha.drivers import connect  # noqa: E402
-from ha.pipeline.commit import STAGING, batch_dir, committed_batches, output_digest  # noqa: E402
+from ha.pipeline.commit import output_digest  # noqa: E402
 from ha.pipeline.events import generate_events  # noqa: E402
-from ha.pipeline.layout import JobLayout  # noqa: E402
-from ha.pipeline.local import Event, LocalJobCluster  # noqa: E402
-from ha.pipeline.stream_commit import read_commits, staged_digest  # noqa: E402
+from ha.pipeline.local import LocalJobCluster  # noqa: E402
 from tests.cli.helpers import ha_env  # noqa: E402
 from tests.support.backends.zookeeper import missing_reason  # noqa: E402
+from tests.support.processes import running  # noqa: E402
+from tests.support.stream_jobs import (  # noqa: E402
+    check_rejected,
+    check_visible,
+    jvm_of,
+    kill_after_a_commit,
+    kill_the_jvm,
+    pause_mid_batch,
+    read_records,
+    reference_run,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.anyio]
 
@@ -60,82 +68,29 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-
         yield c
 
 
-def _of(job: str, who: str | None = None, after: float = 0.0, not_by: str | None = None):  # type: ignore[no-untyped-def]
-    def match(e: Event) -> bool:
-        return (
-            e.fields.get("job") == job
-            and (who is None or e.identity == who)
-            and (not_by is None or e.identity != not_by)
-            and e.t > after
-        )
-
-    return match
-
-
-async def _records(cluster: LocalJobCluster, job: str) -> list:  # type: ignore[type-arg]
-    async with connect(cluster.url) as driver:
-        return await read_commits(driver, JobLayout(cluster.cluster_id), job)
-
-
 async def _kill_then_pause(cluster: LocalJobCluster, events: Path, out: Path, job: str) -> None:
     """SIGKILL the active after a committed micro-batch, then SIGSTOP the next one in the middle
     of a micro-batch and SIGCONT it once a third has committed; check what each left."""
     params = {"input": str(events), "delay_seconds": 0.8}
     await cluster.submit("events.count", params, str(out), job_id=job)
 
-    first = cluster.active()
-    assert first is not None
-    with anyio.fail_after(120):
-        await cluster.wait_event("batch_committed", _of(job, first))
-    jvms = _descendants(cluster.workers[first].process.pid)
-    assert jvms  # its Spark JVM
-    killed_at = cluster.kill(first)
-    with anyio.fail_after(60):
-        resumed = await cluster.wait_event("batch_started", _of(job, after=killed_at))
-    second = resumed.identity
-
+    killed = await kill_after_a_commit(cluster, job)
     # Its pipeline sleeps 0.8 s before Spark writes: the SIGSTOP lands inside a micro-batch.
-    with anyio.fail_after(60):
-        done = await cluster.wait_event("batch_committed", _of(job, second))
-        started = await cluster.wait_event("batch_started", _of(job, second, after=done.t))
-    stopped_at = cluster.signal(second, signal.SIGSTOP)
-    paused_batch, paused_epoch = started.fields["batch"], started.fields["epoch"]
-    with anyio.fail_after(60):
-        taken = await cluster.wait_event(
-            "batch_committed", _of(job, after=stopped_at, not_by=second)
-        )
-    cluster.signal(second, signal.SIGCONT)
-    with anyio.fail_after(60):
-        rejected = await cluster.wait_event("batch_rejected", _of(job, second))
+    paused = await pause_mid_batch(cluster, job, killed.resumed.identity)
     with anyio.fail_after(120):
         status = await cluster.wait_job(job)
     assert status.state == "succeeded", status
 
     # The deposed driver's late batch was refused by the backend and its epoch never recorded
     # for that batch; every visible batch is exactly what its record names.
-    assert rejected.fields["batch"] == paused_batch and rejected.fields["epoch"] == paused_epoch
-    assert "epoch" in rejected.fields["error"] and taken.fields["epoch"] > paused_epoch
-    records = await _records(cluster, job)
-    assert records[paused_batch].epoch > paused_epoch
-    await _check_visible(cluster, job, out)
+    check_rejected(paused, await read_records(cluster, job))
+    await check_visible(cluster, job, out, FILES)
     # The killed driver's JVM did not outlive it (it exits when its parent's pipe closes).
-    assert _running(jvms) == []
-
-
-async def _check_visible(cluster: LocalJobCluster, job: str, out: Path) -> None:
-    """Batches in view are exactly the recorded ones, with the recorded bytes, in epoch order."""
-    records = await _records(cluster, job)
-    assert [r.batch_id for r in records] == committed_batches(out) == list(range(FILES))
-    assert [r.epoch for r in records] == sorted(r.epoch for r in records)
-    for r in records:
-        assert r.sha256 == staged_digest(batch_dir(out, r.batch_id))
-    assert not [p for p in (out / STAGING).iterdir() if not p.name.startswith(".trash-")]
+    assert running(killed.jvms) == []
 
 
 async def _reference(cluster: LocalJobCluster, events: Path, ref: Path, job: str) -> str:
-    await cluster.submit("events.count", {"input": str(events)}, str(ref), job_id=job)
-    with anyio.fail_after(120):
-        assert (await cluster.wait_job(job)).state == "succeeded"
+    await reference_run(cluster, events, ref, job)
     return output_digest(ref)
 
 
@@ -190,15 +145,6 @@ async def test_on_zookeeper_too(zk_cluster: LocalJobCluster, events: Path, tmp_p
     )
 
 
-def _jvm_of(cluster: LocalJobCluster, identity: str) -> int:
-    [jvm] = [
-        pid
-        for pid in _descendants(cluster.workers[identity].process.pid)
-        if Path(f"/proc/{pid}/comm").read_text().strip() == "java"
-    ]
-    return jvm
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 async def test_the_jvm_killed_or_paused_alone(
@@ -213,18 +159,10 @@ async def test_the_jvm_killed_or_paused_alone(
     out = tmp_path / "out"
     params = {"input": str(events), "delay_seconds": 1.0}
     await cluster.submit("events.count", params, str(out), job_id="jvm")
-    victim = cluster.active()
-    assert victim is not None
-    with anyio.fail_after(120):
-        await cluster.wait_event("batch_committed", _of("jvm", victim))
-    os.kill(_jvm_of(cluster, victim), signal.SIGKILL)
-    with anyio.fail_after(60):
-        await cluster.wait_event("spark_lost", _of("jvm", victim))
-        await cluster.workers[victim].exited.wait()
-        taken = await cluster.wait_event("batch_committed", _of("jvm", not_by=victim))
+    _victim, taken = await kill_the_jvm(cluster, "jvm")
 
     holder = taken.identity
-    jvm = _jvm_of(cluster, holder)
+    jvm = jvm_of(cluster, holder)
     os.kill(jvm, signal.SIGSTOP)
     paused_at = len(cluster.events)
     await anyio.sleep(SESSION_TIMEOUT * 2)
@@ -234,27 +172,7 @@ async def test_the_jvm_killed_or_paused_alone(
     assert cluster.active() == holder
     with anyio.fail_after(120):
         assert (await cluster.wait_job("jvm")).state == "succeeded"
-    await _check_visible(cluster, "jvm", out)
+    await check_visible(cluster, "jvm", out, FILES)
     assert output_digest(out) == await _reference(
         cluster, events, tmp_path / "reference", "reference-jvm"
     )
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process under ``pid`` (Spark's JVM is a child of the job manager process)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            found += [int(child), *_descendants(int(child))]
-    return found
-
-
-def _running(pids: list[int]) -> list[int]:
-    alive = []
-    for pid in pids:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
-                alive.append(pid)
-        except OSError:
-            continue
-    return alive
