@@ -199,7 +199,7 @@ async def _disrupt(
 
     # 2. The next active SIGSTOPped inside a micro-batch, SIGCONTed once a successor has
     # committed: its late batch is refused by the backend (it rejoins as a standby).
-    paused = await pause_mid_batch(jobs, job, killed.resumed.identity)
+    paused = await pause_mid_batch(jobs, job, killed.resumed.identity, takeover=240)
     with anyio.fail_after(60):
         while jobs.workers[paused.victim].state != "standby":
             await anyio.sleep(0.1)

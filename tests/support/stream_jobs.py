@@ -99,18 +99,21 @@ class Paused:
     rejected: Event  # the victim's own report of its late batch, once continued
 
 
-async def pause_mid_batch(cluster: LocalJobCluster, job: str, victim: str | None = None) -> Paused:
+async def pause_mid_batch(
+    cluster: LocalJobCluster, job: str, victim: str | None = None, *, takeover: float = 60.0
+) -> Paused:
     """SIGSTOP the active in the middle of a micro-batch of ``job`` (after one it committed)
     and SIGCONT it once another job manager committed one; return when the backend has
     refused its late batch. The job's pipeline must sleep before it writes (``delay_seconds``)
-    for the stop to land inside a batch. ``victim``: the active by default."""
+    for the stop to land inside a batch. ``victim``: the active by default; ``takeover``: how
+    long a successor may take to commit (longer when its SparkSession is still cold)."""
     victim = victim or cluster.active()
     assert victim is not None
     with anyio.fail_after(60):
         done = await cluster.wait_event("batch_committed", of_job(job, victim))
         started = await cluster.wait_event("batch_started", of_job(job, victim, after=done.t))
     stopped_at = cluster.signal(victim, signal.SIGSTOP)
-    with anyio.fail_after(60):
+    with anyio.fail_after(takeover):
         taken = await cluster.wait_event(
             "batch_committed", of_job(job, after=stopped_at, not_by=victim)
         )
