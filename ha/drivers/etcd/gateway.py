@@ -1,6 +1,7 @@
-"""etcd's v3 API through its JSON gateway (``POST /v3/...``), with httpx, on asyncio and trio.
+"""etcd's v3 API through its JSON gateway (``POST /v3/...``), on asyncio and trio.
 
-No grpc and no asyncio bridge: httpx runs on anyio, so the driver runs under trio as well.
+No grpc and no asyncio bridge: HTTP/1.1 on anyio's streams (``http.py``), so the driver runs
+under trio as well.
 Keys and values travel in base64, int64 fields as strings, and zero values are left out of
 replies (``succeeded``, ``TTL``, a PUT event's ``type``). etcd's errors come back as
 ``{"error", "message", "code"}`` with a gRPC code, mapped here onto ``ha.errors``.
@@ -11,11 +12,10 @@ connection dropped mid-request) is ``ConnectionLost`` with the outcome unknown, 
 request tries the next endpoint.
 
 Load: at most ``IN_FLIGHT`` requests are sent at once, on as many kept connections; the others
-wait their turn in a FIFO before their timeout starts. httpx's pool would queue them too, but
-for every request it hands a connection it rescans its queue and polls each idle connection
-(a syscall each): with 64 connections and hundreds of electors starting at once, that was most
-of the driver's CPU, and a request's timeout ran while it waited. A few connections carry as
-much: a request takes about a millisecond on loopback, the client's CPU is the bound.
+wait their turn in a FIFO before their timeout starts (with hundreds of electors starting at
+once, a request's timeout would otherwise run while it waits). A few connections carry as much:
+a request takes well under a millisecond on loopback, the client's CPU is the bound. A watch
+has a connection of its own, outside that count.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from __future__ import annotations
 import json
 import logging
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import httpx
 
 from ...errors import AccessDenied, ConnectionLost, DriverError, SessionExpired
+from .http import Connection, Endpoint, ProtocolError, Unreachable
 from .settings import Settings
 
 __all__ = ("Compacted", "Gateway", "translate")
@@ -65,12 +65,15 @@ def translate(code: int, message: str, where: str = "") -> DriverError:
 
 
 class Gateway:
-    """One httpx client to the endpoints of one etcd cluster."""
+    """Kept connections to the endpoints of one etcd cluster."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._endpoints = [Endpoint.of(url) for url in settings.endpoints]
         self._current = 0  # index of the endpoint to try first
-        self._client: httpx.AsyncClient | None = None
+        self._tls: ssl.SSLContext | None = None
+        self._idle: list[Connection] = []  # kept connections, the last used on top
+        self._open = False
         self._token: str | None = None  # etcd's auth token, with user/password
         self._turns: anyio.Semaphore | None = None  # IN_FLIGHT; made in open (needs a loop)
         self._authenticating: anyio.Lock | None = None  # one authenticate at a time
@@ -81,96 +84,101 @@ class Gateway:
 
     def open(self) -> None:
         opts = self.settings.options
-        verify: ssl.SSLContext | bool = True
         if self.settings.secure:
-            verify = ssl.create_default_context(cafile=opts.ca)
+            self._tls = ssl.create_default_context(cafile=opts.ca)
             if opts.cert is not None:
-                verify.load_cert_chain(opts.cert, opts.key)
+                self._tls.load_cert_chain(opts.cert, opts.key)
         self._turns = anyio.Semaphore(IN_FLIGHT)
         self._authenticating = anyio.Lock()
-        self._client = httpx.AsyncClient(
-            verify=verify,
-            timeout=None,  # each call gives its own (see call)
-            trust_env=False,  # no proxy from the environment between a session and etcd
-            # every connection kept (+ the watch stream's): closing idle ones made a busy driver
-            # reconnect per request
-            limits=httpx.Limits(
-                max_connections=IN_FLIGHT + 4, max_keepalive_connections=IN_FLIGHT + 4
-            ),
-        )
+        self._open = True
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            with anyio.CancelScope(shield=True):
-                await client.aclose()
+        self._open = False
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            await connection.aclose()
 
     async def call(self, method: str, body: dict[str, Any], within: float) -> dict[str, Any]:
         """``POST /v3/<method>`` with ``body``; the decoded reply, or an ``ha.errors`` error
         (``ConnectionLost`` if no reply came ``within`` seconds)."""
-        if self._turns is None:
+        if not self._open or self._turns is None:
             raise ConnectionLost("the etcd driver is not started (or closed)")
         async with self._turns:
-            return await self._timed(method, body, within)
-
-    async def _timed(self, method: str, body: dict[str, Any], within: float) -> dict[str, Any]:
-        endpoint = self.endpoint
-        try:
-            with anyio.fail_after(within):
-                # httpx's own timeout first: an error that ends its reads, where a cancelled
-                # read would leave its generators unfinished (trio reports them)
-                return await self._call(method, body, httpx.Timeout(within * 0.9))
-        except TimeoutError:
-            self._rotate()
-            raise ConnectionLost(f"no reply from etcd at {endpoint} within {within:g} s") from None
+            endpoint = self.endpoint
+            try:
+                with anyio.fail_after(within):
+                    return await self._call(method, body)
+            except TimeoutError:
+                self._rotate()
+                raise ConnectionLost(
+                    f"no reply from etcd at {endpoint} within {within:g} s"
+                ) from None
 
     async def _call(
-        self,
-        method: str,
-        body: dict[str, Any],
-        waits: httpx.Timeout,
-        *,
-        again: bool = True,
-        token: bool = True,
+        self, method: str, body: dict[str, Any], *, again: bool = True, token: bool = True
     ) -> dict[str, Any]:
-        client = self._client
-        if client is None:
-            raise ConnectionLost("the etcd driver is not started (or closed)")
         if token:
-            await self._authenticated(waits)
-        content = json.dumps(body).encode()
-        response, refused = None, ""
-        for _ in self.settings.endpoints:
-            try:
-                response = await client.send(self._request(method, content, waits))
-                break
-            except httpx.ConnectError as exc:  # nothing was sent: the next endpoint may answer
-                if (alert := _server_alert(exc)) is not None:  # ... unless it refused our cert
-                    raise _refused(alert) from exc
-                refused = f" ({_reason(exc)})"
-                self._rotate()
-            except ssl.SSLError as exc:  # httpcore lets a TLS alert after the handshake out
-                raise _refused(exc) from exc
-            except httpx.TimeoutException as exc:
-                self._rotate()
-                raise ConnectionLost(f"no reply from etcd in time ({type(exc).__name__})") from exc
-            except httpx.TransportError as exc:
-                self._rotate()
-                if (alert := _tls_alert(exc)) is not None:  # trio's way of telling it
-                    raise _refused(alert) from exc
-                raise ConnectionLost(f"lost contact with etcd ({type(exc).__name__})") from exc
-        if response is None:
-            raise ConnectionLost(f"no etcd endpoint took the connection{refused}")
-        reply = _decode(response.content)
-        if response.status_code == 200 and "code" not in reply:
+            await self._authenticated()
+        connection = await self._connection()
+        try:
+            await connection.send(f"/v3/{method}", json.dumps(body).encode(), self._token)
+            status = await connection.receive_head()
+            raw = await connection.receive_body()
+        except BaseException as exc:  # cancelled mid-request too: the connection is unusable
+            await connection.aclose()
+            if isinstance(exc, Exception):
+                raise self._lost(exc) from exc
+            raise
+        await self._keep(connection)
+        reply = _decode(raw)
+        if status == 200 and "code" not in reply:
             return reply
-        error = _error_of(reply, response.status_code, self._where)
+        error = _error_of(reply, status, self._where)
         if again and isinstance(error, AccessDenied) and "token" in str(error):
             self._token = None  # expired: authenticate once more
-            return await self._call(method, body, waits, again=False)
+            return await self._call(method, body, again=False)
         raise error
 
-    async def _authenticated(self, waits: httpx.Timeout | None = None) -> None:
+    async def _connection(self) -> Connection:
+        """A kept connection to the current endpoint, or a new one; an endpoint that cannot
+        be reached (nothing was sent) is left for the next at once."""
+        endpoint = self._endpoints[self._current]
+        while self._idle:
+            connection = self._idle.pop()
+            if connection.endpoint is endpoint and not connection.stale():
+                return connection
+            await connection.aclose()
+        refused = ""
+        for _ in self._endpoints:
+            try:
+                return await Connection.open(self._endpoints[self._current], self._tls)
+            except Unreachable as exc:
+                if (alert := _server_alert(exc)) is not None:  # ... unless it refused our cert
+                    raise _refused(alert) from exc
+                refused = f" ({exc})"
+                self._rotate()
+        raise ConnectionLost(f"no etcd endpoint took the connection{refused}")
+
+    async def _keep(self, connection: Connection) -> None:
+        if connection.reusable and self._open and len(self._idle) < IN_FLIGHT:
+            self._idle.append(connection)
+        else:
+            await connection.aclose()
+
+    def _lost(self, exc: Exception) -> DriverError:
+        """What a failed exchange (the request sent, or partly) means for the caller."""
+        if isinstance(exc, DriverError):
+            return exc
+        if isinstance(exc, anyio.ClosedResourceError):  # closed by us (the end of a watch)
+            return ConnectionLost("the etcd connection was closed")
+        if (alert := _tls_alert(exc)) is not None:  # a server refusing our certificate
+            return _refused(alert)
+        self._rotate()
+        if isinstance(exc, ProtocolError):
+            return ConnectionLost(f"etcd sent a reply that is not HTTP/1.1 ({exc})")
+        return ConnectionLost(f"lost contact with etcd ({type(exc).__name__})")
+
+    async def _authenticated(self) -> None:
         """With user/password: a token, asked for once by the first request that needs one
         (the others wait for it: sent without one, etcd would refuse them)."""
         opts = self.settings.options
@@ -180,25 +188,8 @@ class Gateway:
             if self._token is not None:
                 return
             credentials = {"name": opts.user, "password": opts.password}
-            reply = await self._call(
-                "auth/authenticate",
-                credentials,
-                waits or httpx.Timeout(None),
-                again=False,
-                token=False,
-            )
+            reply = await self._call("auth/authenticate", credentials, again=False, token=False)
             self._token = str(reply.get("token") or "")
-
-    def _request(self, method: str, content: bytes, waits: httpx.Timeout) -> httpx.Request:
-        assert self._client is not None
-        headers = {"Content-Length": str(len(content)), "Content-Type": "application/json"}
-        if self._token:
-            headers["Authorization"] = self._token
-        request = self._client.build_request(
-            "POST", f"{self.endpoint}/v3/{method}", headers=headers, timeout=waits
-        )
-        request.stream = _Body(content)
-        return request
 
     @property
     def _where(self) -> str:
@@ -208,61 +199,64 @@ class Gateway:
         self._current = (self._current + 1) % len(self.settings.endpoints)
 
     @asynccontextmanager
-    async def stream(self, method: str, body: dict[str, Any]) -> AsyncIterator[Any]:
+    async def stream(
+        self, method: str, body: dict[str, Any]
+    ) -> AsyncIterator[tuple[Connection, AsyncIterator[dict[str, Any]]]]:
         """``POST /v3/<method>`` answered by a stream of messages (a watch): yields the
-        response and an async iterator of its decoded messages; an error message raises.
+        connection and an async iterator of the decoded messages; an error message raises.
 
-        To end the stream early, close the response from another task (the reader then gets
-        ``ConnectionLost``): cancelling the reader instead would leave httpx's generators
-        unfinished, which trio reports when they are collected."""
-        client = self._client
-        if client is None:
+        To end the stream early, close the connection from another task (the reader then
+        gets ``ConnectionLost``); cancelling the reader does as well."""
+        if not self._open:
             raise ConnectionLost("the etcd driver is not started (or closed)")
         await self._authenticated()
+        connection = await self._connection()
         try:
-            request = self._request(method, json.dumps(body).encode(), httpx.Timeout(None))
-            response = await client.send(request, stream=True)
             try:
-                if response.status_code != 200:
-                    reply = _decode(await response.aread())
-                    raise _error_of(reply, response.status_code, self._where)
-                async with aclosing(_messages(response)) as messages:
-                    yield response, messages
-            finally:
-                await response.aclose()
-        except httpx.TransportError as exc:
-            self._rotate()
-            raise ConnectionLost(f"lost the etcd watch stream ({type(exc).__name__})") from exc
-        except ssl.SSLError as exc:
-            raise _refused(exc) from exc
+                await connection.send(f"/v3/{method}", json.dumps(body).encode(), self._token)
+                status = await connection.receive_head()
+                if status != 200:
+                    raw = await connection.receive_body()
+                    raise _error_of(_decode(raw), status, self._where)
+            except Exception as exc:
+                raise self._lost(exc) from exc
+            yield connection, _Messages(connection, self._lost)
+        finally:
+            await connection.aclose()
 
 
-class _Body(httpx.AsyncByteStream):
-    """A request's body for httpx: an iterator object, where httpx would wrap bytes in an
-    async generator of its own, left unfinished when sending fails (trio reports it)."""
+class _Messages:
+    """The messages of a stream, one JSON document a line (an iterator object, not a
+    generator: nothing is left unfinished when its reader is cancelled)."""
 
-    def __init__(self, data: bytes) -> None:
-        self._data: bytes | None = data
+    def __init__(self, connection: Connection, lost: Any) -> None:
+        self._connection = connection
+        self._lost = lost
+        self._pending = bytearray()
 
-    def __aiter__(self) -> _Body:
+    def __aiter__(self) -> _Messages:
         return self
 
-    async def __anext__(self) -> bytes:
-        if self._data is None:
-            raise StopAsyncIteration
-        data, self._data = self._data, None
-        return data
-
-
-async def _messages(response: httpx.Response) -> AsyncGenerator[dict[str, Any], None]:
-    async with aclosing(response.aiter_lines()) as lines:  # type: ignore[type-var]
-        async for line in lines:
+    async def __anext__(self) -> dict[str, Any]:
+        while True:
+            end = self._pending.find(b"\n")
+            if end < 0:
+                try:
+                    data = await self._connection.receive_some()
+                except Exception as exc:
+                    raise self._lost(exc) from exc
+                if not data:
+                    raise StopAsyncIteration
+                self._pending += data
+                continue
+            line = bytes(self._pending[:end])
+            del self._pending[: end + 1]
             if not line.strip():
                 continue
-            message = _decode(line.encode())
+            message = _decode(line)
             if "error" in message and "result" not in message:
                 raise _error_of(message, 200)
-            yield message.get("result") or {}
+            return message.get("result") or {}
 
 
 def _tls_alert(exc: BaseException) -> ssl.SSLError | None:
@@ -282,14 +276,6 @@ def _server_alert(exc: BaseException) -> ssl.SSLError | None:
     the handshake (``_tls_alert``); our own refusal of its certificate is not one."""
     alert = _tls_alert(exc)
     return alert if alert is not None and "ALERT" in (alert.reason or "") else None
-
-
-def _reason(exc: BaseException) -> str:
-    """What an error, or the first of its causes that says anything, says."""
-    seen: BaseException | None = exc
-    while seen is not None and not str(seen):
-        seen = seen.__cause__ or seen.__context__
-    return str(seen or type(exc).__name__)
 
 
 def _refused(exc: ssl.SSLError) -> AccessDenied:
