@@ -158,15 +158,14 @@ class Membership:
     async def _rejoin(self) -> None:
         """Leave the election without fence (every component revoked first), wait out the
         cooldown the rules set (none after stepping aside), join again at the queue's back."""
-        services = self.services
-        with self.scope:
-            try:
-                await services._stop_elector()
-                await self._until_eligible()
-            finally:
-                self.out = False
-            if services._elector is None and any(e.component for e in services._elections.values()):
-                await services._start_elector()
+        services = self.services  # (in our task group: cancelled with the membership)
+        try:
+            await services._stop_elector()
+            await self._until_eligible()
+        finally:
+            self.out = False
+        if services._elector is None and any(e.component for e in services._elections.values()):
+            await services._start_elector()
 
     async def _until_eligible(self) -> None:
         self._poke_member()  # "out", with the reason, while it lasts
