@@ -13,8 +13,10 @@ Every test runs under asyncio and trio.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,8 +24,10 @@ import anyio.abc
 import pytest
 
 from ha.drivers.etcd.gateway import Gateway
+from ha.drivers.etcd.http import Connection, Endpoint
 from ha.drivers.etcd.settings import Settings
 from ha.errors import AccessDenied, ConnectionLost
+from tests.support.backends.etcd import EtcdServer, make_certs
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -244,3 +248,30 @@ async def test_etcd_errors_are_mapped_and_the_connection_kept() -> None:
             await gateway.call("kv/put", {}, 5)
         after = await gateway.call("kv/range", {}, 5)
     assert after["connection"] == 1
+
+
+async def test_tls_connections_are_kept(
+    etcd_server_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against a real etcd over TLS: what comes after the handshake (session tickets) is not
+    taken for a closed connection; requests in a row share one."""
+    opened = []
+    open_connection = Connection.open
+
+    async def counted(endpoint: Endpoint, tls: ssl.SSLContext | None) -> Connection:
+        opened.append(endpoint)
+        return await open_connection(endpoint, tls)
+
+    monkeypatch.setattr(Connection, "open", counted)
+    certs = make_certs(tmp_path / "certs")
+    etcd: EtcdServer = etcd_server_factory(certs)
+    options = {"ca": str(certs / "ca.pem"), "cert": str(certs / "client.pem")}
+    gateway = Gateway(Settings.check(etcd.hosts, "/tls", key=str(certs / "client.key"), **options))
+    gateway.open()
+    try:
+        for _ in range(20):
+            await gateway.call("kv/range", {"key": "L3g="}, 5)
+            await anyio.sleep(0.01)
+    finally:
+        await gateway.aclose()
+    assert len(opened) == 1
