@@ -1,6 +1,7 @@
 """A job manager process: ``python -m ha.pipeline.worker --url URL --cluster ID --id NAME ...``.
 
-It joins the cluster's job manager election and runs jobs while active. Each event of the job
+It takes part in the cluster's election (``/ha/CLUSTER/election``, as the component
+``jobmanager`` of its HA services) and runs jobs while active. Each event of the job
 manager is printed on stdout as one JSON line (``{"event": "batch_started", "t": ..., ...}``)
 for whoever supervises it (the demo, the tests, the benchmarks). SIGTERM or SIGINT leaves the
 election gracefully. ``run_job_manager`` is the same thing as a function (for ``ha jobs``).
