@@ -287,3 +287,22 @@ async def test_a_job_manager_served_over_http_takes_over_from_a_crash_and_counts
                 tg.cancel_scope.cancel()
     finally:
         MemoryCluster.drop(cluster)
+
+
+async def test_a_job_manager_refuses_to_start_beside_an_older_one(tmp_path: Path) -> None:
+    """An earlier version's job manager, queued in the old election, would lead beside it."""
+    cluster = f"jms-{next(_names)}"
+    try:
+        async with MemoryDriver(cluster, session_timeout=5) as old, MemoryDriver(cluster) as new:
+            elector = ha.Elector(old, "/ha/c1/jobmanager", "jm-old", timing=FAST)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(elector.run, Recorder("jm-old", History()))
+                await elector.wait_active()
+                jm = JobManager(new, "c1", identity="jm-new", blobs=tmp_path / "blobs",
+                                spark=WarmSession.of(FakeSpark("jm-new")))  # type: ignore[arg-type]  # fmt: skip
+                with pytest.raises(ha.errors.ConfigurationError, match=r"jobmanager \(jm-old\)"):
+                    await jm.run()
+                assert await new.exists("/ha/c1/election") is None  # it never joined
+                elector.quit()
+    finally:
+        MemoryCluster.drop(cluster)
