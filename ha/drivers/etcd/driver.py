@@ -3,8 +3,9 @@
 The node operations: a read is one etcd transaction of range requests (a node, its
 incarnation record and its children's count, at one revision); a single create, set or delete
 is one transaction too (``single``); other writes and every multi-op transaction go through
-``mapping`` (read, decide, write if nothing moved). All on the session of ``session``, with
-the events of ``watches`` and the test hooks of ``faults``.
+``mapping`` (read, decide, write if nothing moved). Write transactions of concurrent callers
+share one etcd transaction (``writes``), as their reads do (``reads``). All on the session of
+``session``, with the events of ``watches`` and the test hooks of ``faults``.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ from ..base import (
 )
 from . import subtree
 from .faults import FaultHooks
-from .keys import unb64
-from .mapping import Node, Reads, Snapshot, get, node_of, plan
+from .keys import b64, pack_value, unb64
+from .mapping import Node, Reads, Snapshot, compare, get, node_of, plan, put
 from .settings import Settings, parse_url
 from .single import Fallback, deletes, single
+from .writes import WriteBatcher
 
 __all__ = ("EtcdDriver",)
 
@@ -65,6 +67,7 @@ class EtcdDriver(FaultHooks):
 
     def __init__(self, hosts: str = "127.0.0.1:2379", *, prefix: str = "", **options: Any):
         super().__init__(Settings.check(hosts, prefix, **options))
+        self._writes = WriteBatcher(self._send_write)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -75,6 +78,30 @@ class EtcdDriver(FaultHooks):
         """
         netloc, prefix, values = parse_url(url, options)
         return cls(netloc, prefix=prefix, **values)
+
+    # --- requests ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._writes.run)
+            await super()._run()
+
+    async def _request(
+        self,
+        method: str,
+        body: dict[str, Any],
+        within: float | None = None,
+        *,
+        lease: bool = False,
+    ) -> dict[str, Any]:
+        """A node operation's write transaction (one with compares) goes with those of other
+        tasks made at the same time (``writes``); any other request goes as it is."""
+        if method == "kv/txn" and "compare" in body and within is None and not lease:
+            return await self._writes.write(body)
+        return await super()._request(method, body, within, lease=lease)
+
+    async def _send_write(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await super()._request("kv/txn", body)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -145,6 +172,32 @@ class EtcdDriver(FaultHooks):
                 await self._one(Create("/" + "/".join(parts[:depth])))
             except NodeExists:
                 pass
+
+    async def ensure_path(self, path: str) -> None:
+        """Every missing node of ``path`` created in one round trip: a nested transaction per
+        level creates its node if absent (each compare sees the store before the whole
+        transaction, so each level stands alone), under compares that no node on the way is
+        ephemeral (an absent key has no lease either); if one is, the long way says so."""
+        validate_path(path)
+        if path == "/":
+            return
+        parts = path.split("/")[1:]
+        levels = ["/" + "/".join(parts[:depth]) for depth in range(1, len(parts) + 1)]
+        value = pack_value(b"", time.time())
+        body = {
+            "compare": [_no_lease(self.space.node(above)) for above in levels[:-1]],
+            "success": [
+                {
+                    "request_txn": {
+                        "compare": [compare(self.space.node(level), "CREATE", "EQUAL", 0)],
+                        "success": [put(self.space.node(level), value)],
+                    }
+                }
+                for level in levels
+            ],
+        }
+        if not (await self._operation("kv/txn", body)).get("succeeded"):
+            await super().ensure_path(path)
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         stat = await self._one(checked_op(SetData(path, node_data(data), version)))
@@ -242,6 +295,10 @@ class EtcdDriver(FaultHooks):
                 reads.key(key)
             await anyio.sleep(random.uniform(0, 0.002 * attempt))
         raise ConnectionLost(f"etcd: the nodes of a transaction kept changing ({ATTEMPTS} tries)")
+
+
+def _no_lease(key: bytes) -> dict[str, Any]:
+    return {"key": b64(key), "target": "LEASE", "result": "EQUAL", "lease": "0"}
 
 
 def _created_at(result: str | Stat | None, revision: int) -> str | Stat | None:

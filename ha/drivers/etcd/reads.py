@@ -8,8 +8,9 @@ store, so the reads waiting when a sender is free go together in one transaction
 every read of it is made at that one revision, as each was before.
 
 Senders are background tasks (``WORKERS`` of them, so that a slow reply does not hold up the
-reads behind it); a task that stops waiting (cancelled, timed out) leaves its read to be sent
-and its answer dropped, which a read allows. A lost connection is every one's error; any other
+reads behind it); a task that stops waiting (cancelled, timed out) before a sender took its
+read withdraws it (under overload, reads nobody waits for would only lengthen the queue);
+one already taken is sent and its answer dropped, which a read allows. A lost connection is every one's error; any other
 error (etcd refusing one read, say a role that grants only part of the prefix) sends each read
 again on its own, so it reaches only the readers it concerns. When no sender runs (the driver
 starts or closes) the caller sends its read itself.
@@ -41,6 +42,7 @@ class _Read:
     done: anyio.Event = field(default_factory=anyio.Event)
     reply: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
     error: BaseException | None = None
+    withdrawn: bool = False  # its reader stopped waiting before a sender took it
 
 
 class ReadBatcher:
@@ -60,7 +62,11 @@ class ReadBatcher:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             reply = await self._send({"success": ranges})
             return reply.get("header") or {}, list(reply.get("responses") or [])
-        await request.done.wait()
+        try:
+            await request.done.wait()
+        except BaseException:
+            request.withdrawn = True  # skipped if still waiting; no effect once taken
+            raise
         if request.error is not None:
             raise request.error
         assert request.reply is not None
@@ -89,12 +95,16 @@ class ReadBatcher:
             while True:
                 first = carried or await outbox.receive()
                 carried = None
+                if first.withdrawn:
+                    continue
                 batch, size = [first], len(first.ranges)
                 while True:
                     try:
                         following = outbox.receive_nowait()
                     except anyio.WouldBlock:
                         break
+                    if following.withdrawn:
+                        continue
                     if size + len(following.ranges) > LIMIT:
                         carried = following
                         break

@@ -1,0 +1,276 @@
+"""The etcd driver under many concurrent writers: their write transactions share etcd
+transactions (ha/drivers/etcd/writes.py) and each caller still gets the outcome it would have
+had alone: a failing compare fails only its caller, transactions that touch each other's keys
+never go together (two checks on keys the other one writes: exactly one may win), a merged
+transaction that etcd refuses as a whole is sent again caller by caller, and a caller that
+gives up before its request is sent withdraws it (writes and reads alike).
+
+Requests are counted by the server (etcd's ``grpc_server_handled_total`` for Txn) or by the
+send function handed to a ``WriteBatcher``. Every test runs under asyncio and trio against a
+real etcd, but the withdrawal tests, which give the batchers a fake send.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import anyio
+import pytest
+
+from ha.drivers.base import Check, SetData
+from ha.drivers.etcd.gateway import Gateway
+from ha.drivers.etcd.reads import ReadBatcher
+from ha.drivers.etcd.settings import Settings
+from ha.drivers.etcd.writes import WORKERS, WriteBatcher, footprint
+from ha.errors import BadVersion, SessionExpired, TransactionFailed
+from tests.drivers.test_etcd_reads import transactions
+from tests.support.backends.etcd import EtcdBackend
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+WRITERS = 100
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def _put(key: bytes, value: bytes = b"v", lease: int = 0) -> dict[str, Any]:
+    request = {"key": _b64(key), "value": _b64(value)}
+    if lease:
+        request["lease"] = str(lease)
+    return {"request_put": request}
+
+
+def _absent(key: bytes) -> dict[str, Any]:
+    return {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+
+
+async def test_concurrent_writes_share_transactions_and_keep_their_outcomes(
+    etcd_backend: EtcdBackend,
+) -> None:
+    async with etcd_backend.driver() as driver:
+        await driver.transaction([])  # the session is up before counting
+        for number in range(WRITERS):
+            await driver.create(f"/n{number}", b"0")
+        outcomes: dict[int, object] = {}
+
+        async def write(number: int) -> None:
+            wrong = number % 10 == 3  # every tenth writer expects a version the node never had
+            try:
+                outcomes[number] = await driver.set(f"/n{number}", b"1", 5 if wrong else 0)
+            except BadVersion as exc:
+                outcomes[number] = exc
+
+        before = transactions(etcd_backend)
+        async with anyio.create_task_group() as tg:
+            for number in range(WRITERS):
+                tg.start_soon(write, number)
+        sent = transactions(etcd_backend) - before
+        for number in range(WRITERS):
+            data, stat = await driver.get(f"/n{number}")
+            if number % 10 == 3:
+                assert isinstance(outcomes[number], BadVersion), number
+                assert (data, stat.version) == (b"0", 0)
+            else:
+                assert getattr(outcomes[number], "version", None) == 1, outcomes[number]
+                assert (data, stat.version) == (b"1", 1)
+    # the failing writers' transactions are read again on their own (single's Fallback)
+    assert sent <= WRITERS // 2, f"{WRITERS} concurrent writes took {sent} transactions"
+
+
+async def test_writes_that_check_what_the_other_writes_never_both_win(
+    etcd_backend: EtcdBackend,
+) -> None:
+    """Pairs of transactions, each checking the node the other one sets: alone, in either
+    order, exactly one succeeds. Merged into one etcd transaction (both compares evaluated
+    before either write), both would."""
+    pairs = 40
+    async with etcd_backend.driver() as driver:
+        for number in range(pairs):
+            await driver.create(f"/a{number}", b"0")
+            await driver.create(f"/b{number}", b"0")
+        won: dict[tuple[int, str], bool] = {}
+
+        async def write(number: int, mine: str, theirs: str) -> None:
+            ops = [Check(f"/{theirs}{number}", 0), SetData(f"/{mine}{number}", b"1")]
+            try:
+                await driver.transaction(ops)
+                won[number, mine] = True
+            except TransactionFailed as exc:
+                assert exc.index == 0 and isinstance(exc.cause, BadVersion), exc
+                won[number, mine] = False
+
+        async with anyio.create_task_group() as tg:
+            for number in range(pairs):
+                tg.start_soon(write, number, "a", "b")
+                tg.start_soon(write, number, "b", "a")
+    both = [number for number in range(pairs) if won[number, "a"] and won[number, "b"]]
+    neither = [n for n in range(pairs) if not won[n, "a"] and not won[n, "b"]]
+    assert both == [] and neither == [], (both, neither)
+
+
+class _Held:
+    """A send function whose first ``WORKERS`` calls wait for ``release``: the batcher's
+    senders are then all busy, and the writes made meanwhile wait together."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.sent: list[dict[str, Any]] = []
+        self.release = anyio.Event()
+        self.held = 0
+
+    async def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.sent.append(body)
+        if self.held < WORKERS:
+            self.held += 1
+            await self.release.wait()
+        return await self.gateway.call("kv/txn", body, 5)
+
+
+async def _batched(
+    etcd_backend: EtcdBackend, bodies: list[dict[str, Any]]
+) -> tuple[list[object], list[dict[str, Any]]]:
+    """Each body's reply (or error) through a WriteBatcher whose senders were busy while
+    they were written, and the requests it sent."""
+    gateway = Gateway(Settings.check(etcd_backend.hosts, ""))
+    gateway.open()
+    send = _Held(gateway)
+    batcher = WriteBatcher(send)
+    outcomes: list[object] = [None] * len(bodies)
+
+    async def write(index: int, body: dict[str, Any]) -> None:
+        try:
+            outcomes[index] = await batcher.write(body)
+        except Exception as exc:
+            outcomes[index] = exc
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(batcher.run)
+            await anyio.wait_all_tasks_blocked()
+            async with anyio.create_task_group() as writers:
+                for index in range(WORKERS):  # one by one: each sender's first write, held
+                    writers.start_soon(write, index, bodies[index])
+                    await anyio.wait_all_tasks_blocked()
+                for index in range(WORKERS, len(bodies)):
+                    writers.start_soon(write, index, bodies[index])
+                await anyio.wait_all_tasks_blocked()
+                send.release.set()
+            tg.cancel_scope.cancel()
+    finally:
+        await gateway.aclose()
+    return outcomes, send.sent[WORKERS:]
+
+
+async def test_transactions_on_the_same_key_are_not_merged(etcd_backend: EtcdBackend) -> None:
+    base = f"{etcd_backend.prefix}/raw/".encode()
+    fillers = [{"success": [_put(base + b"f%d" % i)], "compare": []} for i in range(WORKERS)]
+    one = {"compare": [_absent(base + b"k")], "success": [_put(base + b"k", b"1")]}
+    other = {"compare": [_absent(base + b"k")], "success": [_put(base + b"k", b"2")]}
+    apart = {"compare": [_absent(base + b"j")], "success": [_put(base + b"j")]}
+    outcomes, sent = await _batched(etcd_backend, [*fillers, one, other, apart])
+    won = [bool(o.get("succeeded")) for o in outcomes[WORKERS:]]  # type: ignore[union-attr]
+    assert won in ([True, False, True], [False, True, True]), outcomes
+    nested = [
+        [op["request_txn"] for op in body["success"]] for body in sent if "compare" not in body
+    ]
+    # apart goes with whichever of one and other came first; the second one, which writes
+    # the first one's key, goes on its own
+    assert len(nested) == 1 and len(nested[0]) == 2 and apart in nested[0], sent
+    first, second = (one, other) if one in nested[0] else (other, one)
+    assert first in nested[0] and second in sent, sent
+
+
+async def test_a_transaction_etcd_refuses_fails_only_its_caller(
+    etcd_backend: EtcdBackend,
+) -> None:
+    """A put on a lease etcd does not have makes etcd refuse the whole merged transaction:
+    each one is then sent alone, and only that one fails."""
+    base = f"{etcd_backend.prefix}/raw/".encode()
+    fillers = [{"success": [_put(base + b"f%d" % i)], "compare": []} for i in range(WORKERS)]
+    good = [
+        {"compare": [_absent(base + b"g%d" % i)], "success": [_put(base + b"g%d" % i)]}
+        for i in range(3)
+    ]
+    bad = {"compare": [], "success": [_put(base + b"bad", lease=0x7E57)]}
+    outcomes, sent = await _batched(etcd_backend, [*fillers, good[0], bad, *good[1:]])
+    results = outcomes[WORKERS:]
+    assert isinstance(results[1], SessionExpired), results[1]
+    assert [bool(r.get("succeeded")) for i, r in enumerate(results) if i != 1] == [True] * 3  # type: ignore[union-attr]
+    assert len(sent) == 1 + 4, sent  # the merged one, refused, then each alone
+
+
+def test_footprints_conflict_when_one_writes_what_the_other_touches() -> None:
+    def body(compare: list[bytes], put: list[bytes], ranges: list[tuple[bytes, bytes]] = []):  # noqa: B006
+        return footprint(
+            {
+                "compare": [_absent(key) for key in compare],
+                "success": [_put(key) for key in put]
+                + [{"request_range": {"key": _b64(s), "range_end": _b64(e)}} for s, e in ranges],
+            }
+        )
+
+    a = body([b"/x"], [b"/x"])
+    assert a is not None
+    assert a.conflicts(body([], [b"/x"]))  # both write /x
+    assert a.conflicts(body([b"/x"], [b"/y"]))  # reads what the other writes
+    assert body([b"/y"], [b"/y"]).conflicts(body([b"/x"], [b"/y2"], [(b"/y", b"/z")]))  # a range
+    assert not body([b"/k"], []).conflicts(body([b"/k"], [b"/j"]))  # both only read /k
+    assert not a.conflicts(body([b"/y"], [b"/y"]))
+    nested = footprint({"success": [{"request_txn": {"compare": [_absent(b"/n")]}}]})
+    assert nested is not None and nested.ops == 2 and nested.conflicts(body([], [b"/n"]))
+    assert footprint({"success": [{"request_lease": {}}]}) is None  # unknown: sent alone
+
+
+class _Recorder:
+    """A fake etcd for a batcher: records each request and answers it with success; the
+    first ``WORKERS`` wait for ``release`` (every sender busy)."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.release = anyio.Event()
+
+    async def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.sent.append(body)
+        if len(self.sent) <= WORKERS:
+            await self.release.wait()
+        ops = body.get("success") or []
+        replies = [{"response_txn": {"succeeded": True}} if "request_txn" in o else {} for o in ops]
+        return {"header": {"revision": "7"}, "succeeded": True, "responses": replies}
+
+
+async def _withdrawn(batcher: WriteBatcher | ReadBatcher, recorder: _Recorder) -> None:
+    """Every sender busy; a caller gives up on a request (``first``), another does not
+    (``second``); then the senders are freed."""
+
+    async def call(tag: bytes) -> None:
+        if isinstance(batcher, WriteBatcher):
+            await batcher.write({"compare": [], "success": [_put(tag)]})
+        else:
+            await batcher.read([{"request_range": {"key": _b64(tag)}}])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(batcher.run)
+        await anyio.wait_all_tasks_blocked()
+        async with anyio.create_task_group() as callers:
+            for number in range(WORKERS):
+                callers.start_soon(call, b"busy%d" % number)
+                await anyio.wait_all_tasks_blocked()
+            with anyio.move_on_after(0.05) as waited:
+                await call(b"first")
+            assert waited.cancelled_caught
+            callers.start_soon(call, b"second")
+            await anyio.wait_all_tasks_blocked()
+            recorder.release.set()
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("kind", ["write", "read"])
+async def test_a_request_given_up_before_it_is_sent_is_never_sent(kind: str) -> None:
+    recorder = _Recorder()
+    batcher = WriteBatcher(recorder) if kind == "write" else ReadBatcher(recorder)
+    await _withdrawn(batcher, recorder)
+    sent = str(recorder.sent)
+    assert _b64(b"second") in sent and _b64(b"first") not in sent, recorder.sent
