@@ -7,11 +7,12 @@ the cluster, where the driver listens, and a SIGKILLed job manager whose JVM exi
 application the master ends, its executor's core freed.
 
 ``-m slow`` (two to three minutes each on 2 loaded cores: three SparkSessions with their
-executors and warm-up streams), on sqlite and on ZooKeeper: a streaming job through three
+executors and warm-up streams), on sqlite and on ZooKeeper: a streaming job through four
 disruptions of its active driver. The Python driver SIGKILLed after a committed micro-batch
 (the standby, its session registered with the master before the kill, goes on), the next
 active SIGSTOPped inside a micro-batch and SIGCONTed after its successor committed (its late
-batch refused), then the active's Spark JVM SIGKILLed alone. The verdicts come from outside
+batch refused), the active's Spark JVM SIGKILLed alone, then its successor's JVM SIGSTOPped
+past the session timeout and SIGCONTed (nobody acts meanwhile). The verdicts come from outside
 the job managers: the master's JSON (which applications run, which cores are used), the fenced
 commit log in the backend, ``/proc``, and the output's digest against an uninterrupted run.
 """
@@ -41,6 +42,7 @@ from tests.support.stream_jobs import (
     kill_after_a_commit,
     kill_the_jvm,
     pause_mid_batch,
+    pause_the_jvm,
     read_records,
     reference_run,
 )
@@ -149,7 +151,7 @@ async def test_a_killed_drivers_application_leaves_the_master(
         assert spark.applications()[_app("one")] in ("FINISHED", "KILLED")
 
 
-async def _three_disruptions(
+async def _four_disruptions(
     spark: SparkCluster, url: str, workdir: Path, events: Path, name: str
 ) -> None:
     job, out, ref = f"standalone-{name}", workdir / "out", workdir / "reference"
@@ -208,6 +210,9 @@ async def _disrupt(
     # the standby, the one paused before, finishes the stream.
     lost, taken = await kill_the_jvm(jobs, job)
     assert taken.identity == paused.victim
+    # 4. And its successor's JVM SIGSTOPped alone past the session timeout, then SIGCONTed:
+    # nobody acts meanwhile (its Python driver keeps the lease), nothing is committed.
+    await pause_the_jvm(jobs, taken.identity, SESSION_TIMEOUT * 2)
     with anyio.fail_after(180):
         status = await jobs.wait_job(job)
     assert status.state == "succeeded", status
@@ -224,20 +229,20 @@ async def _disrupt(
 @pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.timeout(900)
-async def test_three_disruptions_on_sqlite(
+async def test_a_stream_through_four_disruptions_on_sqlite(
     spark_cluster: SparkCluster,  # noqa: F811
     events: Path,
     tmp_path: Path,
 ) -> None:
     url = f"sqlite://{tmp_path / 'ha.db'}?session_timeout={SESSION_TIMEOUT}"
-    await _three_disruptions(spark_cluster, url, tmp_path, events, "sq")
+    await _four_disruptions(spark_cluster, url, tmp_path, events, "sq")
 
 
 @pytest.mark.slow
 @pytest.mark.zookeeper
 @pytest.mark.anyio
 @pytest.mark.timeout(900)
-async def test_three_disruptions_on_zookeeper(
+async def test_a_stream_through_four_disruptions_on_zookeeper(
     spark_cluster: SparkCluster,  # noqa: F811
     zookeeper_server: Any,
     events: Path,
@@ -247,4 +252,4 @@ async def test_three_disruptions_on_zookeeper(
     if reason:
         pytest.skip(reason)
     url = f"zk://{zookeeper_server.hosts}/standalone-{tmp_path.name}?session_timeout={SESSION_TIMEOUT}"
-    await _three_disruptions(spark_cluster, url, tmp_path, events, "zk")
+    await _four_disruptions(spark_cluster, url, tmp_path, events, "zk")

@@ -10,8 +10,6 @@ processes for the module (each holds a SparkSession).
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from pathlib import Path
 
@@ -29,10 +27,10 @@ from tests.support.processes import running  # noqa: E402
 from tests.support.stream_jobs import (  # noqa: E402
     check_rejected,
     check_visible,
-    jvm_of,
     kill_after_a_commit,
     kill_the_jvm,
     pause_mid_batch,
+    pause_the_jvm,
     read_records,
     reference_run,
 )
@@ -161,15 +159,7 @@ async def test_the_jvm_killed_or_paused_alone(
     await cluster.submit("events.count", params, str(out), job_id="jvm")
     _victim, taken = await kill_the_jvm(cluster, "jvm")
 
-    holder = taken.identity
-    jvm = jvm_of(cluster, holder)
-    os.kill(jvm, signal.SIGSTOP)
-    paused_at = len(cluster.events)
-    await anyio.sleep(SESSION_TIMEOUT * 2)
-    during = cluster.events[paused_at:]
-    os.kill(jvm, signal.SIGCONT)
-    assert [e for e in during if e.name in ("active", "batch_committed")] == []
-    assert cluster.active() == holder
+    await pause_the_jvm(cluster, taken.identity, SESSION_TIMEOUT * 2)
     with anyio.fail_after(120):
         assert (await cluster.wait_job("jvm")).state == "succeeded"
     await check_visible(cluster, "jvm", out, FILES)

@@ -35,6 +35,7 @@ __all__ = (
     "kill_the_jvm",
     "of_job",
     "pause_mid_batch",
+    "pause_the_jvm",
     "read_records",
     "reference_run",
 )
@@ -148,6 +149,20 @@ async def kill_the_jvm(cluster: LocalJobCluster, job: str) -> tuple[str, Event]:
             "batch_committed", of_job(job, after=killed_at, not_by=victim)
         )
     return victim, taken
+
+
+async def pause_the_jvm(cluster: LocalJobCluster, holder: str, seconds: float) -> None:
+    """SIGSTOP the active's Spark JVM alone for ``seconds`` (past the session timeout), then
+    SIGCONT it: its Python driver keeps the lease, so no one else acts meanwhile, and nothing
+    is committed until the JVM continues."""
+    jvm = jvm_of(cluster, holder)
+    os.kill(jvm, signal.SIGSTOP)
+    paused_at = len(cluster.events)
+    await anyio.sleep(seconds)
+    during = cluster.events[paused_at:]
+    os.kill(jvm, signal.SIGCONT)
+    assert [e for e in during if e.name in ("active", "batch_committed")] == []
+    assert cluster.active() == holder
 
 
 async def check_visible(cluster: LocalJobCluster, job: str, out: Path, batches: int) -> None:
