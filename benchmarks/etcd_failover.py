@@ -26,7 +26,10 @@ Before the rounds, with every election settled, the standbys' idle cost is read 
 ``/proc``: CPU over ``--idle`` seconds (utime + stime, the process and its children, as a share
 of one core) and RSS, averaged over the two standbys of each kind. After the rounds, ``ha``
 holds ``--many`` elections (each its own path) on one driver in one process: the time until
-all lead (``peers_etcd/ha_many_etcd.py``).
+all lead (``peers_etcd/ha_many_etcd.py``). Last, the client's own cost of one request
+(``--requests``): that many ``kv/range`` calls in a row through ``ha``'s gateway, on asyncio
+and on trio, as CPU per request (``time.process_time``) and latency p50; the bound of
+``--many`` (every election is a few requests) and part of every handover.
 
     .venv/bin/python benchmarks/etcd_failover.py [--rounds 50] [--kinds ha,election-api,...]
     .venv/bin/python benchmarks/etcd_failover.py --quick          # a smoke run: 5 rounds
@@ -196,6 +199,40 @@ def many_elections(hosts: str, count: int, backend: str) -> str:
     return f"settled in {settled:.2f} s, RSS {rss:.0f} MiB ({rss - base:+.0f} MiB for the electors)"
 
 
+def client_cost(hosts: str, count: int) -> list[str]:
+    """``ha``'s gateway: client CPU (us) and latency p50 (ms) of ``count`` kv/range in a row
+    (``ha`` of this tree: ``HA_ROOT`` is for the contender processes only)."""
+    sys.path.insert(0, str(ROOT))
+    import anyio
+
+    from ha.drivers.etcd.gateway import Gateway
+    from ha.drivers.etcd.settings import Settings
+
+    async def measure() -> tuple[float, float]:
+        gateway = Gateway(Settings.check(hosts, "/bench-client"))
+        gateway.open()
+        try:
+            await gateway.call("kv/range", {"key": "L3g="}, 5)  # the connection made
+            took, cpu = [], time.process_time()
+            for _ in range(count):
+                start = time.perf_counter()
+                await gateway.call("kv/range", {"key": "L3g="}, 5)
+                took.append(time.perf_counter() - start)
+            cpu = time.process_time() - cpu
+        finally:
+            await gateway.aclose()
+        return cpu / count * 1e6, percentile(took, 0.5) * 1e3
+
+    lines = []
+    for backend in ("asyncio", "trio"):
+        cpu, p50 = anyio.run(measure, backend=backend)
+        lines.append(
+            f"ha ({backend}), {count} kv/range in a row through the gateway:"
+            f" client CPU {cpu:.0f} us a request, latency p50 {p50:.3f} ms"
+        )
+    return lines
+
+
 def start_server() -> tuple[str, int, Callable[[], None]]:
     sys.path.insert(0, str(ROOT))
     from tests.support.backends.etcd import EtcdServer, missing_reason
@@ -263,16 +300,20 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=50)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 5 rounds, --many 50")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: 5 rounds, --many 50, --requests 200"
+    )
     parser.add_argument("--kinds", help=f"comma-separated (default: {','.join(DEFAULT_KINDS)})")
     parser.add_argument("--hosts", help="an existing etcd, HOST:PORT (default: start one)")
     parser.add_argument("--session-timeout", type=float, default=2.0)
     parser.add_argument("--many", type=int, default=1000, help="elections in one ha process")
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of idle CPU reading")
+    parser.add_argument("--requests", type=int, default=1000, help="requests of the client cost")
     parser.add_argument("--peers-python", default=peers_python(), help="the interpreter with tooz")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.many, args.idle = 5, min(args.many, 50), min(args.idle, 2.0)
+        args.requests = min(args.requests, 200)
     kinds = kinds_for(args.peers_python)
     chosen = [k.strip() for k in (args.kinds or ",".join(DEFAULT_KINDS)).split(",") if k.strip()]
     unknown = set(chosen) - set(kinds)
@@ -326,6 +367,9 @@ def main() -> None:
                     print(f"ha ({backend}): {args.many} elections in one process", file=sys.stderr)
                     result = many_elections(hosts, args.many, backend)
                     many.append(f"ha ({backend}), {args.many} elections on one driver: {result}")
+            if args.requests and ("ha" in results or "ha-trio" in results):
+                print(f"ha: {args.requests} requests in a row", file=sys.stderr)
+                many += client_cost(hosts, args.requests)
         finally:
             for election in elections.values():
                 election.close()
