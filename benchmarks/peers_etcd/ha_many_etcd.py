@@ -3,7 +3,11 @@
 Prints ``SETTLED <seconds> RSS <MiB> BASE <MiB>`` as ``peers_zookeeper/ha_many.py`` does: the
 time from starting every elector until each one is active, the resident memory then, and
 before the electors existed; or, if they were not all active within ``--limit`` seconds,
-``UNSETTLED`` and how far they got (an election that failed for good is counted, not raised). ``--profile FILE`` writes a cProfile of the run (asyncio only).
+``UNSETTLED`` and how far they got (an election that failed for good is counted, not raised).
+``--profile FILE`` writes a cProfile of the run (asyncio only). ``--metrics URL`` (the server's
+metrics endpoint, alone on it) adds the requests etcd served from start to settled, per
+elector: ``REQUESTS txn <n> writes <n>`` (gRPC Txn calls, and raft proposals committed: write
+transactions and lease grants and revokes; the rest of the Txn calls are reads).
 """
 
 from __future__ import annotations
@@ -11,8 +15,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import time
+import urllib.request
 
 import anyio
 
@@ -26,7 +32,20 @@ import ha  # noqa: E402
 from ha.errors import ElectionFailed  # noqa: E402
 
 
-async def main(hosts: str, count: int, session_timeout: float, limit: float) -> None:
+def served(metrics: str | None) -> tuple[int, int]:
+    """etcd's count of Txn calls and of raft proposals committed so far (0, 0: not asked)."""
+    if not metrics:
+        return 0, 0
+    with urllib.request.urlopen(metrics, timeout=5) as reply:
+        text = reply.read().decode()
+    txn = re.findall(r'grpc_server_handled_total\{[^}]*grpc_method="Txn"[^}]*\} (\d+)', text)
+    proposals = re.search(r"^etcd_server_proposals_committed_total (\d+)", text, re.M)
+    return sum(map(int, txn)), int(proposals.group(1)) if proposals else 0
+
+
+async def main(
+    hosts: str, count: int, session_timeout: float, limit: float, metrics: str | None = None
+) -> None:
     prefix = f"/many-{os.getpid()}"
     async with ha.connect(f"etcd://{hosts}{prefix}?session_timeout={session_timeout}") as driver:
         base = rss_mib()
@@ -40,6 +59,7 @@ async def main(hosts: str, count: int, session_timeout: float, limit: float) -> 
             except ElectionFailed as exc:  # counted and reported, not raised
                 failed.append(str(exc))
 
+        before = served(metrics)
         started = time.monotonic()
         async with anyio.create_task_group() as tg:
             for elector in electors:
@@ -47,6 +67,10 @@ async def main(hosts: str, count: int, session_timeout: float, limit: float) -> 
             with anyio.move_on_after(limit):
                 await counter.all_active.wait()
             settled = time.monotonic() - started
+            if metrics:
+                after = served(metrics)
+                txn, writes = ((a - b) / count for a, b in zip(after, before, strict=True))
+                print(f"REQUESTS txn {txn:.2f} writes {writes:.2f} per elector", flush=True)
             if counter.all_active.is_set():
                 print(f"SETTLED {settled:.3f} RSS {rss_mib():.1f} BASE {base:.1f}", flush=True)
             else:
@@ -67,9 +91,10 @@ if __name__ == "__main__":
     parser.add_argument("--backend", default="asyncio")
     parser.add_argument("--limit", type=float, default=60.0, help="seconds before giving up")
     parser.add_argument("--profile", help="write a cProfile of the run to this file")
+    parser.add_argument("--metrics", help="etcd's metrics URL: count the requests it served")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.ERROR)
-    run = (main, args.hosts, args.count, args.session_timeout, args.limit)
+    logging.basicConfig(level=logging.CRITICAL)  # electors stopped unsettled say so each
+    run = (main, args.hosts, args.count, args.session_timeout, args.limit, args.metrics)
     if args.profile:
         import cProfile
 

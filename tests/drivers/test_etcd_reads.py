@@ -23,7 +23,7 @@ from tests.support.backends.etcd import EtcdBackend, EtcdServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
-READERS = 200  # 600 range requests: more than one transaction's LIMIT
+READERS = 300  # 900 range requests: more than one transaction's LIMIT, in nested ones
 
 
 def _b64(text: str) -> str:

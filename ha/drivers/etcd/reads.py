@@ -5,13 +5,16 @@ read at once (hundreds of electors starting on one driver), each one's transacti
 round trip and, above all, the client's CPU for one HTTP request. Reads have no effect on the
 store, so the reads waiting when a sender is free go together in one transaction of at most
 ``LIMIT`` range requests, and each task gets its own replies and the transaction's revision:
-every read of it is made at that one revision, as each was before.
+every read of it is made at that one revision, as each was before. etcd allows 128 operations
+per level of a transaction, so past ``CHUNK`` ranges they go in nested read-only transactions
+(``request_txn``, etcd >= 3.3) of one: still one revision, and one request of the client's
+instead of one per hundred ranges (etcd's own work is the same).
 
 Senders are background tasks (``WORKERS`` of them, so that a slow reply does not hold up the
 reads behind it); a task that stops waiting (cancelled, timed out) before a sender took its
 read withdraws it (under overload, reads nobody waits for would only lengthen the queue);
-one already taken is sent and its answer dropped, which a read allows. A lost connection is every one's error; any other
-error (etcd refusing one read, say a role that grants only part of the prefix) sends each read
+one already taken is sent and its answer dropped, which a read allows. A lost connection is
+every one's error; any other error (etcd refusing one read, say a role that grants only part of the prefix) sends each read
 again on its own, so it reaches only the readers it concerns. When no sender runs (the driver
 starts or closes) the caller sends its read itself.
 """
@@ -27,22 +30,22 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ...errors import ConnectionLost
+from .batching import Waiting, closing, serve
 
 __all__ = ("ReadBatcher",)
 
-LIMIT = 100  # range requests in one transaction (etcd's default limit is 128 operations)
+LIMIT = 800  # range requests in one transaction
+CHUNK = 100  # range requests per level (etcd's default limit is 128 operations, nested ones
+# counted against what their parent leaves: 8 nested transactions of 100 fit)
 WORKERS = 4  # transactions of reads in flight at once
 
 Send = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+Reply = tuple[dict[str, Any], list[dict[str, Any]]]  # the header, a reply per range
 
 
-@dataclass
-class _Read:
-    ranges: list[dict[str, Any]]
-    done: anyio.Event = field(default_factory=anyio.Event)
-    reply: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
-    error: BaseException | None = None
-    withdrawn: bool = False  # its reader stopped waiting before a sender took it
+@dataclass(eq=False)
+class _Read(Waiting[Reply]):
+    ranges: list[dict[str, Any]] = field(default_factory=list)
 
 
 class ReadBatcher:
@@ -54,7 +57,7 @@ class ReadBatcher:
 
     async def read(self, ranges: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
         """The transaction's header and the replies to ``ranges`` (at most ``LIMIT``)."""
-        request = _Read(ranges)
+        request = _Read(ranges=ranges)
         try:
             if self._inbox is None:
                 raise anyio.ClosedResourceError
@@ -62,15 +65,7 @@ class ReadBatcher:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             reply = await self._send({"success": ranges})
             return reply.get("header") or {}, list(reply.get("responses") or [])
-        try:
-            await request.done.wait()
-        except BaseException:
-            request.withdrawn = True  # skipped if still waiting; no effect once taken
-            raise
-        if request.error is not None:
-            raise request.error
-        assert request.reply is not None
-        return request.reply
+        return await request.wait()
 
     async def run(self) -> None:
         """The senders, until cancelled; reads still waiting then fail as ConnectionLost."""
@@ -84,7 +79,7 @@ class ReadBatcher:
             self._inbox = None
             inbox.close()
             for request in _drain(outbox):
-                _fail(request, ConnectionLost("the etcd driver is closing"))
+                request.fail(closing())
             outbox.close()
 
     async def _sender(self, outbox: MemoryObjectReceiveStream[_Read]) -> None:
@@ -115,37 +110,32 @@ class ReadBatcher:
             return
         finally:
             if carried is not None:  # cancelled with it in hand: no other sender has it
-                _fail(carried, ConnectionLost("the etcd driver is closing"))
+                carried.fail(closing())
 
     async def _serve(self, batch: list[_Read]) -> None:
-        try:
-            reply = await self._send({"success": [r for read in batch for r in read.ranges]})
-        except ConnectionLost as exc:  # the request's fate, the same for every read in it
-            for read in batch:
-                _fail(read, exc)
-            return
-        except Exception as exc:
-            if len(batch) == 1:
-                _fail(batch[0], exc)
-                return
-            for read in batch:  # etcd refused one read (RBAC on its key?): each alone says
-                await self._serve([read])
-            return
-        except BaseException:  # cancelled: the driver is closing
-            for read in batch:
-                _fail(read, ConnectionLost("the etcd driver is closing"))
-            raise
-        header, replies = reply.get("header") or {}, list(reply.get("responses") or [])
-        start = 0
+        await serve(batch, self._replies)
+
+    async def _replies(self, batch: list[_Read]) -> list[Reply]:
+        """Each read's share of one transaction of them all."""
+        header, replies = await self._request([r for read in batch for r in read.ranges])
+        shares, start = [], 0
         for read in batch:
-            read.reply = header, replies[start : start + len(read.ranges)]
+            shares.append((header, replies[start : start + len(read.ranges)]))
             start += len(read.ranges)
-            read.done.set()
+        return shares
 
-
-def _fail(read: _Read, error: BaseException) -> None:
-    read.error = error
-    read.done.set()
+    async def _request(self, ranges: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
+        """One transaction of ``ranges``: its header and the replies, in order."""
+        if len(ranges) <= CHUNK:
+            reply = await self._send({"success": ranges})
+            return reply.get("header") or {}, list(reply.get("responses") or [])
+        chunks = [ranges[at : at + CHUNK] for at in range(0, len(ranges), CHUNK)]
+        reply = await self._send({"success": [{"request_txn": {"success": c}} for c in chunks]})
+        nested = [r.get("response_txn") or {} for r in reply.get("responses") or []]
+        replies = [one for txn in nested for one in txn.get("responses") or []]
+        if len(replies) != len(ranges):
+            raise ConnectionLost(f"etcd answered {len(ranges)} reads with {len(replies)}")
+        return reply.get("header") or {}, replies
 
 
 def _drain(outbox: MemoryObjectReceiveStream[_Read]) -> list[_Read]:

@@ -23,7 +23,7 @@ Why each caller's outcome is the one it would have had alone:
    operations or bytes, a put's lease not found, a key the user's role may not write): then each
    caller's transaction is sent again alone, so the error reaches only the callers it concerns.
    A lost connection leaves the outcome unknown for every caller alike, as it would have been
-   for each alone: each gets ``ConnectionLost``, and nothing is sent again.
+   for each alone: each gets ``ConnectionLost``, and nothing is sent again (``batching``).
 4. Creation numbers: nodes created by callers merged in one transaction share its revision
    (``Stat.created``). Those calls were in flight together, with no order between them; and
    sequential creates under one parent all write the parent's counter key, so they never go
@@ -50,6 +50,7 @@ from typing import Any
 import anyio
 
 from ...errors import ConnectionLost
+from .batching import Waiting, closing, serve
 
 __all__ = ("Footprint", "WriteBatcher", "footprint")
 
@@ -168,14 +169,10 @@ def _spans_meet(spans: list[Span], keys: list[bytes], spans2: list[Span]) -> boo
     return False
 
 
-@dataclass(slots=True, eq=False)  # found by identity in the queue (a withdrawal)
-class _Write:
-    body: dict[str, Any]
-    footprint: Footprint
-    taken: bool = False  # in a sender's hands: no longer withdrawn by its caller
-    done: anyio.Event = field(default_factory=anyio.Event)
-    reply: dict[str, Any] | None = None
-    error: BaseException | None = None
+@dataclass(eq=False)
+class _Write(Waiting[dict[str, Any]]):
+    body: dict[str, Any] = field(default_factory=dict)
+    footprint: Footprint = field(default_factory=Footprint)
 
 
 class WriteBatcher:
@@ -192,19 +189,10 @@ class WriteBatcher:
         found = footprint(body) if self._running else None
         if found is None:
             return await self._send(body)
-        request = _Write(body, found)
+        request = _Write(body=body, footprint=found)
         self._pending.append(request)
         self._arrived.set()
-        try:
-            await request.done.wait()
-        except BaseException:
-            if not request.taken and request in self._pending:  # withdrawn: never sent
-                self._pending.remove(request)
-            raise
-        if request.error is not None:
-            raise request.error
-        assert request.reply is not None
-        return request.reply
+        return await request.wait()
 
     async def run(self) -> None:
         """The senders, until cancelled; writes still waiting then fail as ConnectionLost."""
@@ -216,7 +204,7 @@ class WriteBatcher:
         finally:
             self._running = False
             while self._pending:
-                _fail(self._pending.popleft(), ConnectionLost("the etcd driver is closing"))
+                self._pending.popleft().fail(closing())
 
     async def _sender(self) -> None:
         while True:
@@ -225,11 +213,18 @@ class WriteBatcher:
                     self._arrived = anyio.Event()
                 await self._arrived.wait()
                 continue
-            await self._serve(self._take())
+            batch = self._take()
+            if batch:
+                await serve(batch, self._replies)
 
     def _take(self) -> list[_Write]:
         """The first waiting write and those after it that can go with it (``Footprint``,
-        ``MAX_OPS``, ``MAX_BYTES``); the others keep their place."""
+        ``MAX_OPS``, ``MAX_BYTES``); the others keep their place, the withdrawn are dropped.
+        Empty if every waiting write was withdrawn."""
+        while self._pending and self._pending[0].withdrawn:
+            self._pending.popleft()
+        if not self._pending:
+            return []
         first = self._pending.popleft()
         batch, seen, kept = [first], Footprint(), []
         seen.add(first.footprint)
@@ -237,6 +232,8 @@ class WriteBatcher:
             if len(batch) == LIMIT:
                 break
             write = self._pending.popleft()
+            if write.withdrawn:
+                continue
             fits = len(batch) + 1 + max(seen.ops, write.footprint.ops) <= MAX_OPS
             fits = fits and seen.size + write.footprint.size <= MAX_BYTES
             if fits and not seen.conflicts(write.footprint):
@@ -245,35 +242,13 @@ class WriteBatcher:
             else:
                 kept.append(write)
         self._pending.extendleft(reversed(kept))
-        for write in batch:
-            write.taken = True
         return batch
 
-    async def _serve(self, batch: list[_Write]) -> None:
-        try:
-            if len(batch) == 1:
-                replies = [await self._send(batch[0].body)]
-            else:
-                body = {"success": [{"request_txn": write.body} for write in batch]}
-                replies = _split(await self._send(body), len(batch))
-        except ConnectionLost as exc:  # the outcome unknown, the same for every caller
-            for write in batch:
-                _fail(write, exc)
-            return
-        except Exception as exc:
-            if len(batch) == 1:
-                _fail(batch[0], exc)
-                return
-            for write in batch:  # refused before anything was applied: each alone says
-                await self._serve([write])
-            return
-        except BaseException:  # cancelled: the driver is closing
-            for write in batch:
-                _fail(write, ConnectionLost("the etcd driver is closing"))
-            raise
-        for write, reply in zip(batch, replies, strict=True):
-            write.reply = reply
-            write.done.set()
+    async def _replies(self, batch: list[_Write]) -> list[dict[str, Any]]:
+        if len(batch) == 1:
+            return [await self._send(batch[0].body)]
+        body = {"success": [{"request_txn": write.body} for write in batch]}
+        return _split(await self._send(body), len(batch))
 
 
 def _split(reply: dict[str, Any], count: int) -> list[dict[str, Any]]:
@@ -283,8 +258,3 @@ def _split(reply: dict[str, Any], count: int) -> list[dict[str, Any]]:
     if len(nested) != count or any(not isinstance(r, dict) for r in nested):
         raise ConnectionLost(f"etcd answered {count} transactions in one with {reply!r:.200}")
     return [{**r, "header": header} for r in nested if isinstance(r, dict)]
-
-
-def _fail(write: _Write, error: BaseException) -> None:
-    write.error = error
-    write.done.set()
