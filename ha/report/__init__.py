@@ -1,7 +1,7 @@
 """The election journal report (``ha report``): what the journals say about each election.
 
 ``analysis`` computes it in Spark (its docstring defines intervals, failovers, gaps, overlaps
-and availability), ``render`` prints the summary table and writes the HTML page, ``synthetic``
+and availability), ``summary`` brings its small results to pandas, ``render`` prints the summary table and writes the HTML page, ``synthetic``
 generates journals with a known truth. Importing this package registers the
 ``journal.intervals`` pipeline, so the job manager can run the analysis as a job too; it does
 not import pyspark.

@@ -43,6 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..election.machine import State
 from ..errors import ConfigurationError
+from .summary import closeups as closeups_of
+from .summary import election_summary, timeline_and_epochs, to_pandas
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,10 +88,6 @@ STAGES = (
 DEFAULT_SESSION_TIMEOUT = 10.0
 MAX_OVERLAP_ROWS = 1_000
 GAP_SAMPLE = 200_000
-TIMELINE_INTERVALS = 40
-TIMELINE_ELECTIONS = 6
-EPOCH_POINTS = 4_000
-CLOSEUPS = 4
 
 
 def journal_schema() -> Any:
@@ -133,36 +131,57 @@ def _expand(paths: Sequence[str]) -> list[str]:
     return found
 
 
+def flag_states(events: DataFrame) -> DataFrame:
+    """The columns the intervals need, the states as two flags: ``departs`` (1 when the record
+    leaves ``active``) and ``enters`` (it enters ``active``). Narrower rows than two strings
+    for the shuffles and sorts; ``cause`` and ``valid`` are kept when present."""
+    from pyspark.sql import functions as F
+
+    return events.select(
+        "election", "identity", "ts", "epoch",
+        (F.col("from") == "active").cast("int").alias("departs"),
+        (F.col("to") == "active").alias("enters"),
+        *[name for name in ("cause", "valid") if name in events.columns],
+    )  # fmt: skip
+
+
+def holder_order() -> list[Any]:
+    """Each holder's records in order: election, identity, ts, and at equal times a departure
+    first (it closes the interval it belongs to). ``analyze`` sorts its cache so, and the
+    intervals' first window then sorts nothing."""
+    from pyspark.sql import functions as F
+
+    return [F.col("election"), F.col("identity"), F.col("ts"), F.desc("departs")]
+
+
 def leadership_intervals(
-    events: DataFrame, session_timeout: float = DEFAULT_SESSION_TIMEOUT
+    events: DataFrame,
+    session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+    *,
+    span: DataFrame | None = None,
 ) -> DataFrame:
     """One row per leadership interval: election, identity, start, end, epoch, end_kind.
 
-    ``session_timeout`` (seconds) dates the end of an active that recorded no leaving (see the
-    module's docstring).
+    ``events`` are records (``from``/``to``) or already ``flag_states``'d. ``session_timeout``
+    (seconds) dates the end of an active that recorded no leaving (see the module's
+    docstring). ``span``, when the caller knows it: election, election_end (its last record).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     if session_timeout < 0:
         raise ConfigurationError(f"session_timeout must be >= 0 seconds, got {session_timeout}")
-    span = events.groupBy("election").agg(F.max("ts").alias("election_end"))
-    # At equal times a departure sorts first: it closes the interval it belongs to.
-    departs = (F.col("from") == "active").cast("int")
-    by_holder = Window.partitionBy("election", "identity").orderBy("ts", F.desc("departs"))
-    # The states as two flags before the shuffle and sorts: narrower rows than two strings.
-    flagged = events.select(
-        "election", "identity", "ts", "epoch",
-        departs.alias("departs"),
-        (F.col("to") == "active").alias("enters"),
-        *(["cause"] if "cause" in events.columns else []),
-    )  # fmt: skip
+    flagged = events if "enters" in events.columns else flag_states(events)
+    if span is None:
+        span = flagged.groupBy("election").agg(F.max("ts").alias("election_end"))
+    order = holder_order()
+    by_holder = Window.partitionBy(*order[:2]).orderBy(*order[2:])
     entries = flagged.select(
         "*",
         F.lead("ts").over(by_holder).alias("next_ts"),
         F.lead("departs").over(by_holder).alias("next_departs"),
         # the cause only when given: the report drops it, as it shows none
-        (F.lead("cause").over(by_holder) if "cause" in events.columns else F.lit(None))
+        (F.lead("cause").over(by_holder) if "cause" in flagged.columns else F.lit(None))
         .cast("string")
         .alias("next_cause"),
     ).where("enters")
@@ -284,62 +303,53 @@ def analyze(
     the end of a killed active (see the module's docstring). ``on_stage(name)`` is called as
     each of ``STAGES`` starts (``progress`` shows them)."""
     from pyspark import StorageLevel
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    if session_timeout < 0:
+        raise ConfigurationError(f"session_timeout must be >= 0 seconds, got {session_timeout}")
     stage = on_stage or (lambda name: None)
     started = time.perf_counter()
     stage(STAGES[0])
-    # Read once: everything below works on this cache, without the causes nothing shows.
-    records = read_journals(spark, paths).drop("cause").persist(StorageLevel.MEMORY_AND_DISK)
-    read = records.count()  # fills the cache: the JSON is parsed here, and only here
-    events = records.where("valid").drop("valid")
-    swept = sweep(leadership_intervals(events, session_timeout)).persist(
-        StorageLevel.MEMORY_AND_DISK
+    # Read once (the JSON is parsed here and only here), the states as flags, without the
+    # causes nothing shows. Partitioned by election: every window and aggregation below is
+    # per election, so none shuffles again; sorted for the holders' window, which then sorts
+    # nothing.
+    records = (
+        flag_states(read_journals(spark, paths).drop("cause"))
+        .repartition(_partitions(spark), "election")
+        .sortWithinPartitions(*holder_order())
+        .persist(StorageLevel.MEMORY_AND_DISK)
     )
+    swept: DataFrame | None = None
     try:
-        stage(STAGES[1])
-        per_election = events.groupBy("election").agg(
-            F.count(F.lit(1)).alias("events"),
-            F.countDistinct("identity").alias("identities"),
-            F.min("ts").alias("first_ts"),
-            F.max("ts").alias("last_ts"),
-        )
-        per_interval = swept.groupBy("election").agg(
-            F.count(F.lit(1)).alias("intervals"),
-            F.sum((F.col("end_kind") == "open").cast("int")).alias("open_intervals"),
-            F.sum(F.col("end_kind").isin("restarted", "superseded").cast("int")).alias("unclosed"),
-            F.sum((F.col("kind") == "failover").cast("int")).alias("failovers"),
-            F.count("gap").alias("known_gaps"),
-            F.coalesce(F.sum(F.col("crash").cast("int")), F.lit(0)).alias("crashes"),
-            F.percentile_approx("gap", 0.5, 10_000).alias("gap_p50"),
-            F.percentile_approx("gap", 0.9, 10_000).alias("gap_p90"),
-            F.max("gap").alias("gap_max"),
-            F.count("overlap").alias("overlaps"),
-            F.coalesce(F.sum("overlap"), F.lit(0.0)).alias("overlap_s"),
-            F.sum("covered").alias("covered_s"),
-            F.min("epoch").alias("first_epoch"),
-            F.max("epoch").alias("last_epoch"),
-            F.sum((~F.col("epoch_ok")).cast("int")).alias("epoch_violations"),
-        )
-        # Not in the aggregation above: with a DISTINCT there, Spark plans percentile_approx so
-        # badly that 200k events took 60 s instead of 0.5 s.
-        distinct_epochs = swept.groupBy("election").agg(
-            F.countDistinct("epoch").alias("distinct_epochs")
-        )
-        span = F.col("last_ts") - F.col("first_ts")
-        summary: pd.DataFrame = (
-            per_election.join(per_interval, "election", "left")
-            .join(distinct_epochs, "election", "left")
-            .select(
-                "*",
-                span.alias("span_s"),
-                F.when(span > 0, F.coalesce("covered_s", F.lit(0.0)) / span).alias("availability"),
-                F.when(span > 0, F.col("events") / (span / 3600)).alias("transitions_per_hour"),
+        # Filling the cache counts each holder's records too: the summary's first columns.
+        holders = to_pandas(
+            records.groupBy("valid", "election", "identity").agg(
+                F.count(F.lit(1)).alias("events"),
+                F.min("ts").alias("first_ts"),
+                F.max("ts").alias("last_ts"),
             )
-            .orderBy("election")
-            .toPandas()
         )
+        read = int(holders["events"].sum())
+        per_election = (
+            holders[holders["valid"].astype(bool)]
+            .groupby("election", as_index=False)
+            .agg(
+                events=("events", "sum"),
+                identities=("identity", "nunique"),
+                first_ts=("first_ts", "min"),
+                last_ts=("last_ts", "max"),
+            )
+        )
+        stage(STAGES[1])
+        span = spark.createDataFrame(
+            list(zip(per_election["election"], per_election["last_ts"].astype(float), strict=True)),
+            "election string, election_end double",
+        )
+        events = records.where("valid").drop("valid")
+        intervals = leadership_intervals(events, session_timeout, span=span)
+        swept = sweep(intervals).persist(StorageLevel.MEMORY_AND_DISK)
+        summary = election_summary(per_election, swept)
         total = int(summary["events"].sum())
         stage(STAGES[2])
         overlap_rows = swept.where(F.col("kind") == "overlap").select(
@@ -352,46 +362,27 @@ def analyze(
             (F.col("start") + F.col("overlap")).alias("end"),
             "overlap",
         )
-        overlaps: pd.DataFrame = (
-            overlap_rows.orderBy("election", "start").limit(MAX_OVERLAP_ROWS).toPandas()
-        )
+        overlaps = to_pandas(overlap_rows.orderBy("election", "start").limit(MAX_OVERLAP_ROWS))
         overlap_count = int(summary["overlaps"].fillna(0).sum())
         failovers = swept.where(F.col("gap").isNotNull())  # every failover
         total_failovers = int(summary["known_gaps"].fillna(0).sum())
         if total_failovers > GAP_SAMPLE:
             failovers = failovers.sample(fraction=GAP_SAMPLE / total_failovers, seed=1)
-        gaps: pd.DataFrame = failovers.select("election", "gap").toPandas()
+        gaps = to_pandas(failovers.select("election", "gap"))
         stage(STAGES[3])
         # Minutes for a journal of a few hours, hours beyond: enough points for a line.
         observed = float(summary["last_ts"].max() - summary["first_ts"].min()) if total else 0.0
         bucket = 3600.0 if observed >= 6 * 3600 else 60.0
-        rates: pd.DataFrame = (
-            events.groupBy("election", (F.floor(F.col("ts") / bucket) * bucket).alias("bucket"))
-            .agg(F.count(F.lit(1)).alias("transitions"))
-            .orderBy("election", "bucket")
-            .toPandas()
-        )
-        busiest = list(summary.sort_values("events", ascending=False)["election"])
-        busiest = busiest[:TIMELINE_ELECTIONS]
-        by_start = Window.partitionBy("election").orderBy("start", "identity")
-        numbered = swept.where(F.col("election").isin(*busiest)).select(
-            "election", "identity", "start", "end", "epoch", "kind", "end_kind",
-            F.row_number().over(by_start).alias("n"),
-            F.count(F.lit(1)).over(Window.partitionBy("election")).alias("of"),
-        )  # fmt: skip
-        timeline: pd.DataFrame = (
-            numbered.where(F.col("n") <= TIMELINE_INTERVALS).drop("of").toPandas()
-        )
-        stride = F.greatest(F.lit(1), F.ceil(F.col("of") / EPOCH_POINTS))
-        epochs: pd.DataFrame = (
-            numbered.where((F.col("n") - 1) % stride == 0)
-            .select("election", "start", "epoch")
-            .orderBy("election", "start")
-            .toPandas()
-        )
-        closeups = _closeups(swept, overlaps)
+        rates = to_pandas(
+            events.groupBy(
+                "election", (F.floor(F.col("ts") / bucket) * bucket).alias("bucket")
+            ).agg(F.count(F.lit(1)).alias("transitions"))
+        ).sort_values(["election", "bucket"], ignore_index=True)
+        timeline, epochs = timeline_and_epochs(swept, summary)
+        closeups = closeups_of(swept, overlaps)
     finally:
-        swept.unpersist()
+        if swept is not None:
+            swept.unpersist()
         records.unpersist()
     return JournalReport(
         summary=summary,
@@ -410,23 +401,8 @@ def analyze(
     )
 
 
-def _closeups(swept: DataFrame, overlaps: pd.DataFrame) -> pd.DataFrame:
-    """The intervals around each of the first overlaps, so a plot can show them up close."""
-    import pandas as pd
-    from pyspark.sql import functions as F
-
-    frames = []
-    for n, row in enumerate(overlaps.head(CLOSEUPS).to_dict("records")):
-        pad = max(10 * float(row["overlap"]), 5.0)
-        lo, hi = float(row["start"]) - pad, float(row["end"]) + pad
-        near = swept.where(
-            (F.col("election") == row["election"]) & (F.col("start") < hi) & (F.col("end") > lo)
-        )
-        frame: pd.DataFrame = near.select(
-            "election", "identity", "start", "end", "epoch", "kind"
-        ).toPandas()
-        frame["closeup"] = n
-        frame["lo"], frame["hi"] = lo, hi
-        frame["ov_start"], frame["ov_end"] = float(row["start"]), float(row["end"])
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+def _partitions(spark: SparkSession) -> int:
+    """How many partitions the elections hash to: several per core, so that a few busy
+    elections still spread over the cores."""
+    configured = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
+    return max(configured, 4 * spark.sparkContext.defaultParallelism)

@@ -1,0 +1,114 @@
+"""What of the report reaches the driver: small pandas frames from the swept intervals.
+
+``analyze`` (``analysis``) reads the journals and sweeps the intervals in Spark; this module
+asks Spark for the per-election summary and the plots' data, each a query over the cached,
+swept intervals (partitioned by election, so none shuffles), and shapes them in pandas.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame
+
+__all__ = ("closeups", "election_summary", "timeline_and_epochs", "to_pandas")
+
+TIMELINE_INTERVALS = 40
+TIMELINE_ELECTIONS = 6
+EPOCH_POINTS = 4_000
+CLOSEUPS = 4
+
+
+def to_pandas(frame: DataFrame) -> pd.DataFrame:
+    result: pd.DataFrame = frame.toPandas()
+    return result
+
+
+def election_summary(per_election: pd.DataFrame, swept: DataFrame) -> pd.DataFrame:
+    """One row per election, by name: per_election's counts, then the swept intervals'."""
+    from pyspark.sql import functions as F
+
+    per_interval = swept.groupBy("election").agg(
+        F.count(F.lit(1)).alias("intervals"),
+        F.sum((F.col("end_kind") == "open").cast("int")).alias("open_intervals"),
+        F.sum(F.col("end_kind").isin("restarted", "superseded").cast("int")).alias("unclosed"),
+        F.sum((F.col("kind") == "failover").cast("int")).alias("failovers"),
+        F.count("gap").alias("known_gaps"),
+        F.coalesce(F.sum(F.col("crash").cast("int")), F.lit(0)).alias("crashes"),
+        F.percentile_approx("gap", 0.5, 10_000).alias("gap_p50"),
+        F.percentile_approx("gap", 0.9, 10_000).alias("gap_p90"),
+        F.max("gap").alias("gap_max"),
+        F.count("overlap").alias("overlaps"),
+        F.coalesce(F.sum("overlap"), F.lit(0.0)).alias("overlap_s"),
+        F.sum("covered").alias("covered_s"),
+        F.min("epoch").alias("first_epoch"),
+        F.max("epoch").alias("last_epoch"),
+        F.sum((~F.col("epoch_ok")).cast("int")).alias("epoch_violations"),
+    )
+    # Not in the aggregation above: with a DISTINCT there, Spark plans percentile_approx so
+    # badly that 200k events took 60 s instead of 0.5 s.
+    distinct_epochs = swept.groupBy("election").agg(
+        F.countDistinct("epoch").alias("distinct_epochs")
+    )
+    summary = per_election.merge(to_pandas(per_interval), on="election", how="left").merge(
+        to_pandas(distinct_epochs), on="election", how="left"
+    )
+    span = summary["last_ts"] - summary["first_ts"]
+    summary["span_s"] = span
+    summary["availability"] = (summary["covered_s"].fillna(0.0) / span).where(span > 0)
+    summary["transitions_per_hour"] = (summary["events"] / (span / 3600)).where(span > 0)
+    return summary.sort_values("election", ignore_index=True)
+
+
+def timeline_and_epochs(
+    swept: DataFrame, summary: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The busiest elections' first intervals, and their epochs thinned to EPOCH_POINTS each,
+    in one pass over their intervals in start order."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    busiest = summary.sort_values("events", ascending=False).head(TIMELINE_ELECTIONS)
+    stride = F.lit(1)  # every interval's epoch when an election has few
+    for name, count in zip(busiest["election"], busiest["intervals"].fillna(0), strict=True):
+        stride = F.when(
+            F.col("election") == name, max(1, math.ceil(count / EPOCH_POINTS))
+        ).otherwise(stride)
+    by_start = Window.partitionBy("election").orderBy("start", "identity")
+    numbered = swept.where(F.col("election").isin(*busiest["election"])).select(
+        "election", "identity", "start", "end", "epoch", "kind", "end_kind",
+        F.row_number().over(by_start).alias("n"),
+    )  # fmt: skip
+    first = F.col("n") <= TIMELINE_INTERVALS
+    sampled = (F.col("n") - 1) % stride == 0
+    rows = to_pandas(
+        numbered.where(first | sampled).select("*", first.alias("first"), sampled.alias("sampled"))
+    ).sort_values(["election", "n"], ignore_index=True)
+    timeline = rows[rows["first"]].drop(columns=["first", "sampled"]).reset_index(drop=True)
+    epochs = rows.loc[rows["sampled"], ["election", "start", "epoch"]]
+    return timeline, epochs.sort_values(["election", "start"], ignore_index=True)
+
+
+def closeups(swept: DataFrame, overlaps: pd.DataFrame) -> pd.DataFrame:
+    """The intervals around each of the first overlaps, so a plot can show them up close."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    frames = []
+    for n, row in enumerate(overlaps.head(CLOSEUPS).to_dict("records")):
+        pad = max(10 * float(row["overlap"]), 5.0)
+        lo, hi = float(row["start"]) - pad, float(row["end"]) + pad
+        near = swept.where(
+            (F.col("election") == row["election"]) & (F.col("start") < hi) & (F.col("end") > lo)
+        )
+        frame: pd.DataFrame = near.select(
+            "election", "identity", "start", "end", "epoch", "kind"
+        ).toPandas()
+        frame["closeup"] = n
+        frame["lo"], frame["hi"] = lo, hi
+        frame["ov_start"], frame["ov_end"] = float(row["start"]), float(row["end"])
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
