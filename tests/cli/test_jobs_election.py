@@ -122,6 +122,16 @@ def members(doc: dict[str, Any]) -> dict[str, str]:
     return {m["identity"]: m["state"] for m in doc["members"]}
 
 
+def status_once(env: dict[str, str], expected: dict[str, str]) -> dict[str, Any]:
+    """``ha status --json`` once its member nodes say ``expected`` (they are written just
+    after the job managers' own events: usually at the first reading)."""
+    deadline = time.monotonic() + 20
+    while members(doc := status(env)) != expected:
+        assert time.monotonic() < deadline, f"members {members(doc)}, not {expected}"
+        time.sleep(0.05)
+    return doc
+
+
 def test_ha_status_and_ha_failover_on_the_job_managers_election(
     tmp_path: Path, managers: tuple[dict[str, str], list[Manager]]
 ) -> None:
@@ -135,8 +145,7 @@ def test_ha_status_and_ha_failover_on_the_job_managers_election(
     wait_until(lambda: jm2.state == "standby", "jm-2 standby")
 
     # ha status: the queue (the active first), and each job manager's member node
-    wait_until(lambda: members(status(env)) == {"jm-1": "active", "jm-2": "standby"}, "members")
-    doc = status(env)
+    doc = status_once(env, {"jm-1": "active", "jm-2": "standby"})
     assert doc["active"] == "jm-1"
     assert [c["identity"] for c in doc["contenders"]] == ["jm-1", "jm-2"]
     shown = ha("status", PATH, env=env)
@@ -147,9 +156,9 @@ def test_ha_status_and_ha_failover_on_the_job_managers_election(
     moved = ha("failover", PATH, "--cooldown", "1", "--confirm", "0.5", env=env, timeout=60)
     assert moved.returncode == 0, moved.stdout + moved.stderr
     assert jm2.state == "active" and "spark_ready" in jm2.events()
-    doc = status(env)
+    wait_until(lambda: jm1.state == "standby", "jm-1 back after its cooldown")
+    doc = status_once(env, {"jm-1": "standby", "jm-2": "active"})
     assert doc["active"] == "jm-2"
-    wait_until(lambda: members(status(env)) == {"jm-1": "standby", "jm-2": "active"}, "jm-1 back")
-    assert [c["identity"] for c in status(env)["contenders"]] == ["jm-2", "jm-1"]
+    assert [c["identity"] for c in doc["contenders"]] == ["jm-2", "jm-1"]
     # nothing was fenced: a graceful handover
     assert "neutral" in jm1.events() and jm1.process.poll() is None
