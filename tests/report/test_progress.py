@@ -25,3 +25,15 @@ def test_the_terminal_bar_leaves_no_stage_lines_behind() -> None:
         on_stage("read")
         on_stage("sweep")
     assert "ha report:" not in out.getvalue()  # transient: the table takes its place
+
+
+def test_steps_told_when_done_carry_the_commands_label() -> None:
+    # ha demo --pipeline tells each batch once it is committed, as ha demo.
+    out = io.StringIO()
+    with stage_progress(2, terminal=False, stream=out, label="ha demo", finished=True) as done:
+        done("demo: batch 0 committed on jm-1")
+        done("demo: batch 1 committed on jm-2")
+    assert out.getvalue().splitlines() == [
+        "ha demo: [1/2] demo: batch 0 committed on jm-1",
+        "ha demo: [2/2] demo: batch 1 committed on jm-2",
+    ]
