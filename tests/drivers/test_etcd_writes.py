@@ -3,7 +3,8 @@ transactions (ha/drivers/etcd/writes.py) and each caller still gets the outcome 
 had alone: a failing compare fails only its caller, transactions that touch each other's keys
 never go together (two checks on keys the other one writes: exactly one may win), a merged
 transaction that etcd refuses as a whole is sent again caller by caller, and a caller that
-gives up before its request is sent withdraws it (writes and reads alike).
+gives up before its request is sent withdraws it (writes and reads alike). ``ensure_path`` is
+one round trip.
 
 Requests are counted by the server (etcd's ``grpc_server_handled_total`` for Txn) or by the
 send function handed to a ``WriteBatcher``. Every test runs under asyncio and trio against a
@@ -23,7 +24,7 @@ from ha.drivers.etcd.gateway import Gateway
 from ha.drivers.etcd.reads import ReadBatcher
 from ha.drivers.etcd.settings import Settings
 from ha.drivers.etcd.writes import WORKERS, WriteBatcher, footprint
-from ha.errors import BadVersion, SessionExpired, TransactionFailed
+from ha.errors import BadVersion, NoNode, SessionExpired, TransactionFailed
 from tests.drivers.test_etcd_reads import transactions
 from tests.support.backends.etcd import EtcdBackend
 
@@ -109,6 +110,29 @@ async def test_writes_that_check_what_the_other_writes_never_both_win(
     both = [number for number in range(pairs) if won[number, "a"] and won[number, "b"]]
     neither = [n for n in range(pairs) if not won[n, "a"] and not won[n, "b"]]
     assert both == [] and neither == [], (both, neither)
+
+
+async def test_ensure_path_is_one_round_trip(etcd_backend: EtcdBackend) -> None:
+    async with etcd_backend.driver() as driver:
+        await driver.create("/a", b"kept")
+        before = transactions(etcd_backend)
+        await driver.ensure_path("/a/b/c/d")
+        sent = transactions(etcd_backend) - before
+        assert (await driver.get("/a"))[0] == b"kept"
+        for path in ("/a/b", "/a/b/c", "/a/b/c/d"):
+            data, stat = await driver.get(path)
+            assert (data, stat.version, stat.ephemeral_owner) == (b"", 0, None), path
+    assert sent == 1, f"ensure_path of 3 missing levels took {sent} transactions"
+
+
+async def test_ensure_path_below_an_ephemeral_node_fails_as_a_create_does(
+    etcd_backend: EtcdBackend,
+) -> None:
+    async with etcd_backend.driver() as driver:
+        await driver.create("/e", ephemeral=True)
+        with pytest.raises(NoNode, match="ephemeral"):
+            await driver.ensure_path("/e/x/y")
+        assert await driver.children("/e") == []
 
 
 class _Held:
