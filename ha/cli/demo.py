@@ -98,6 +98,7 @@ def _pipeline_demo(opts: Options, rounds: int, workdir: str | None) -> None:
     import tempfile
 
     from ..pipeline.demo import run_pipeline_demo
+    from ..report.progress import stage_progress
 
     if rounds > 2:
         raise UsageFailure("--pipeline kills the active at most twice (--rounds 1 or 2)")
@@ -109,11 +110,16 @@ def _pipeline_demo(opts: Options, rounds: int, workdir: str | None) -> None:
 
     need_spark("`ha demo --pipeline`")
 
+    def progress(total: int) -> Any:  # each committed batch: a bar on a terminal, else a line
+        return stage_progress(total, label="ha demo", finished=True)
+
     def run_in(directory: str) -> Any:
         say(f"pipeline demo in {directory}")
         return run(
             opts,
-            lambda: run_pipeline_demo(directory, kills=rounds, processes=3, say=say),
+            lambda: run_pipeline_demo(
+                directory, kills=rounds, processes=3, say=say, progress=progress
+            ),
             spark=True,
         )
 

@@ -437,3 +437,10 @@ def test_demo_pipeline_end_to_end(tmp_path: Path) -> None:
     assert float(found.group(1)) < 30
     assert "Traceback" not in result.stderr
     assert list(scratch.iterdir()) == []  # the temporary directory is gone
+    # Progress on stderr, a pipe here: one plain line per committed batch, the job's in order
+    # and then the reference run's.
+    told = [line for line in result.stderr.splitlines() if line.startswith("ha demo: [")]
+    steps = [("demo", b) for b in range(8)] + [("reference", b) for b in range(8)]
+    assert [re.sub(r" on jm-\d$", "", line) for line in told] == [
+        f"ha demo: [{n + 1}/16] {job}: batch {b} committed" for n, (job, b) in enumerate(steps)
+    ], result.stderr
