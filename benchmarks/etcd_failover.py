@@ -180,23 +180,31 @@ def idle_cost(elections: dict[str, Election], seconds: float, server: int | None
     return costs
 
 
-def many_elections(hosts: str, count: int, backend: str) -> str:
-    """``ha``: one process holding ``count`` elections on one driver; settle time and memory."""
+def many_elections(hosts: str, count: int, backend: str, metrics: str | None) -> str:
+    """``ha``: one process holding ``count`` elections on one driver; settle time and memory,
+    and with ``metrics`` (the server started here) the requests etcd served per elector."""
     done = subprocess.run(
         [sys.executable, str(PEERS / "ha_many_etcd.py"), "--hosts", hosts, "--count", str(count)]
-        + ["--backend", backend],
+        + ["--backend", backend]
+        + (["--metrics", metrics] if metrics else []),
         capture_output=True,
         text=True,
         timeout=300,
         cwd=PEERS,
     )
-    words = done.stdout.split()
+    lines = done.stdout.strip().splitlines()
+    requests = ""
+    if lines and lines[0].startswith("REQUESTS "):
+        txn, writes = (float(w) for w in lines.pop(0).split()[2:5:2])
+        requests = f"; etcd served {txn:.2f} Txn per elector ({writes:.2f} writes)"
+    words = lines[-1].split() if lines else []
     if words[:1] == ["UNSETTLED"]:
-        return done.stdout.strip().removeprefix("UNSETTLED ")
+        return lines[-1].removeprefix("UNSETTLED ") + requests
     if done.returncode or len(words) < 6:
         return f"failed: {done.stderr.strip()[-300:]}"
     settled, rss, base = float(words[1]), float(words[3]), float(words[5])
-    return f"settled in {settled:.2f} s, RSS {rss:.0f} MiB ({rss - base:+.0f} MiB for the electors)"
+    memory = f"RSS {rss:.0f} MiB ({rss - base:+.0f} MiB for the electors)"
+    return f"settled in {settled:.2f} s, {memory}{requests}"
 
 
 def client_cost(hosts: str, count: int) -> list[str]:
@@ -233,7 +241,8 @@ def client_cost(hosts: str, count: int) -> list[str]:
     return lines
 
 
-def start_server() -> tuple[str, int, Callable[[], None]]:
+def start_server() -> tuple[str, int, str, Callable[[], None]]:
+    """A server on loopback: its hosts, pid, metrics URL and how to remove it."""
     sys.path.insert(0, str(ROOT))
     from tests.support.backends.etcd import EtcdServer, missing_reason
 
@@ -243,7 +252,8 @@ def start_server() -> tuple[str, int, Callable[[], None]]:
     server = EtcdServer(timers=TIMERS)
     server.start()
     assert server.process is not None
-    return server.hosts, server.process.pid, server.remove
+    metrics = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    return server.hosts, server.process.pid, metrics, server.remove
 
 
 # --- the table --------------------------------------------------------------------------------
@@ -328,9 +338,9 @@ def main() -> None:
     many: list[str] = []
     with tempfile.TemporaryDirectory(prefix="etcd-failover-") as tmp:
         stop: Callable[[], None] = lambda: None  # noqa: E731
-        hosts, server = args.hosts, None
+        hosts, server, metrics = args.hosts, None, None
         if not hosts:
-            hosts, server, stop = start_server()
+            hosts, server, metrics, stop = start_server()
         elections: dict[str, Election] = {}
         observer = Observer(hosts)
         try:
@@ -365,7 +375,7 @@ def main() -> None:
             for key, backend in (("ha", "asyncio"), ("ha-trio", "trio")):
                 if key in results and args.many:
                     print(f"ha ({backend}): {args.many} elections in one process", file=sys.stderr)
-                    result = many_elections(hosts, args.many, backend)
+                    result = many_elections(hosts, args.many, backend, metrics)
                     many.append(f"ha ({backend}), {args.many} elections on one driver: {result}")
             if args.requests and ("ha" in results or "ha-trio" in results):
                 print(f"ha: {args.requests} requests in a row", file=sys.stderr)
