@@ -77,7 +77,8 @@ def timeline_and_epochs(
         stride = F.when(
             F.col("election") == name, max(1, math.ceil(count / EPOCH_POINTS))
         ).otherwise(stride)
-    by_start = Window.partitionBy("election").orderBy("start", "identity")
+    # The sweep's order, which the cache keeps: numbering them sorts nothing.
+    by_start = Window.partitionBy("election").orderBy("start", "end", "identity")
     numbered = swept.where(F.col("election").isin(*busiest["election"])).select(
         "election", "identity", "start", "end", "epoch", "kind", "end_kind",
         F.row_number().over(by_start).alias("n"),
