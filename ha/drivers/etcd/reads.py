@@ -17,6 +17,10 @@ one already taken is sent and its answer dropped, which a read allows. A lost co
 every one's error; any other error (etcd refusing one read, say a role that grants only part of the prefix) sends each read
 again on its own, so it reaches only the readers it concerns. When no sender runs (the driver
 starts or closes) the caller sends its read itself.
+
+A range may carry its own revision (the watch's reads do): the transaction's revision is then
+that of the others. etcd refuses a whole transaction with a compacted revision in it, so, as
+for any refusal, each read is sent again alone and only the pinned one fails.
 """
 
 from __future__ import annotations
@@ -63,8 +67,7 @@ class ReadBatcher:
                 raise anyio.ClosedResourceError
             self._inbox.send_nowait(request)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            reply = await self._send({"success": ranges})
-            return reply.get("header") or {}, list(reply.get("responses") or [])
+            return await self._request(ranges)
         return await request.wait()
 
     async def run(self) -> None:

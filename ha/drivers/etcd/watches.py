@@ -12,8 +12,12 @@ after the last one it read. If that revision was compacted away, or etcd cancels
 for any reason, every subscribed path is read again and compared with what was last known of
 it (its creation and its last write): the difference becomes the events, coalesced but never
 lost, in the order of the paths' last writes, deletions last (they leave no revision to order
-them by). What is known of a path starts with a read at the revision its events had reached when
-it was subscribed.
+them by). What is known of a path starts with a read at the revision the delivered events had
+reached: every path subscribed and not yet read goes in that one read (hundreds of electors
+starting together cost one request, not one each, and the events wait for one read, not for
+hundreds). A path read before its turn in the queue is still right: its baseline is the
+revision of the events delivered so far, and every later event reaches it. The watch's reads go
+through the driver's read batcher, with each range pinned to that revision.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from ...errors import ConnectionLost, DriverError
 from ..base import NodeEvent, NodeEventKind
 from .gateway import Compacted
 from .keys import Incarnation, b64, kv_int, unb64
-from .mapping import Reads, Snapshot, get, node_of
+from .mapping import get, node_of
+from .reads import LIMIT
 from .session import EtcdSession
 
 __all__ = ("Watches",)
@@ -50,6 +55,7 @@ class Watches(EtcdSession):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._seen: dict[str, Any] = {}  # subscribed path -> Seen, or _UNKNOWN
+        self._unread: dict[str, None] = {}  # the paths _UNKNOWN in _seen, in subscribing order
         self._read_revision = 0  # the last revision the reader received
         self._done_revision = 0  # the last revision whose events were delivered
         self._inbox: MemoryObjectSendStream[tuple[str, Any]] | None = None
@@ -63,11 +69,13 @@ class Watches(EtcdSession):
 
     def _watch_started(self, path: str) -> None:
         self._seen[path] = _UNKNOWN
+        self._unread[path] = None
         if self._inbox is not None:
             self._inbox.send_nowait(("subscribed", path))
 
     def _watch_stopped(self, path: str) -> None:
         self._seen.pop(path, None)
+        self._unread.pop(path, None)
 
     def _restart_watch(self) -> None:
         self._stop_stream.set()
@@ -174,7 +182,7 @@ class Watches(EtcdSession):
             elif kind == "progress":
                 self._done_revision = max(self._done_revision, item)
             elif kind == "subscribed":
-                await self._first_read(item)
+                await self._first_read()  # of every path waiting then: later messages find none
             else:
                 await self._resync()
                 self._resynced.set()
@@ -217,33 +225,44 @@ class Watches(EtcdSession):
                 self._emit(NodeEvent(path, kind))
 
     async def _read(self, paths: list[str], revision: int) -> tuple[int, list[Seen]]:
-        """What etcd holds at ``paths`` at ``revision`` (0: now), and the revision read."""
-        reads = Reads()
-        for path in paths:
-            reads.node(path, self.space)
-        requests = reads.requests(self.space) or [get(self.space.start, count_only=True)]
-        revision, replies = await self._ranges(requests, revision, own=True)
-        snap = Snapshot.of(reads, self.space, revision, replies)
+        """What etcd holds at ``paths`` at ``revision`` (0: now), and the revision read: a path's
+        node and incarnation record, in as few transactions of the read batcher as it takes, all
+        at the revision of the first."""
+        space = self.space
+        keys = [key for path in paths for key in (space.node(path), space.incarnation(path))]
+        ranges = [get(key) for key in keys] or [get(space.start, count_only=True)]
+        replies: list[dict[str, Any]] = []
+        for first in range(0, len(ranges), LIMIT):
+            batch = ranges[first : first + LIMIT]
+            if revision:
+                batch = [_at(revision, r) for r in batch]
+            header, responses = await self._reads.read(batch)
+            revision = revision or int(header.get("revision") or 0)
+            replies += [r.get("response_range") or {} for r in responses]
         seen: list[Seen] = []
-        for path in paths:
-            kv = snap.kvs[self.space.node(path)]
-            node = node_of(path, kv, snap.kvs[self.space.incarnation(path)])
+        for index, path in enumerate(paths):
+            kv, record = (_first(reply) for reply in replies[2 * index : 2 * index + 2])
+            node = node_of(path, kv, record)
             seen.append(None if node is None or kv is None else (node.created, _mod(kv)))
         return revision, seen
 
-    async def _first_read(self, path: str) -> None:
-        """What is known of a newly subscribed path: as of the events delivered so far."""
-        while self._seen.get(path) is _UNKNOWN:
+    async def _first_read(self) -> None:
+        """What is known of the paths subscribed and not yet read: as of the events delivered
+        so far (no event is delivered meanwhile), in one read of them all."""
+        while self._unread:
+            paths = list(self._unread)
             try:
                 try:
-                    _, (seen,) = await self._read([path], self._done_revision)
+                    _, found = await self._read(paths, self._done_revision)
                 except Compacted:  # far behind: from now (a change meanwhile may go unseen)
-                    _, (seen,) = await self._read([path], 0)
+                    _, found = await self._read(paths, 0)
             except DriverError:
                 await anyio.sleep(0.05)
                 continue
-            if self._seen.get(path) is _UNKNOWN:
-                self._seen[path] = seen
+            for path, seen in zip(paths, found, strict=True):
+                if path in self._unread:  # not unsubscribed meanwhile
+                    self._seen[path] = seen
+                    del self._unread[path]
 
     async def _resync(self) -> None:
         """Read every subscribed path again and report what changed since it was last known."""
@@ -264,6 +283,7 @@ class Watches(EtcdSession):
             if path not in self._seen:
                 continue
             self._seen[path] = now
+            self._unread.pop(path, None)
             if before is _UNKNOWN or before == now:
                 continue
             if before is None:
@@ -283,3 +303,13 @@ class Watches(EtcdSession):
 
 def _mod(kv: dict[str, Any]) -> int:
     return kv_int(kv, "mod_revision")
+
+
+def _first(reply: dict[str, Any]) -> dict[str, Any] | None:
+    found: list[dict[str, Any]] = reply.get("kvs") or []
+    return found[0] if found else None
+
+
+def _at(revision: int, request: dict[str, Any]) -> dict[str, Any]:
+    """A range request made at ``revision``."""
+    return {"request_range": {**request["request_range"], "revision": str(revision)}}
