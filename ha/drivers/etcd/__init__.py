@@ -4,9 +4,11 @@ Where things are: ``driver`` (``EtcdDriver``: the node operations), ``session`` 
 its keepalives and the connection states; the lifecycle), ``watches`` (node events from one
 watch on the prefix, resumed, or re-read and diffed after a compaction), ``mapping`` (ha's
 transactions as etcd transactions: read, decide, write if nothing moved), ``single`` (one op
-in one round trip), ``keys`` (the nodes as keys and values), ``gateway`` (HTTP to etcd with
-httpx, its errors in ha's terms, endpoint failover), ``settings`` (the URL and the options),
-``faults`` (the test hooks behind ``ha.testing.faults``).
+in one round trip), ``subtree`` (recursive deletes), ``reads`` and ``writes`` (concurrent
+callers' requests batched into shared transactions; ``batching`` what both share), ``keys``
+(the nodes as keys and values), ``gateway`` (requests to etcd, its errors in ha's terms,
+endpoint failover), ``http`` (HTTP/1.1 on anyio streams), ``settings`` (the URL and the
+options), ``faults`` (the test hooks behind ``ha.testing.faults``).
 """
 
 from __future__ import annotations
