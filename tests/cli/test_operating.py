@@ -170,8 +170,6 @@ def test_job_manager_http(tmp_path: Path, request: pytest.FixtureRequest) -> Non
         election = json.loads(http_get(hosts.port("jm-1"), "/leader")[1])
         assert election["identity"] == "jm-1" and election["self"] is True
         assert (
-            value(
-                samples, "ha_elector_is_leader", election="/ha/default/election", identity="jm-1"
-            )
+            value(samples, "ha_elector_is_leader", election="/ha/default/election", identity="jm-1")
             == 1
         )
