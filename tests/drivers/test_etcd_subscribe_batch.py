@@ -1,9 +1,11 @@
-"""The etcd watch's first reads (ha/drivers/etcd/watches.py): paths subscribed together are
-read in one request, each still gets the right baseline, and events after subscribing reach
-every one of them.
+"""The etcd driver with hundreds of electors starting at once. The watch's first reads
+(ha/drivers/etcd/watches.py): paths subscribed together are read in one request, each still
+gets the right baseline, and events after subscribing reach every one of them. A writer that
+gives up once its write is in flight leaves only when that write has ended
+(ha/drivers/etcd/batching.py), so that nothing it sent lands after it moved on.
 
 Requests are counted by the server (etcd's ``grpc_server_handled_total`` for Txn). Every test
-runs under asyncio and trio against a real etcd.
+runs under asyncio and trio, against a real etcd but the batcher's, which has a fake send.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import pytest
 
 from ha.drivers.base import NodeEvent, NodeEventKind
 from ha.drivers.etcd import EtcdDriver
+from ha.drivers.etcd.reads import ReadBatcher
 from ha.drivers.etcd.watches import _UNKNOWN
+from ha.drivers.etcd.writes import WriteBatcher
 from tests.drivers.test_etcd_reads import transactions
 from tests.support.backends.etcd import EtcdBackend
 
@@ -91,3 +95,43 @@ async def test_a_path_unsubscribed_before_its_first_read_is_left_alone(
             while len(kept) < len(subscriptions):
                 await anyio.sleep(0.01)
         assert sorted(event.path for event in kept) == sorted(f"/m{n}" for n in subscriptions)
+
+
+@pytest.mark.parametrize("kind", ["write", "read"])
+async def test_a_writer_giving_up_on_a_write_in_flight_leaves_once_it_has_ended(
+    kind: str,
+) -> None:
+    # an elector whose join timed out looks for the node the join may have made: a write
+    # still in flight then would land after the look (a node of ours for the whole session)
+    release, sent, returned = anyio.Event(), [], anyio.Event()
+
+    async def send(body: dict[str, Any]) -> dict[str, Any]:
+        sent.append(body)
+        await release.wait()
+        return {"header": {"revision": "7"}, "succeeded": True, "responses": [{}]}
+
+    batcher = WriteBatcher(send) if kind == "write" else ReadBatcher(send)
+    caller = anyio.CancelScope()
+
+    async def call() -> None:
+        with caller:
+            if isinstance(batcher, WriteBatcher):
+                await batcher.write({"compare": [], "success": [{"request_put": {"key": "a2V5"}}]})
+            else:
+                await batcher.read([{"request_range": {"key": "a2V5"}}])
+        returned.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(batcher.run)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(call)
+        await anyio.wait_all_tasks_blocked()
+        assert len(sent) == 1  # taken: in flight
+        caller.cancel()
+        await anyio.wait_all_tasks_blocked()
+        # a writer stays until its write ended (it left at once before); a reader goes
+        assert returned.is_set() == (kind == "read")
+        release.set()
+        with anyio.fail_after(5):
+            await returned.wait()
+        tg.cancel_scope.cancel()

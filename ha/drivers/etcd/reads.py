@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -50,6 +50,7 @@ Reply = tuple[dict[str, Any], list[dict[str, Any]]]  # the header, a reply per r
 @dataclass(eq=False)
 class _Read(Waiting[Reply]):
     ranges: list[dict[str, Any]] = field(default_factory=list)
+    settles: ClassVar[bool] = False  # a read has no effect: its caller need not wait for it
 
 
 class ReadBatcher:
