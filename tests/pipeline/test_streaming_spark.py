@@ -61,7 +61,9 @@ async def _run_job(
     name = f"streaming-{next(_clusters)}"
     seen: list[tuple[str, str, dict[str, Any]]] = []
     committed = threading.Event()  # set from Spark's callback thread
-    drivers = {who: MemoryDriver(name, session_timeout=0.5) for who in ("a", "b")}
+    # 2 s: a process whose loop a loaded machine stalls past its session hands the stream to
+    # the other before the crash the test means (seen in CI with 0.5 s: a's loop stalled 1.4 s)
+    drivers = {who: MemoryDriver(name, session_timeout=2.0) for who in ("a", "b")}
     scopes = {who: anyio.CancelScope() for who in drivers}
 
     def on_event(who: str, event: str, fields: dict[str, Any]) -> None:
