@@ -71,7 +71,7 @@ async def kill_and_check_fast_takeover(
     assert became[-1].t < expires, "the death was seen only when the lease ran out"
     await g.until(lambda: writes(new) > 0)
     check_history(g.history())
-    check_fenced_writes(g.history())
+    await check_fenced_writes(backend)
 
 
 @pytest.mark.anyio

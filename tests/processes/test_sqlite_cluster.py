@@ -339,8 +339,9 @@ async def test_random_kills_pauses_and_restarts_of_real_processes(
     assert len(winners) >= 2, f"no failover happened:\n{f.report()}"
     # read again: while the fleet closed, the leader's kill could let a standby take over (the
     # kernel lock frees at once) and write before its own kill
+    # (a process may also start, and be killed, before it writes)
     final = f.history()
-    assert max(epochs) == max(e.epoch for e in final if e.kind == "start" and e.epoch)
+    assert max(epochs) in {e.epoch for e in final if e.kind == "start"}
 
 
 async def run_faults(f: Fleet, tg: anyio.abc.TaskGroup, rng: random.Random) -> None:
