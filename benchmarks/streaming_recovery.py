@@ -70,6 +70,7 @@ from ha.pipeline.jobs import cancel_job, submit_job  # noqa: E402
 from ha.pipeline.local import Event, LocalJobCluster  # noqa: E402
 from ha.pipeline.plan import make_plan  # noqa: E402
 from ha.pipeline.spark import prepare_environment  # noqa: E402
+from tests.support.processes import java_under, running  # noqa: E402
 
 BACKLOG = 2  # unread files kept in each input directory
 ROWS, USERS = 500, 50  # per file
@@ -91,42 +92,13 @@ class Results:
         return [marks[-1] for marks in self.rounds]
 
 
-def java_descendants(pid: int) -> list[int]:
-    """The Spark JVMs under ``pid`` (PySpark starts the JVM as a child of the driver)."""
-    found = []
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return []
-    for task in tasks:
-        try:
-            children = [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-        for child in children:
-            try:
-                if Path(f"/proc/{child}/comm").read_text().strip() == "java":
-                    found.append(child)
-            except OSError:
-                pass
-            found += java_descendants(child)
-    return found
-
-
-def running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
 async def jvm_fate(pids: list[int], results: Results) -> str:
     """Whether the killed driver's JVMs ``pids`` exit within ``JVM_GRACE`` seconds."""
     if not pids:
         results.jvms_left += 1
         return "not found"
     with anyio.move_on_after(JVM_GRACE):
-        while any(running(p) for p in pids):
+        while running(pids):
             await anyio.sleep(0.1)
         return "exited"
     results.jvms_left += 1
@@ -229,7 +201,7 @@ async def ha_round(cluster: LocalJobCluster, results: Results) -> str:
 
     with anyio.fail_after(120):
         await cluster.wait_event("batch_committed", mine)
-    jvms = java_descendants(cluster.workers[victim].process.pid)
+    jvms = java_under(cluster.workers[victim].process.pid)
     killed_at = cluster.kill(victim)
 
     def next_one(e: Event) -> bool:
@@ -259,7 +231,7 @@ async def restart_round(peer: Supervised, results: Results) -> str:
     with anyio.fail_after(120):
         await peer.wait_batch(since, peer.incarnation)
     assert peer.process is not None
-    jvms = java_descendants(peer.process.pid)
+    jvms = java_under(peer.process.pid)
     old = peer.incarnation
     killed_at = peer.kill()
     with anyio.fail_after(180):
