@@ -30,9 +30,9 @@ from ..election.elector import Elector
 from ..election.journal import Transition
 from ..election.machine import State
 from ..election.nodes import ElectionNodes, identity_bytes
-from ..errors import DriverError, HAError
+from ..errors import HAError
 from ..supervisor.eligibility import Decision, Eligibility
-from ..supervisor.reads import read_failover, read_queue
+from ..supervisor.loops import Wakeup, follow_failover, keep_member
 
 if TYPE_CHECKING:
     from . import HAServices
@@ -52,8 +52,8 @@ class Membership:
         self.state = State.NEUTRAL.value
         self.epoch: int | None = None
         self.scope = anyio.CancelScope()
-        self._member_poke: anyio.Event | None = None
-        self._failover_poke: anyio.Event | None = None
+        self._member_poke = Wakeup()
+        self._failover_poke = Wakeup()
         self._tg: anyio.abc.TaskGroup | None = None
         self.out = False  # left the election on a request's rule, until it lets us back
 
@@ -72,12 +72,10 @@ class Membership:
         self._poke_member()
 
     def _poke_member(self) -> None:
-        if self._member_poke is not None:
-            self._member_poke.set()
+        self._member_poke.set()
 
     def _poke_failover(self, _event: object = None) -> None:
-        if self._failover_poke is not None:
-            self._failover_poke.set()
+        self._failover_poke.set()
 
     def _on_connection(self, event: ConnectionEvent) -> None:
         self._poke_member()  # a new session lost our ephemeral node: write it again
@@ -108,8 +106,15 @@ class Membership:
         try:
             with self.scope:
                 async with anyio.create_task_group() as self._tg:
-                    self._tg.start_soon(self._member_loop)
-                    self._tg.start_soon(self._failover_loop)
+                    self._tg.start_soon(keep_member, driver, path, self._member, self._member_poke)
+                    self._tg.start_soon(
+                        follow_failover,
+                        driver,
+                        path,
+                        self._failover_poke,
+                        self._consider,
+                        lambda: self.rules.pending,
+                    )
         finally:
             for sub in subs:
                 sub.close()
@@ -119,32 +124,16 @@ class Membership:
                 except (HAError, OSError):
                     pass
 
-    async def _member_loop(self) -> None:
-        """Publish our state in our member node (latest value wins; best effort)."""
-        driver, path = self.services.driver, self.services.election_path
-        while True:
-            self._member_poke = anyio.Event()
-            try:
-                with anyio.fail_after(driver.session_timeout):
-                    await admin.write_member(driver, path, self._member())
-            except (DriverError, HAError, TimeoutError) as exc:
-                log.debug("member node not written: %s", exc)
-            await self._member_poke.wait()
-
-    async def _failover_loop(self) -> None:
-        driver, path = self.services.driver, self.services.election_path
-        while True:
-            self._failover_poke = anyio.Event()
-            request = await read_failover(driver, path)
-            queue = await read_queue(driver, path) if request else (None, ())
-            if queue is not None:  # unread: a pending request must not look like history
-                lease = self.services.lease
-                leading = lease.epoch if lease is not None else None
-                now = anyio.current_time()
-                self._act(self.rules.failover_read(now, request, *queue, leading))
-            # the queue's changes wake nobody: read again soon while a request is pending
-            with anyio.move_on_after(0.2 if self.rules.pending else 5.0):
-                await self._failover_poke.wait()
+    def _consider(
+        self,
+        request: admin.FailoverRequest | None,
+        epoch: int | None,
+        queue: tuple[bytes, ...],
+    ) -> None:
+        lease = self.services.lease
+        leading = lease.epoch if lease is not None else None
+        now = anyio.current_time()
+        self._act(self.rules.failover_read(now, request, epoch, queue, leading))
 
     def _act(self, decision: Decision) -> None:
         for level, line in decision.say:

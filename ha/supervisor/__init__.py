@@ -48,17 +48,17 @@ from ..election.journal import JournalWriter, Transition
 from ..election.lease import Lease
 from ..election.machine import State
 from ..election.nodes import ElectionNodes
-from ..errors import DriverError, ElectionFailed, HAError
+from ..errors import ElectionFailed, HAError
 from ..http import ElectionEndpoints, serve
 from ..metrics import BackendMetrics, ElectorMetrics, Registry
 from .eligibility import Decision, Eligibility, Standing
 from .exits import OnExit, Restarts, status
 from .fencing import old_active_env
 from .health import check_health
+from .loops import Wakeup, follow_failover, keep_member
 from .paused import PauseWatch
 from .preferred import HandBack
 from .process import Child, describe_exit, spawn
-from .reads import read_failover, read_queue
 from .settings import Settings, timing_for
 
 # the package's API: the supervisor, what it is asked to do, and the child processes it runs
@@ -115,8 +115,8 @@ class Supervisor:
         self._restarting = ""  # COMMAND exited and restarts soon (member note)
         self._eligibility = Eligibility(self.identity, health_check=bool(settings.health))
         self._changed = anyio.Event()
-        self._failover_poke = anyio.Event()
-        self._member_poke = anyio.Event()
+        self._failover_poke = Wakeup()
+        self._member_poke = Wakeup()
         self._pause = PauseWatch(driver, settings.path)  # paused: COMMAND is left alone
 
     # --- public -------------------------------------------------------------------------------
@@ -170,8 +170,23 @@ class Supervisor:
                 self.driver.subscribe(nodes.pause, self._pause.poke),
             ]
             try:
-                tg.start_soon(self._failover_loop)
-                tg.start_soon(self._member_loop)
+                tg.start_soon(
+                    follow_failover,
+                    self.driver,
+                    self.settings.path,
+                    self._failover_poke,
+                    self._consider,
+                    lambda: self._eligibility.pending,
+                )
+                tg.start_soon(
+                    keep_member,
+                    self.driver,
+                    self.settings.path,
+                    self._member,
+                    self._member_poke,
+                    # while fences are refused, refresh the note ("next try in 8s") now and then
+                    lambda: 1.0 if self._fencing_note() else math.inf,
+                )
                 tg.start_soon(self._hand_back().run)
                 if self.settings.health:
                     tg.start_soon(self._health_loop)
@@ -408,19 +423,6 @@ class Supervisor:
         self._member_poke.set()  # a new session lost our ephemeral member node: write it again
         self._failover_poke.set()
 
-    async def _failover_loop(self) -> None:
-        while True:
-            self._failover_poke = anyio.Event()
-            request = await read_failover(self.driver, self.settings.path)
-            queue = await read_queue(self.driver, self.settings.path) if request else (None, ())
-            if queue is not None:  # unread: a pending request must not look like history
-                self._consider(request, *queue)
-            # the request's node wakes us, the queue's changes do not: while a request may
-            # still ask something of us, read again soon; the timer also covers events lost
-            # while disconnected
-            with anyio.move_on_after(0.2 if self._eligibility.pending else 5.0):
-                await self._failover_poke.wait()
-
     def _consider(
         self,
         request: admin.FailoverRequest | None,
@@ -481,17 +483,3 @@ class Supervisor:
             time.time(),
             note,
         )
-
-    async def _member_loop(self) -> None:
-        """Publish our state in our member node (latest value wins; best effort)."""
-        while True:
-            self._member_poke = anyio.Event()
-            member = self._member()
-            try:
-                with anyio.fail_after(self.driver.session_timeout):
-                    await admin.write_member(self.driver, self.settings.path, member)
-            except (DriverError, HAError, TimeoutError) as exc:
-                log.debug("member node not written: %s", exc)
-            # while fences are refused, refresh the note ("next try in 8s") now and then
-            with anyio.move_on_after(1.0 if self._fencing_note() else math.inf):
-                await self._member_poke.wait()
