@@ -159,13 +159,11 @@ class Watches(EtcdSession):
 
     async def _messages(self, messages: Any, send: MemoryObjectSendStream[tuple[str, Any]]) -> None:
         async for message in messages:
-            if message.get("canceled") or self._cancelled:
-                # read on until the stream is closed: httpx's generators must run to their end
-                if not self._cancelled:
-                    log.info("etcd cancelled the watch: %s", message)
+            if message.get("canceled"):
+                # nothing more comes on this stream: leaving closes it (Gateway.stream)
+                log.info("etcd cancelled the watch: %s", message)
                 self._cancelled = True
-                self._stop_stream.set()
-                continue
+                return
             events = message.get("events") or []
             if events:
                 self._read_revision = max(kv_int(e["kv"], "mod_revision") for e in events)
