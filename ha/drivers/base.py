@@ -366,6 +366,12 @@ class Driver(ABC):
         except NodeExists:
             pass
 
+    async def ensure_paths(self, paths: Sequence[str]) -> None:
+        """``ensure_path`` for each of ``paths``, in order (a driver may make them all in one
+        round trip: a new election's two folders)."""
+        for path in paths:
+            await self.ensure_path(path)
+
     # --- who leads, for the backend's own tools -------------------------------------------------
 
     def show_leader(self, path: str, identity: bytes, epoch: int) -> None:

@@ -222,25 +222,34 @@ class ElectionNodes:
             return []
 
     async def find(
-        self, driver: Driver, session: int, ticket: str, token: int | None
+        self, driver: Driver, session: int, ticket: str, token: int | None, node: str | None = None
     ) -> Queued | NotQueued:
         """Where our node (by ticket) stands: the names below it, and its token.
 
-        ``token`` is the one already known (None: read the node's creation order once). The
-        breadcrumbs are listed beside the queue, in the same round trip: a contender that finds
-        itself first, with every breadcrumb owned by a node of this listing, has nobody to
-        fence (a breadcrumb left by a leader is never owned: its node does not come back).
-        A failed listing of the breadcrumbs only leaves that unknown (``strays``).
+        ``token`` is the one already known (None: read the node's creation order once; beside
+        the listing when ``node``, the name our join created, is known). The breadcrumbs are
+        listed beside the queue, in the same round trip: a contender that finds itself first,
+        with every breadcrumb owned by a node of this listing, has nobody to fence (a
+        breadcrumb left by a leader is never owned: its node does not come back). A failed
+        listing of the breadcrumbs only leaves that unknown (``strays``).
         """
-        entries, tickets, paused = await concurrently(
-            self.entries(driver), _unknown(self._tickets(driver)), self._paused(driver)
-        )
+        calls: list[Awaitable[Any]] = [
+            self.entries(driver),
+            _unknown(self._tickets(driver)),
+            self._paused(driver),
+        ]
+        if token is None and node is not None:
+            calls.append(driver.exists(self.node(node)))
+        entries, tickets, paused, *ours = await concurrently(*calls)
         index = next((i for i, e in enumerate(entries) if e.ticket == ticket), None)
         if index is None:
             return NotQueued(session)
         entry = entries[index]
         if token is None:
-            stat = await driver.exists(self.node(entry.name))
+            if ours and entry.name == node:
+                stat = ours[0]
+            else:
+                stat = await driver.exists(self.node(entry.name))
             if stat is None:
                 return NotQueued(session)
             token = stat.created
@@ -326,8 +335,7 @@ class ElectionNodes:
             except TransactionFailed as exc:
                 if isinstance(exc.cause, NoNode) and attempt == 0:
                     # a new election: make its two folders, then try once more
-                    await driver.ensure_path(self.queue)
-                    await driver.ensure_path(self.crumbs)
+                    await driver.ensure_paths([self.queue, self.crumbs])
                     continue
                 if isinstance(exc.cause, NodeExists):
                     raise exc.cause from None

@@ -391,6 +391,23 @@ async def test_ensure_path_makes_missing_persistent_parents(backend: Any) -> Non
         assert stat is not None and stat.ephemeral_owner is None
 
 
+async def test_ensure_paths_makes_each_path_in_order(backend: Any) -> None:
+    async with backend.driver() as driver:
+        await driver.create("/x", b"kept")
+        await driver.ensure_paths(["/x/y/a", "/x/y/b", "/z"])
+        await driver.ensure_paths(["/x/y/a", "/z"])  # again: nothing to do
+        assert (await driver.get("/x"))[0] == b"kept"
+        assert await driver.children("/x/y") == ["a", "b"]
+        for path in ("/x/y", "/x/y/a", "/x/y/b", "/z"):
+            stat = await driver.exists(path)
+            assert stat is not None and stat.ephemeral_owner is None, path
+        await driver.create("/e", ephemeral=True)
+        with pytest.raises(NoNode):
+            await driver.ensure_paths(["/w", "/e/f"])
+        assert await driver.exists("/w") is not None  # the paths before the failing one
+        assert await driver.children("/e") == []
+
+
 async def test_one_driver_serves_many_tasks_at_once(backend: Any) -> None:
     async with backend.driver() as driver:
         await driver.create("/c")

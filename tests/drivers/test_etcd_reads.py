@@ -57,6 +57,22 @@ async def test_concurrent_reads_share_transactions(etcd_backend: EtcdBackend) ->
     assert sent <= READERS // 10, f"{READERS} concurrent reads took {sent} transactions"
 
 
+async def test_reads_made_as_the_driver_starts_share_transactions(
+    etcd_backend: EtcdBackend,
+) -> None:
+    driver = etcd_backend.driver()
+    await driver.start()  # no checkpoint from here to the reads: its senders have not run yet
+    try:
+        before = transactions(etcd_backend)
+        async with anyio.create_task_group() as tg:
+            for number in range(READERS):
+                tg.start_soon(driver.exists, f"/n{number}")
+        sent = transactions(etcd_backend) - before
+    finally:
+        await driver.aclose()
+    assert sent <= READERS // 10, f"{READERS} reads at the start took {sent} transactions"
+
+
 async def test_a_missing_node_fails_only_its_reader(etcd_backend: EtcdBackend) -> None:
     async with etcd_backend.driver() as driver:
         await driver.create("/here", b"yes")

@@ -125,6 +125,64 @@ async def test_ensure_path_is_one_round_trip(etcd_backend: EtcdBackend) -> None:
     assert sent == 1, f"ensure_path of 3 missing levels took {sent} transactions"
 
 
+async def test_ensure_paths_is_one_round_trip(etcd_backend: EtcdBackend) -> None:
+    async with etcd_backend.driver() as driver:
+        before = transactions(etcd_backend)
+        await driver.ensure_paths(["/a/n", "/a/b"])  # a new election's two folders
+        sent = transactions(etcd_backend) - before
+        assert await driver.children("/a") == ["b", "n"]
+    assert sent == 1, f"ensure_paths of 3 missing nodes took {sent} transactions"
+
+
+async def test_writes_made_as_the_driver_starts_share_transactions(
+    etcd_backend: EtcdBackend,
+) -> None:
+    async with etcd_backend.driver() as driver:
+        for number in range(WRITERS):
+            await driver.create(f"/w{number}")
+    driver = etcd_backend.driver()
+    await driver.start()  # no checkpoint from here to the writes: its senders have not run yet
+    try:
+        before = transactions(etcd_backend)
+        async with anyio.create_task_group() as tg:
+            for number in range(WRITERS):
+                tg.start_soon(driver.set, f"/w{number}", b"x")
+        sent = transactions(etcd_backend) - before
+    finally:
+        await driver.aclose()
+    assert sent <= WRITERS // 4, f"{WRITERS} writes at the start took {sent} transactions"
+
+
+async def test_the_write_with_the_earliest_deadline_goes_first() -> None:
+    recorder = _Recorder()
+    batcher = WriteBatcher(recorder)
+    key = _put(b"same")  # the two writes conflict: they go one after the other
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(batcher.run)
+        await anyio.wait_all_tasks_blocked()
+        async with anyio.create_task_group() as callers:
+            for number in range(WORKERS):  # every sender busy
+                callers.start_soon(
+                    batcher.write, {"compare": [], "success": [_put(b"b%d" % number)]}
+                )
+                await anyio.wait_all_tasks_blocked()
+            later = {"compare": [], "success": [key, _put(b"later")]}
+            sooner = {"compare": [], "success": [key, _put(b"sooner")]}
+            callers.start_soon(batcher.write, later)  # no deadline: the horizon, none here
+            await anyio.wait_all_tasks_blocked()
+
+            async def within() -> None:
+                with anyio.fail_after(30):
+                    await batcher.write(sooner)
+
+            callers.start_soon(within)
+            await anyio.wait_all_tasks_blocked()
+            recorder.release.set()
+        tg.cancel_scope.cancel()
+    assert recorder.sent[WORKERS:] == [sooner, later], recorder.sent[WORKERS:]
+
+
 async def test_ensure_path_below_an_ephemeral_node_fails_as_a_create_does(
     etcd_backend: EtcdBackend,
 ) -> None:

@@ -13,10 +13,26 @@ not land after its caller gave up and moved on. An elector whose join timed out 
 node it may have created and deletes it; had the join's write still been queued behind others,
 it would land after that look, a node of ours ahead of our next one for the whole session.
 Readers go at once (a read has no effect).
+
+Order: the waiting requests are taken earliest deadline first (``Queue``): a request's
+deadline is its caller's (the cancel scopes around it: an elector's op timeout), or the
+operation timeout from now if that is sooner. In arrival order, a thousand electors starting at
+once each wait behind all the others at every step of their join, so all joins end near the
+time all of them take together: past the op timeout, all time out at once and start again.
+Earliest deadline first serves the oldest operations first, so that under overload those that
+can still make their deadline do, and the others give up with their requests unsent. Requests
+in flight together have no order between them, so none is owed arrival order.
+
+A batcher takes requests from ``open`` (the driver's start) to ``close``: those made before its
+senders run wait for them (a driver's first requests, made at once, would otherwise each go
+alone: a thousand electors started with the driver sent a thousand reads).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
@@ -25,7 +41,7 @@ import anyio
 
 from ...errors import ConnectionLost
 
-__all__ = ("Waiting", "closing", "serve")
+__all__ = ("Queue", "Waiting", "closing", "serve")
 
 T = TypeVar("T")
 
@@ -43,6 +59,7 @@ class Waiting(Generic[T]):
     error: BaseException | None = None
     withdrawn: bool = False  # its caller stopped waiting: skipped unless already taken
     taken: bool = False  # a sender is sending it
+    order: tuple[float, int] = (math.inf, 0)  # its deadline, then its arrival (``Queue``)
     settles: ClassVar[bool] = True  # a caller leaving waits for its taken request's end
 
     async def wait(self) -> T:
@@ -71,6 +88,54 @@ class Waiting(Generic[T]):
 
 
 W = TypeVar("W", bound=Waiting[Any])
+
+
+class Queue(Generic[W]):
+    """Waiting requests, earliest deadline first, then in arrival order (the module says why).
+
+    ``horizon``: a request's deadline is at most this far from its arrival."""
+
+    def __init__(self, horizon: float = math.inf) -> None:
+        self.horizon = horizon
+        self._heap: list[tuple[float, int, W]] = []
+        self._arrivals = itertools.count()
+        self._arrived: anyio.Event | None = None  # set when a request comes (made in a loop)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def put(self, request: W) -> None:
+        due = min(anyio.current_effective_deadline(), anyio.current_time() + self.horizon)
+        request.order = (due, next(self._arrivals))
+        self.put_back(request)
+        if self._arrived is not None:
+            self._arrived.set()
+
+    def put_back(self, request: W) -> None:
+        """A request taken and not sent, in its place again."""
+        heapq.heappush(self._heap, (*request.order, request))
+
+    def peek(self) -> W | None:
+        """The first request still waited for (the withdrawn are dropped), left in place."""
+        while self._heap and self._heap[0][2].withdrawn:
+            heapq.heappop(self._heap)
+        return self._heap[0][2] if self._heap else None
+
+    def pop(self) -> W:
+        """The first request, withdrawn or not (the caller skips the withdrawn)."""
+        return heapq.heappop(self._heap)[2]
+
+    async def wait(self) -> None:
+        """Return once a request waits (at once if one does)."""
+        while not self._heap:
+            if self._arrived is None or self._arrived.is_set():
+                self._arrived = anyio.Event()
+            await self._arrived.wait()
+
+    def drain(self) -> list[W]:
+        """Every request still waiting, taken out."""
+        waiting, self._heap = [item[2] for item in sorted(self._heap)], []
+        return waiting
 
 
 async def serve(batch: list[W], send: Callable[[list[W]], Awaitable[Sequence[Any]]]) -> None:

@@ -50,6 +50,7 @@ from .writes import WriteBatcher
 __all__ = ("EtcdDriver",)
 
 ATTEMPTS = 50  # reads and writes of one transaction, while other clients keep moving its keys
+ENSURE_LEVELS = 100  # nodes made by one ensure_paths transaction (etcd allows 128 operations)
 
 
 class EtcdDriver(FaultHooks):
@@ -67,7 +68,7 @@ class EtcdDriver(FaultHooks):
 
     def __init__(self, hosts: str = "127.0.0.1:2379", *, prefix: str = "", **options: Any):
         super().__init__(Settings.check(hosts, prefix, **options))
-        self._writes = WriteBatcher(self._send_write)
+        self._writes = WriteBatcher(self._send_write, self.settings.op_timeout)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -99,6 +100,13 @@ class EtcdDriver(FaultHooks):
         if method == "kv/txn" and "compare" in body and within is None and not lease:
             return await self._writes.write(body)
         return await super()._request(method, body, within, lease=lease)
+
+    def _batching(self, on: bool) -> None:
+        super()._batching(on)
+        if on:
+            self._writes.open()
+        else:
+            self._writes.close()
 
     async def _send_write(self, body: dict[str, Any]) -> dict[str, Any]:
         return await super()._request("kv/txn", body)
@@ -174,18 +182,30 @@ class EtcdDriver(FaultHooks):
                 pass
 
     async def ensure_path(self, path: str) -> None:
-        """Every missing node of ``path`` created in one round trip: a nested transaction per
+        await self.ensure_paths([path])
+
+    async def ensure_paths(self, paths: Sequence[str]) -> None:
+        """Every missing node of ``paths`` created in one round trip: a nested transaction per
         level creates its node if absent (each compare sees the store before the whole
         transaction, so each level stands alone), under compares that no node on the way is
         ephemeral (an absent key has no lease either); if one is, the long way says so."""
-        validate_path(path)
-        if path == "/":
+        levels: dict[str, None] = {}  # every node of every path, once, parents first
+        above: dict[str, None] = {}  # those with a node below them
+        for path in paths:
+            validate_path(path)
+            parts = path.split("/")[1:] if path != "/" else []
+            chain = ["/" + "/".join(parts[:depth]) for depth in range(1, len(parts) + 1)]
+            levels.update(dict.fromkeys(chain))
+            above.update(dict.fromkeys(chain[:-1]))
+        if not levels:
             return
-        parts = path.split("/")[1:]
-        levels = ["/" + "/".join(parts[:depth]) for depth in range(1, len(parts) + 1)]
+        if len(levels) > ENSURE_LEVELS and len(paths) > 1:  # over etcd's limit: path by path
+            for path in paths:
+                await self.ensure_paths([path])
+            return
         value = pack_value(b"", time.time())
         body = {
-            "compare": [_no_lease(self.space.node(above)) for above in levels[:-1]],
+            "compare": [_no_lease(self.space.node(level)) for level in above],
             "success": [
                 {
                     "request_txn": {
@@ -197,7 +217,8 @@ class EtcdDriver(FaultHooks):
             ],
         }
         if not (await self._operation("kv/txn", body)).get("succeeded"):
-            await super().ensure_path(path)
+            for path in paths:
+                await super().ensure_path(path)
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         stat = await self._one(checked_op(SetData(path, node_data(data), version)))

@@ -68,6 +68,8 @@ class Connection:
     def __init__(self, stream: anyio.abc.ByteStream, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self._stream = stream
+        # looked up once: anyio's extra() asks the kernel for the peer's address on every call
+        self._socket = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
         self._buffer = bytearray()
         self._body: _Framing | None = None  # how the current reply's body ends
         self._keep = False  # the current reply lets the connection be kept
@@ -93,7 +95,7 @@ class Connection:
 
     def stale(self) -> bool:
         """True if the server closed this idle connection (or sent something unasked)."""
-        sock = self._stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        sock = self._socket
         if self._buffer or sock is None or sock.fileno() < 0:
             return True
         poll = select.poll()  # readable: the end of the stream, or bytes no request asked for

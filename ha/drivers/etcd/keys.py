@@ -15,7 +15,7 @@ and reads as ``CorruptData``. The root ``/`` has no key and always exists.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -38,11 +38,11 @@ _HEADER = struct.Struct(">d")
 
 
 def b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode("ascii")
+    return binascii.b2a_base64(raw, newline=False).decode("ascii")
 
 
 def unb64(text: str | None) -> bytes:
-    return base64.b64decode(text or "")
+    return binascii.a2b_base64(text or "")
 
 
 def prefix_end(start: bytes) -> bytes:

@@ -11,8 +11,9 @@ per level of a transaction, so past ``CHUNK`` ranges they go in nested read-only
 instead of one per hundred ranges (etcd's own work is the same).
 
 Senders are background tasks (``WORKERS`` of them, so that a slow reply does not hold up the
-reads behind it); a task that stops waiting (cancelled, timed out) before a sender took its
-read withdraws it (under overload, reads nobody waits for would only lengthen the queue);
+reads behind it), taking the waiting reads earliest deadline first (``batching``); a task that
+stops waiting (cancelled, timed out) before a sender took its read withdraws it (under
+overload, reads nobody waits for would only lengthen the queue);
 one already taken is sent and its answer dropped, which a read allows. A lost connection is
 every one's error; any other error (etcd refusing one read, say a role that grants only part of the prefix) sends each read
 again on its own, so it reaches only the readers it concerns. When no sender runs (the driver
@@ -31,10 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ...errors import ConnectionLost
-from .batching import Waiting, closing, serve
+from .batching import Queue, Waiting, closing, serve
 
 __all__ = ("ReadBatcher",)
 
@@ -54,67 +54,58 @@ class _Read(Waiting[Reply]):
 
 
 class ReadBatcher:
-    """Range requests of concurrent readers, coalesced; ``run`` is its senders' loop."""
+    """Range requests of concurrent readers, coalesced; ``run`` is its senders' loop.
 
-    def __init__(self, send: Send) -> None:
+    ``horizon``: the operation timeout, the latest deadline of a read (``batching.Queue``)."""
+
+    def __init__(self, send: Send, horizon: float = math.inf) -> None:
         self._send = send  # one kv/txn request
-        self._inbox: MemoryObjectSendStream[_Read] | None = None
+        self._waiting: Queue[_Read] = Queue(horizon)
+        self._open = False  # taking requests (the senders may not run yet)
 
     async def read(self, ranges: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
         """The transaction's header and the replies to ``ranges`` (at most ``LIMIT``)."""
-        request = _Read(ranges=ranges)
-        try:
-            if self._inbox is None:
-                raise anyio.ClosedResourceError
-            self._inbox.send_nowait(request)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        if not self._open:
             return await self._request(ranges)
+        request = _Read(ranges=ranges)
+        self._waiting.put(request)
         return await request.wait()
 
+    def open(self) -> None:
+        """Take reads from now on: they wait for the senders (``run``) if these are not running
+        yet (a driver's first requests would otherwise each go alone)."""
+        self._open = True
+
+    def close(self) -> None:
+        """Take no more reads (callers then send their own); those waiting fail as
+        ConnectionLost."""
+        self._open = False
+        for request in self._waiting.drain():
+            request.fail(closing())
+
     async def run(self) -> None:
-        """The senders, until cancelled; reads still waiting then fail as ConnectionLost."""
-        inbox, outbox = anyio.create_memory_object_stream[_Read](math.inf)
-        self._inbox = inbox
+        """The senders, until cancelled; reads still waiting then fail (``close``)."""
+        self.open()
         try:
             async with anyio.create_task_group() as tg:
                 for _ in range(WORKERS):
-                    tg.start_soon(self._sender, outbox)
+                    tg.start_soon(self._sender)
         finally:
-            self._inbox = None
-            inbox.close()
-            for request in _drain(outbox):
-                request.fail(closing())
-            outbox.close()
+            self.close()
 
-    async def _sender(self, outbox: MemoryObjectReceiveStream[_Read]) -> None:
-        carried: _Read | None = (
-            None  # the read that did not fit in the last batch: the next's first
-        )
-        try:
-            while True:
-                first = carried or await outbox.receive()
-                carried = None
-                if first.withdrawn:
-                    continue
-                batch, size = [first], len(first.ranges)
-                while True:
-                    try:
-                        following = outbox.receive_nowait()
-                    except anyio.WouldBlock:
-                        break
-                    if following.withdrawn:
-                        continue
-                    if size + len(following.ranges) > LIMIT:
-                        carried = following
-                        break
-                    batch.append(following)
-                    size += len(following.ranges)
+    async def _sender(self) -> None:
+        waiting = self._waiting
+        while True:
+            await waiting.wait()
+            batch: list[_Read] = []
+            size = 0
+            while (first := waiting.peek()) is not None:
+                if batch and size + len(first.ranges) > LIMIT:
+                    break  # the first of the next batch
+                batch.append(waiting.pop())
+                size += len(first.ranges)
+            if batch:
                 await self._serve(batch)
-        except anyio.EndOfStream:
-            return
-        finally:
-            if carried is not None:  # cancelled with it in hand: no other sender has it
-                carried.fail(closing())
 
     async def _serve(self, batch: list[_Read]) -> None:
         await serve(batch, self._replies)
@@ -140,12 +131,3 @@ class ReadBatcher:
         if len(replies) != len(ranges):
             raise ConnectionLost(f"etcd answered {len(ranges)} reads with {len(replies)}")
         return reply.get("header") or {}, replies
-
-
-def _drain(outbox: MemoryObjectReceiveStream[_Read]) -> list[_Read]:
-    waiting = []
-    while True:
-        try:
-            waiting.append(outbox.receive_nowait())
-        except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-            return waiting

@@ -51,7 +51,7 @@ class EtcdSession(Driver):
         self.space = KeySpace(settings.prefix)
         self._gateway = Gateway(settings)
         self._lease_gateway = Gateway(settings)  # grant, keepalive, revoke: never queued
-        self._reads = ReadBatcher(lambda body: self._request("kv/txn", body))
+        self._reads = ReadBatcher(lambda body: self._request("kv/txn", body), settings.op_timeout)
         self._requested_timeout = settings.options.session_timeout
         self._session_timeout = settings.options.session_timeout
         self._lease = 0  # the current lease's ID; 0: none (not started, or between two)
@@ -169,6 +169,7 @@ class EtcdSession(Driver):
             await self._lease_gateway.aclose()
             raise
         self._task.start()
+        self._batching(True)  # before the task runs: the first requests wait for its senders
         self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._lease))
 
     async def aclose(self) -> None:
@@ -181,6 +182,7 @@ class EtcdSession(Driver):
         with anyio.CancelScope(shield=True):
             await self._quiesce()
             await task.stop()
+            self._batching(False)
             lease, had_session = self._lease, self._session_id is not None
             self._lease, self._session_id, self._connected = 0, None, False
             if lease and not self._crashed:
@@ -201,6 +203,13 @@ class EtcdSession(Driver):
             tg.start_soon(self._watch_loop)
             tg.start_soon(self._reads.run)
             await self._renew_loop()
+
+    def _batching(self, on: bool) -> None:
+        """Open the batchers to requests (their senders run in the task), or close them."""
+        if on:
+            self._reads.open()
+        else:
+            self._reads.close()
 
     async def _watch_loop(self) -> None:
         """Hook: the node events' loop (watches.py)."""

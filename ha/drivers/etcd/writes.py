@@ -35,14 +35,14 @@ Budget: etcd counts a transaction's operations per level, and a nested transacti
 most ``--max-txn-ops`` (128 by default) less its parent's operations, so a batch of ``k``
 callers holds only transactions of at most ``128 - k`` compares (or ops) each (``MAX_OPS``;
 a caller's own nested transactions count as etcd counts them).
-When no sender runs (the driver starts or closes) the caller sends its transaction itself.
+Waiting writes are taken earliest deadline first (``batching``). When no sender runs (the
+driver starts or closes) the caller sends its transaction itself.
 """
 
 from __future__ import annotations
 
-import base64
 import bisect
-from collections import deque
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +50,8 @@ from typing import Any
 import anyio
 
 from ...errors import ConnectionLost
-from .batching import Waiting, closing, serve
+from .batching import Queue, Waiting, closing, serve
+from .keys import unb64
 
 __all__ = ("Footprint", "WriteBatcher", "footprint")
 
@@ -139,8 +140,8 @@ def _walk(body: dict[str, Any], found: Footprint) -> int | None:
 
 
 def _note(keys: list[bytes], spans: list[Span], request: dict[str, Any]) -> None:
-    key = base64.b64decode(request.get("key") or "")
-    end = base64.b64decode(request.get("range_end") or "")
+    key = unb64(request.get("key"))
+    end = unb64(request.get("range_end"))
     if not end:
         keys.append(key)
     else:
@@ -176,43 +177,49 @@ class _Write(Waiting[dict[str, Any]]):
 
 
 class WriteBatcher:
-    """Write transactions of concurrent callers, merged; ``run`` is its senders' loop."""
+    """Write transactions of concurrent callers, merged; ``run`` is its senders' loop.
 
-    def __init__(self, send: Send) -> None:
+    ``horizon``: the operation timeout, the latest deadline of a write (``batching.Queue``)."""
+
+    def __init__(self, send: Send, horizon: float = math.inf) -> None:
         self._send = send  # one kv/txn request
-        self._pending: deque[_Write] = deque()
-        self._arrived = anyio.Event()
-        self._running = False
+        self._pending: Queue[_Write] = Queue(horizon)
+        self._open = False  # taking requests (the senders may not run yet)
 
     async def write(self, body: dict[str, Any]) -> dict[str, Any]:
         """The reply to the transaction ``body``, as if it had been sent alone."""
-        found = footprint(body) if self._running else None
+        found = footprint(body) if self._open else None
         if found is None:
             return await self._send(body)
         request = _Write(body=body, footprint=found)
-        self._pending.append(request)
-        self._arrived.set()
+        self._pending.put(request)
         return await request.wait()
 
+    def open(self) -> None:
+        """Take writes from now on: they wait for the senders (``run``) if these are not running
+        yet (a driver's first requests would otherwise each go alone)."""
+        self._open = True
+
+    def close(self) -> None:
+        """Take no more writes (callers then send their own); those waiting fail as
+        ConnectionLost."""
+        self._open = False
+        for request in self._pending.drain():
+            request.fail(closing())
+
     async def run(self) -> None:
-        """The senders, until cancelled; writes still waiting then fail as ConnectionLost."""
-        self._running = True
+        """The senders, until cancelled; writes still waiting then fail (``close``)."""
+        self.open()
         try:
             async with anyio.create_task_group() as tg:
                 for _ in range(WORKERS):
                     tg.start_soon(self._sender)
         finally:
-            self._running = False
-            while self._pending:
-                self._pending.popleft().fail(closing())
+            self.close()
 
     async def _sender(self) -> None:
         while True:
-            if not self._pending:
-                if self._arrived.is_set():
-                    self._arrived = anyio.Event()
-                await self._arrived.wait()
-                continue
+            await self._pending.wait()
             batch = self._take()
             if batch:
                 await serve(batch, self._replies)
@@ -221,17 +228,16 @@ class WriteBatcher:
         """The first waiting write and those after it that can go with it (``Footprint``,
         ``MAX_OPS``, ``MAX_BYTES``); the others keep their place, the withdrawn are dropped.
         Empty if every waiting write was withdrawn."""
-        while self._pending and self._pending[0].withdrawn:
-            self._pending.popleft()
-        if not self._pending:
+        pending = self._pending
+        if pending.peek() is None:
             return []
-        first = self._pending.popleft()
+        first = pending.pop()
         batch, seen, kept = [first], Footprint(), []
         seen.add(first.footprint)
-        for _ in range(min(SCAN, len(self._pending))):
+        for _ in range(min(SCAN, len(pending))):
             if len(batch) == LIMIT:
                 break
-            write = self._pending.popleft()
+            write = pending.pop()
             if write.withdrawn:
                 continue
             fits = len(batch) + 1 + max(seen.ops, write.footprint.ops) <= MAX_OPS
@@ -241,7 +247,8 @@ class WriteBatcher:
                 seen.add(write.footprint)
             else:
                 kept.append(write)
-        self._pending.extendleft(reversed(kept))
+        for write in kept:
+            pending.put_back(write)
         return batch
 
     async def _replies(self, batch: list[_Write]) -> list[dict[str, Any]]:
