@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import base64
 from typing import Any
+from unittest.mock import ANY
 
 import anyio
 import pytest
 
-from ha.drivers.base import Check, SetData
+from ha.drivers.base import Check, Create, Delete, SetData, Stat
 from ha.drivers.etcd.gateway import Gateway
 from ha.drivers.etcd.reads import ReadBatcher
 from ha.drivers.etcd.settings import Settings
 from ha.drivers.etcd.writes import WORKERS, WriteBatcher, footprint
-from ha.errors import BadVersion, NoNode, SessionExpired, TransactionFailed
+from ha.errors import BadVersion, NodeExists, NoNode, SessionExpired, TransactionFailed
 from tests.drivers.test_etcd_reads import transactions
 from tests.support.backends.etcd import EtcdBackend
 
@@ -181,6 +182,49 @@ async def test_the_write_with_the_earliest_deadline_goes_first() -> None:
             recorder.release.set()
         tg.cancel_scope.cancel()
     assert recorder.sent[WORKERS:] == [sooner, later], recorder.sent[WORKERS:]
+
+
+async def test_a_fenced_write_is_one_round_trip(etcd_backend: EtcdBackend) -> None:
+    async with etcd_backend.driver() as driver:
+        await driver.create("/leader", ephemeral=True)
+        await driver.create("/data", b"0")
+        before = transactions(etcd_backend)
+        results = await driver.transaction([Check("/leader"), SetData("/data", b"1", 0)])
+        created = await driver.transaction([Check("/leader", 0), Create("/log", b"x")])
+        sent = transactions(etcd_backend) - before
+        assert results[0] is None and isinstance(results[1], Stat) and results[1].version == 1
+        assert created == [None, "/log"]
+        assert (await driver.get("/data"))[0] == b"1"
+    assert sent == 2, f"two fenced writes took {sent} transactions"
+
+
+async def test_a_fenced_write_names_the_op_that_fails(etcd_backend: EtcdBackend) -> None:
+    async with etcd_backend.driver() as driver:
+        await driver.create("/leader", b"a")
+        await driver.set("/leader", b"b")  # version 1
+        await driver.create("/data", b"0")
+        cases: list[tuple[list[Any], int, type[Exception]]] = [
+            ([Check("/gone"), SetData("/data", b"x")], 0, NoNode),
+            ([Check("/leader", 0), SetData("/data", b"x")], 0, BadVersion),
+            ([Check("/leader"), Check("/gone"), SetData("/data", b"x")], 1, NoNode),
+            ([Check("/leader", 1), Create("/data", b"x")], 1, NodeExists),
+            ([Check("/leader"), SetData("/data", b"x", 5)], 1, BadVersion),
+            ([Check("/leader"), Delete("/nothing")], 1, NoNode),
+        ]
+        for ops, index, cause in cases:
+            with pytest.raises(TransactionFailed) as failed:
+                await driver.transaction(ops)
+            assert failed.value.index == index and isinstance(failed.value.cause, cause), ops
+        assert (await driver.get("/data"))[0] == b"0"  # nothing was applied
+        # a node re-created in place has an incarnation record: its check goes the long way
+        await driver.transaction([Delete("/leader"), Create("/leader", b"c")])
+        assert await driver.transaction([Check("/leader", 0), SetData("/data", b"y")]) == [
+            None,
+            Stat(1, None, ANY, 0, ANY),
+        ]
+        with pytest.raises(TransactionFailed) as failed:
+            await driver.transaction([Check("/leader", 1), SetData("/data", b"z")])
+        assert failed.value.index == 0 and isinstance(failed.value.cause, BadVersion)
 
 
 async def test_ensure_path_below_an_ephemeral_node_fails_as_a_create_does(

@@ -30,6 +30,7 @@ from ...errors import (
 from .._input import checked_op, node_data
 from ..base import (
     Capabilities,
+    Check,
     Create,
     Delete,
     Op,
@@ -44,7 +45,7 @@ from .faults import FaultHooks
 from .keys import b64, pack_value, unb64
 from .mapping import Node, Reads, Snapshot, compare, get, node_of, plan, put
 from .settings import Settings, parse_url
-from .single import Fallback, deletes, single
+from .single import Fallback, deletes, guarded, single
 from .writes import WriteBatcher
 
 __all__ = ("EtcdDriver",)
@@ -282,6 +283,15 @@ class EtcdDriver(FaultHooks):
             try:
                 if (await self._operation("kv/txn", deletes(removed, self.space))).get("succeeded"):
                     return [None] * len(removed)
+            except Fallback:
+                pass
+        elif len(checked) > 1 and isinstance(checked[0], Check):  # a fenced write, say
+            try:
+                last = checked[-1]
+                if isinstance(last, Create) and last.ephemeral and not self._lease:
+                    raise Fallback  # the long way says why
+                one = guarded(checked, self.space, self._lease, time.time())
+                return one.outcome(await self._operation("kv/txn", one.body))
             except Fallback:
                 pass
         return await self._apply(checked) if checked else []

@@ -11,15 +11,16 @@ failure the reads do not explain (the state moved in between), goes the long way
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import BadVersion, NodeExists, NoNode, NotEmpty
-from ..base import Create, Delete, Op, SetData, Stat, parent_of
+from ...errors import BadVersion, NodeExists, NoNode, NotEmpty, TransactionFailed
+from ..base import Check, Create, Delete, Op, SetData, Stat, parent_of
 from .keys import KeySpace, b64, kv_int, pack_value
 from .mapping import compare, get, node_of, remove
 
-__all__ = ("Fallback", "Single", "deletes", "single")
+__all__ = ("Fallback", "Guarded", "Single", "deletes", "guarded", "single")
 
 DELETES = 32  # at most, in one transaction of deletes (3 compares each; etcd allows 128)
 
@@ -121,6 +122,64 @@ def single(op: Op, space: KeySpace, lease: int, mtime: float) -> Single:
         raise Fallback
     body = {"compare": compares, "success": success, "failure": failure}
     return Single(op, body, mtime, space)
+
+
+@dataclass(frozen=True, slots=True)
+class Guarded:
+    """Checks, then one op (``single``), as one etcd transaction, and how to read its reply."""
+
+    checks: list[Check]
+    one: Single
+    body: dict[str, Any]
+
+    def outcome(self, reply: dict[str, Any]) -> list[str | Stat | None]:
+        """Each op's result, ``TransactionFailed`` naming the first that fails, or
+        ``Fallback``. The failure branch reads each checked node and its record, then what
+        ``single`` reads."""
+        checks = len(self.checks)
+        if reply.get("succeeded"):
+            return [*([None] * checks), self.one.outcome(reply)]
+        replies = _all(reply)
+        found = [_first(r.get("response_range") or {}) for r in replies[: 2 * checks]]
+        for index, check in enumerate(self.checks):
+            kv, record = found[2 * index], found[2 * index + 1]
+            node = node_of(check.path, kv, record)
+            if node is None:
+                raise TransactionFailed(index, NoNode(check.path))
+            if check.version != -1 and node.version != check.version:
+                raise TransactionFailed(index, BadVersion(check.path, check.version, node.version))
+        try:
+            self.one.outcome({"responses": replies[2 * checks :]})
+        except (NodeExists, NoNode, BadVersion, NotEmpty) as exc:
+            raise TransactionFailed(checks, exc) from None
+        raise Fallback  # (not reached: a failed transaction's outcome raises)
+
+
+def guarded(ops: Sequence[Op], space: KeySpace, lease: int, mtime: float) -> Guarded:
+    """The transaction of checks followed by one op ``single`` makes (a fenced write: the
+    leader's node checked, then the write), each check as compares: the node's key there, and
+    at a version, its version as ``single`` says it. ``Fallback`` for other lists."""
+    *first, last = ops
+    checks = [op for op in first if isinstance(op, Check) and op.path != "/"]
+    if not checks or len(checks) < len(first):
+        raise Fallback
+    one = single(last, space, lease, mtime)
+    compares: list[dict[str, Any]] = []
+    failure: list[dict[str, Any]] = []
+    for check in checks:
+        key, record = space.node(check.path), space.incarnation(check.path)
+        if check.version == -1:
+            compares.append(compare(key, "CREATE", "GREATER", 0))
+        else:
+            compares.append(compare(key, "VERSION", "EQUAL", check.version + 1))
+            compares.append(compare(record, "CREATE", "EQUAL", 0))
+        failure += [get(key), get(record)]
+    body = {
+        "compare": [*compares, *one.body["compare"]],
+        "success": one.body["success"],
+        "failure": [*failure, *one.body["failure"]],
+    }
+    return Guarded(checks, one, body)
 
 
 def deletes(ops: list[Delete], space: KeySpace) -> dict[str, Any]:
