@@ -147,8 +147,7 @@ def flag_states(events: DataFrame) -> DataFrame:
 
 def holder_order() -> list[Any]:
     """Each holder's records in order: election, identity, ts, and at equal times a departure
-    first (it closes the interval it belongs to). ``analyze`` sorts its cache so, and the
-    intervals' first window then sorts nothing."""
+    first (it closes the interval it belongs to)."""
     from pyspark.sql import functions as F
 
     return [F.col("election"), F.col("identity"), F.col("ts"), F.desc("departs")]
@@ -176,15 +175,30 @@ def leadership_intervals(
         span = flagged.groupBy("election").agg(F.max("ts").alias("election_end"))
     order = holder_order()
     by_holder = Window.partitionBy(*order[:2]).orderBy(*order[2:])
-    entries = flagged.select(
-        "*",
+    entries = flagged.select("*", *_next_record(flagged, by_holder)).where("enters")
+    return _intervals(entries, span, session_timeout)
+
+
+def _next_record(flagged: DataFrame, by_holder: Any) -> list[Any]:
+    """The holder's next record, as columns: its ``next_ts``, ``next_departs``, ``next_cause``."""
+    from pyspark.sql import functions as F
+
+    return [
         F.lead("ts").over(by_holder).alias("next_ts"),
         F.lead("departs").over(by_holder).alias("next_departs"),
         # the cause only when given: the report drops it, as it shows none
         (F.lead("cause").over(by_holder) if "cause" in flagged.columns else F.lit(None))
         .cast("string")
         .alias("next_cause"),
-    ).where("enters")
+    ]
+
+
+def _intervals(entries: DataFrame, span: DataFrame, session_timeout: float) -> DataFrame:
+    """``leadership_intervals`` from the records entering ``active`` with their holder's
+    next record (``_next_record``)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     by_start = Window.partitionBy("election").orderBy("ts", "identity")
     entries = entries.select(
         "*",
@@ -224,7 +238,10 @@ def leadership_intervals(
         end.alias("end"),
         "epoch",
         kind.alias("end_kind"),
-        F.when(left, F.col("next_cause")).alias("end_cause"),
+        # (analyze's entries come without causes: the report shows none)
+        F.when(left, F.col("next_cause") if "next_cause" in entries.columns else F.lit(None))
+        .cast("string")
+        .alias("end_cause"),
     )
 
 
@@ -310,24 +327,25 @@ def analyze(
     stage = on_stage or (lambda name: None)
     started = time.perf_counter()
     stage(STAGES[0])
-    # Read once (the JSON is parsed here and only here), the states as flags, without the
-    # causes nothing shows. Partitioned by election: every window and aggregation below is
-    # per election, so none shuffles again; sorted for the holders' window, which then sorts
-    # nothing.
-    records = (
-        flag_states(read_journals(spark, paths).drop("cause"))
-        .repartition(_partitions(spark), "election")
-        .sortWithinPartitions(*holder_order())
-        .persist(StorageLevel.MEMORY_AND_DISK)
+    # The JSON is parsed once, in one pass that also counts: partitioned by election (every
+    # window and aggregation below is per election, so none shuffles again), each holder's
+    # records in order with their next record. Only the rows the rest reads are kept (a
+    # third of them): the entries into active, each holder's last record (its counts) and
+    # the first and last record of each holder in each rate bucket (the rates). Caching
+    # every record cost more than the parse.
+    marks = _holder_marks(flag_states(read_journals(spark, paths).drop("cause"))).persist(
+        StorageLevel.MEMORY_AND_DISK
     )
     swept: DataFrame | None = None
     try:
-        # Filling the cache counts each holder's records too: the summary's first columns.
         holders = to_pandas(
-            records.groupBy("valid", "election", "identity").agg(
-                F.count(F.lit(1)).alias("events"),
-                F.min("ts").alias("first_ts"),
-                F.max("ts").alias("last_ts"),
+            marks.where("last").select(
+                "valid",
+                "election",
+                "identity",
+                F.col("n").alias("events"),
+                "first_ts",
+                F.col("ts").alias("last_ts"),
             )
         )
         read = int(holders["events"].sum())
@@ -346,8 +364,8 @@ def analyze(
             list(zip(per_election["election"], per_election["last_ts"].astype(float), strict=True)),
             "election string, election_end double",
         )
-        events = records.where("valid").drop("valid")
-        intervals = leadership_intervals(events, session_timeout, span=span)
+        events = marks.where("valid")
+        intervals = _intervals(events.where("enters"), span, session_timeout)
         # Kept without the columns nothing below reads; in the sweep's order.
         swept = (
             sweep(intervals)
@@ -377,18 +395,24 @@ def analyze(
         stage(STAGES[3])
         # Minutes for a journal of a few hours, hours beyond: enough points for a line.
         observed = float(summary["last_ts"].max() - summary["first_ts"].min()) if total else 0.0
-        bucket = 3600.0 if observed >= 6 * 3600 else 60.0
+        bucket = 3600.0 if observed >= MINUTE_RATES_BELOW else 60.0
+        # A holder's records in a bucket: the numbers of its last and first there, + 1.
+        per_holder = (
+            events.where(_BUCKET_EDGES[bucket])
+            .groupBy(
+                "election", "identity", (F.floor(F.col("ts") / bucket) * bucket).alias("bucket")
+            )
+            .agg((F.max("n") - F.min("n") + 1).alias("transitions"))
+        )
         rates = to_pandas(
-            events.groupBy(
-                "election", (F.floor(F.col("ts") / bucket) * bucket).alias("bucket")
-            ).agg(F.count(F.lit(1)).alias("transitions"))
+            per_holder.groupBy("election", "bucket").agg(F.sum("transitions").alias("transitions"))
         ).sort_values(["election", "bucket"], ignore_index=True)
         timeline, epochs = timeline_and_epochs(swept, summary)
         closeups = closeups_of(swept, overlaps)
     finally:
         if swept is not None:
             swept.unpersist()
-        records.unpersist()
+        marks.unpersist()
     return JournalReport(
         summary=summary,
         overlaps=overlaps,
@@ -404,6 +428,59 @@ def analyze(
         seconds=time.perf_counter() - started,
         session_timeout=session_timeout,
     )
+
+
+# The rate buckets' widths (s), each with the column marking the records at a holder's bucket
+# edges, and the span below which the report counts per minute.
+_BUCKET_EDGES = {60.0: "minute_edge", 3600.0: "hour_edge"}
+MINUTE_RATES_BELOW = 6 * 3600.0
+
+
+def _holder_marks(flagged: DataFrame) -> DataFrame:
+    """The records ``analyze`` reads, each holder's (valid or not) in order with its next
+    record: ``n`` (its number in the holder's records), ``last`` (the holder's last, whose
+    ``n`` is then the holder's count), ``first_ts`` (the holder's first time), and the
+    bucket edges: first or last of the holder in its hour (``hour_edge``) or minute
+    (``minute_edge``, only within MINUTE_RATES_BELOW of ``first_ts``: a journal with a
+    longer span counts per hour). Rows: the valid entries into active, the last records,
+    the edges."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    holder = ["valid", "election", "identity"]
+    by_holder = Window.partitionBy(*holder).orderBy(*holder_order()[2:])
+    running = by_holder.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    steps = flagged.repartition(_partitions(flagged.sparkSession), "election").select(
+        "*",
+        *_next_record(flagged, by_holder),
+        F.lag("ts").over(by_holder).alias("prev_ts"),
+        F.row_number().over(by_holder).alias("n"),
+        F.lead(F.lit(1)).over(by_holder).isNull().alias("last"),
+        F.first("ts").over(running).alias("first_ts"),
+    )
+
+    def edge(width: float) -> Any:
+        bucket = F.floor(F.col("ts") / width)
+        return (
+            F.col("prev_ts").isNull()
+            | F.col("next_ts").isNull()
+            | (F.floor(F.col("prev_ts") / width) != bucket)
+            | (F.floor(F.col("next_ts") / width) != bucket)
+        )
+
+    edges = steps.select(
+        "valid", "election", "identity", "ts", "epoch", "enters", "next_ts", "next_departs",
+        "n", "last", "first_ts",
+        F.coalesce(F.col("valid") & edge(3600.0), F.lit(False)).alias("hour_edge"),
+        F.coalesce(
+            F.col("valid")
+            & (F.col("ts") < F.col("first_ts") + MINUTE_RATES_BELOW)
+            & edge(60.0),
+            F.lit(False),
+        ).alias("minute_edge"),
+    )  # fmt: skip
+    keep = (F.col("valid") & F.col("enters")) | F.col("last") | F.col("hour_edge")
+    return edges.where(F.coalesce(keep, F.lit(False)) | F.col("minute_edge"))
 
 
 def _partitions(spark: SparkSession) -> int:

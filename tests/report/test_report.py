@@ -214,6 +214,47 @@ def test_a_generated_journal_with_injected_overlaps(spark, tmp_path: Path) -> No
         assert s["open_intervals"] == 1
 
 
+def _plain_rates(spark, paths: list[str], bucket: float) -> list[tuple[str, float, int]]:  # type: ignore[no-untyped-def]
+    """Records per election and bucket, counted one by one."""
+    from pyspark.sql import functions as F
+
+    events = read_journals(spark, paths).where("valid")
+    rows = (
+        events.groupBy("election", (F.floor(F.col("ts") / bucket) * bucket).alias("bucket"))
+        .count()
+        .collect()
+    )
+    return sorted((r["election"], r["bucket"], r["count"]) for r in rows)
+
+
+@pytest.mark.parametrize("term_s", [3.0, 600.0])  # a journal of 2 h (minutes), of weeks (hours)
+def test_counts_and_rates_are_every_records(spark, tmp_path: Path, term_s: float) -> None:  # type: ignore[no-untyped-def]
+    truth = generate_journal(
+        tmp_path / "gen", events=6_000, elections=2, mean_term_s=term_s, overlaps=1, seed=11
+    )
+    # Malformed records amid a holder's records: counted, and in no interval.
+    bad = [
+        json.dumps({"ts": 1_700_000_050.0, "election": "/service-000", "identity": "host-0",
+                    "from": "active", "to": "nowhere", "epoch": None}),
+        json.dumps({"ts": 1_700_000_051.0, "election": "/service-000", "identity": "host-0",
+                    "from": "standby", "to": "active"}),  # no epoch: still a record
+        '{"ts": 1700000052.0, "election": "/service-000", "identity": "host-0"',
+    ]  # fmt: skip
+    extra = _write(tmp_path / "extra.jsonl", [], extra=bad)
+    paths = [str(tmp_path / "gen"), extra]
+    report = analyze(spark, paths)
+    assert report.malformed == 2
+    assert report.events == truth.events + 1
+    assert report.rate_bucket_s == (60.0 if term_s < 10 else 3600.0)
+    rates = sorted(
+        (r["election"], r["bucket"], r["transitions"]) for r in report.rates.to_dict("records")
+    )
+    assert rates == _plain_rates(spark, paths, report.rate_bucket_s)
+    events = read_journals(spark, paths).where("valid").groupBy("election").count().collect()
+    counts = dict(zip(report.summary["election"], report.summary["events"], strict=True))
+    assert counts == {r["election"]: r["count"] for r in events}
+
+
 def test_report_files_and_terminal_table(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from rich.console import Console
 
