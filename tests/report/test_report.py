@@ -148,6 +148,19 @@ def test_crashes_restarts_and_epoch_errors(spark, tmp_path: Path) -> None:  # ty
     assert [r["crash"] for r in swept] == [None, True, False, True]
     assert [r["epoch_ok"] for r in swept] == [True, True, False, True]
 
+    # An interval without an epoch hides a repeated one from the epoch check.
+    hidden = [
+        (0.0, "/n", "x", "standby", "active", 5, "won"),
+        (1.0, "/n", "x", "active", "neutral", None, "quit"),
+        (2.0, "/n", "y", "standby", "active", None, "won"),
+        (3.0, "/n", "y", "active", "neutral", None, "quit"),
+        (4.0, "/n", "z", "standby", "active", 5, "won"),
+    ]
+    report = analyze(spark, [_write(tmp_path / "k.jsonl", rows + hidden)], session_timeout=0.5)
+    e, n = report.summary.to_dict("records")
+    assert (e["epoch_violations"], e["distinct_epochs"]) == (1, 4)
+    assert (n["epoch_violations"], n["distinct_epochs"], n["intervals"]) == (0, 1, 3)
+
 
 # The journals of a real kill -9 on ZooKeeper (session timeout 4 s): a was active from 0, was
 # killed at about 4.0 and restarted at 14.6; b took over at 7.8. Nothing records a's end.
