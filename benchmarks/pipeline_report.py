@@ -7,8 +7,9 @@ Generates a synthetic journal (JSON lines, about 140 bytes per event, 5 injected
 then times, on the same files:
 
 - **ha (Spark)**: ``ha.report.analysis.analyze`` in a fresh SparkSession built as ``ha report``
-  builds it (full JIT, 2 GB driver, the JVM's output in a log file): read, intervals, sweep,
-  the per-election summary and every plot's data; then the HTML rendering, apart.
+  builds it (``report_settings``: full JIT, the parallel GC, 2 GB driver, the JVM's output in
+  a log file): read, intervals, sweep, the per-election summary and every plot's data; then
+  the HTML rendering, apart.
 - **DuckDB** (the single-machine reference, ``--threads`` threads, as many as ``local[N]``'s
   cores): the same definitions (``ha.report.analysis``'s docstring) in SQL, read, intervals,
   sweep and the per-election summary, without the plots' data.
@@ -31,10 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ha.pipeline.spark import SparkSettings
 from ha.report.analysis import DEFAULT_SESSION_TIMEOUT, STATES, analyze
 from ha.report.render import render_html
-from ha.report.session import report_session
+from ha.report.session import report_session, report_settings
 from ha.report.synthetic import generate_journal
 
 # The journal's intervals, swept, per election: leadership_intervals and sweep in SQL.
@@ -167,14 +167,7 @@ def main() -> None:
         load_before = os.getloadavg()
 
         started = time.perf_counter()
-        spark = report_session(
-            SparkSettings(
-                master=args.master,
-                app_name="ha-report-bench",
-                fast_start=False,
-                conf={"spark.driver.memory": "2g"},
-            )
-        )
+        spark = report_session(report_settings(args.master, "2g", app_name="ha-report-bench"))
         session_s = time.perf_counter() - started
         stages: list[tuple[str, float, float]] = []  # name, wall and JVM CPU at its start
         jvm = jvm_cpu_seconds(spark)

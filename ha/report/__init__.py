@@ -81,21 +81,12 @@ def run_report(
     ``on_stage(name)`` hears each stage start: ``analysis.STAGES``, then ``WRITING`` when
     ``out`` is given (``progress.stage_progress`` shows them).
     """
-    from ..pipeline.spark import SparkSettings
-    from .session import report_session
+    from .session import report_session, report_settings
 
     if not paths:
         raise ConfigurationError("no journal given")
     if spark is None:
-        # Full JIT: C1-only code parses JSON about half as fast, which matters more here
-        # than the second it saves at start-up.
-        settings = SparkSettings(
-            master=master,
-            app_name="ha-report",
-            fast_start=False,
-            conf={"spark.driver.memory": driver_memory},
-        )
-        spark = report_session(settings, quiet=quiet)
+        spark = report_session(report_settings(master, driver_memory), quiet=quiet)
     report = analyze(spark, paths, session_timeout=session_timeout, on_stage=on_stage)
     if out is not None:
         if on_stage is not None:
