@@ -396,16 +396,12 @@ def analyze(
         # Minutes for a journal of a few hours, hours beyond: enough points for a line.
         observed = float(summary["last_ts"].max() - summary["first_ts"].min()) if total else 0.0
         bucket = 3600.0 if observed >= MINUTE_RATES_BELOW else 60.0
-        # A holder's records in a bucket: the numbers of its last and first there, + 1.
-        per_holder = (
-            events.where(_BUCKET_EDGES[bucket])
-            .groupBy(
-                "election", "identity", (F.floor(F.col("ts") / bucket) * bucket).alias("bucket")
-            )
-            .agg((F.max("n") - F.min("n") + 1).alias("transitions"))
-        )
+        # Each holder's first and last record in a bucket hold its count there, in parts.
+        part = _BUCKET_PARTS[bucket]
         rates = to_pandas(
-            per_holder.groupBy("election", "bucket").agg(F.sum("transitions").alias("transitions"))
+            events.where(F.col(part).isNotNull())
+            .groupBy("election", (F.floor(F.col("ts") / bucket) * bucket).alias("bucket"))
+            .agg(F.sum(part).alias("transitions"))
         ).sort_values(["election", "bucket"], ignore_index=True)
         timeline, epochs = timeline_and_epochs(swept, summary)
         closeups = closeups_of(swept, overlaps)
@@ -430,20 +426,21 @@ def analyze(
     )
 
 
-# The rate buckets' widths (s), each with the column marking the records at a holder's bucket
-# edges, and the span below which the report counts per minute.
-_BUCKET_EDGES = {60.0: "minute_edge", 3600.0: "hour_edge"}
+# The rate buckets' widths (s), each with the column of the holders' parts of their counts
+# (_holder_marks), and the span below which the report counts per minute.
+_BUCKET_PARTS = {60.0: "minute_part", 3600.0: "hour_part"}
 MINUTE_RATES_BELOW = 6 * 3600.0
 
 
 def _holder_marks(flagged: DataFrame) -> DataFrame:
     """The records ``analyze`` reads, each holder's (valid or not) in order with its next
     record: ``n`` (its number in the holder's records), ``last`` (the holder's last, whose
-    ``n`` is then the holder's count), ``first_ts`` (the holder's first time), and the
-    bucket edges: first or last of the holder in its hour (``hour_edge``) or minute
-    (``minute_edge``, only within MINUTE_RATES_BELOW of ``first_ts``: a journal with a
-    longer span counts per hour). Rows: the valid entries into active, the last records,
-    the edges."""
+    ``n`` is then the holder's count), ``first_ts`` (the holder's first time), and, at the
+    holder's first and last record in each hour (``hour_part``) or minute
+    (``minute_part``, only within MINUTE_RATES_BELOW of ``first_ts``: a journal with a
+    longer span counts per hour), its part of the bucket's count: the last's ``n`` minus
+    the first's ``n - 1``, so that their sum is the holder's records in the bucket. Rows:
+    the valid entries into active, the last records, the bucket edges."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -459,28 +456,30 @@ def _holder_marks(flagged: DataFrame) -> DataFrame:
         F.first("ts").over(running).alias("first_ts"),
     )
 
-    def edge(width: float) -> Any:
+    def part(width: float, counted: Any) -> Any:
         bucket = F.floor(F.col("ts") / width)
-        return (
-            F.col("prev_ts").isNull()
-            | F.col("next_ts").isNull()
-            | (F.floor(F.col("prev_ts") / width) != bucket)
-            | (F.floor(F.col("next_ts") / width) != bucket)
+        opens = F.col("prev_ts").isNull() | (F.floor(F.col("prev_ts") / width) != bucket)
+        closes = F.col("next_ts").isNull() | (F.floor(F.col("next_ts") / width) != bucket)
+        return F.when(
+            counted & (opens | closes),
+            F.when(closes, F.col("n")).otherwise(0) - F.when(opens, F.col("n") - 1).otherwise(0),
         )
 
-    edges = steps.select(
+    valid = F.col("valid")
+    marks = steps.select(
         "valid", "election", "identity", "ts", "epoch", "enters", "next_ts", "next_departs",
         "n", "last", "first_ts",
-        F.coalesce(F.col("valid") & edge(3600.0), F.lit(False)).alias("hour_edge"),
-        F.coalesce(
-            F.col("valid")
-            & (F.col("ts") < F.col("first_ts") + MINUTE_RATES_BELOW)
-            & edge(60.0),
-            F.lit(False),
-        ).alias("minute_edge"),
+        part(3600.0, valid).alias("hour_part"),
+        part(60.0, valid & (F.col("ts") < F.col("first_ts") + MINUTE_RATES_BELOW))
+        .alias("minute_part"),
     )  # fmt: skip
-    keep = (F.col("valid") & F.col("enters")) | F.col("last") | F.col("hour_edge")
-    return edges.where(F.coalesce(keep, F.lit(False)) | F.col("minute_edge"))
+    keep = (
+        (valid & F.col("enters"))
+        | F.col("last")
+        | F.col("hour_part").isNotNull()
+        | F.col("minute_part").isNotNull()
+    )
+    return marks.where(F.coalesce(keep, F.lit(False)))
 
 
 def _partitions(spark: SparkSession) -> int:
