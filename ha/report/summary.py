@@ -7,8 +7,10 @@ swept intervals (partitioned by election, so none shuffles), and shapes them in 
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import TYPE_CHECKING
+import operator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -115,18 +117,31 @@ def closeups(swept: DataFrame, overlaps: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
     from pyspark.sql import functions as F
 
-    frames = []
-    for n, row in enumerate(overlaps.head(CLOSEUPS).to_dict("records")):
+    windows = []
+    for row in overlaps.head(CLOSEUPS).to_dict("records"):
         pad = max(10 * float(row["overlap"]), 5.0)
-        lo, hi = float(row["start"]) - pad, float(row["end"]) + pad
-        near = swept.where(
-            (F.col("election") == row["election"]) & (F.col("start") < hi) & (F.col("end") > lo)
-        )
-        frame: pd.DataFrame = near.select(
-            "election", "identity", "start", "end", "epoch", "kind"
-        ).toPandas()
+        windows.append((row, float(row["start"]) - pad, float(row["end"]) + pad))
+    if not windows:
+        return pd.DataFrame()
+
+    def near(election: str, lo: float, hi: float) -> Any:
+        return (F.col("election") == election) & (F.col("start") < hi) & (F.col("end") > lo)
+
+    # One pass over the intervals for every close-up; each takes its own rows from it.
+    wanted = functools.reduce(
+        operator.or_, (near(row["election"], lo, hi) for row, lo, hi in windows)
+    )
+    rows: pd.DataFrame = (
+        swept.where(wanted)
+        .select("election", "identity", "start", "end", "epoch", "kind")
+        .toPandas()
+    )
+    frames = []
+    for n, (row, lo, hi) in enumerate(windows):
+        mine = (rows["election"] == row["election"]) & (rows["start"] < hi) & (rows["end"] > lo)
+        frame = rows[mine].reset_index(drop=True)
         frame["closeup"] = n
         frame["lo"], frame["hi"] = lo, hi
         frame["ov_start"], frame["ov_end"] = float(row["start"]), float(row["end"])
         frames.append(frame)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return pd.concat(frames, ignore_index=True)
