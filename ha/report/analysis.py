@@ -245,14 +245,15 @@ def _intervals(entries: DataFrame, span: DataFrame, session_timeout: float) -> D
     )
 
 
-def sweep(intervals: DataFrame) -> DataFrame:
+def sweep(intervals: DataFrame, *, numbered: bool = False) -> DataFrame:
     """Intervals in start order with what came before: the latest earlier end and its holder.
 
     Adds ``prev_end``, ``prev_identity``, ``prev_epoch`` (of the interval with that end),
     ``kind`` (``first``, ``failover`` or ``overlap``), ``gap`` (failovers), ``crash``
     (failovers whose previous holder recorded no leaving), ``overlap``
     (seconds shared with ``prev_identity``), ``covered`` (seconds added to the union) and
-    ``epoch_ok`` (strictly above the previous interval's epoch, in start order).
+    ``epoch_ok`` (strictly above the previous interval's epoch, in start order); when
+    ``numbered``, ``n``: the interval's number in its election, in start order (from 1).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -264,6 +265,8 @@ def sweep(intervals: DataFrame) -> DataFrame:
         "*",
         F.max(holder).over(before).alias("prev"),
         F.lag("epoch").over(order).alias("lag_epoch"),
+        # in the same pass over the same order
+        *([F.row_number().over(order).alias("n")] if numbered else []),
     ).select(
         "*",
         F.col("prev.end").alias("prev_end"),
@@ -368,7 +371,7 @@ def analyze(
         intervals = _intervals(events.where("enters"), span, session_timeout)
         # Kept without the columns nothing below reads; in the sweep's order.
         swept = (
-            sweep(intervals)
+            sweep(intervals, numbered=True)
             .drop("end_cause", "lag_epoch", "prev_end", "prev_end_kind")
             .persist(StorageLevel.MEMORY_AND_DISK)
         )

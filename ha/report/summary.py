@@ -96,11 +96,11 @@ def timeline_and_epochs(
         stride = F.when(
             F.col("election") == name, max(1, math.ceil(count / EPOCH_POINTS))
         ).otherwise(stride)
-    # The sweep's order, which the cache keeps: numbering them sorts nothing.
+    # Numbered in the sweep's order (``sweep(numbered=True)`` did it in its own pass).
     by_start = Window.partitionBy("election").orderBy("start", "end", "identity")
+    number = F.col("n") if "n" in swept.columns else F.row_number().over(by_start)
     numbered = swept.where(F.col("election").isin(*busiest["election"])).select(
-        "election", "identity", "start", "end", "epoch", "kind", "end_kind",
-        F.row_number().over(by_start).alias("n"),
+        "election", "identity", "start", "end", "epoch", "kind", "end_kind", number.alias("n"),
     )  # fmt: skip
     first = F.col("n") <= TIMELINE_INTERVALS
     sampled = (F.col("n") - 1) % stride == 0
