@@ -21,10 +21,11 @@ import anyio
 import pytest
 
 from ha.drivers.base import Check, Create, Delete, SetData, Stat
+from ha.drivers.etcd.batching import WORKERS
 from ha.drivers.etcd.gateway import Gateway
 from ha.drivers.etcd.reads import ReadBatcher
 from ha.drivers.etcd.settings import Settings
-from ha.drivers.etcd.writes import WORKERS, WriteBatcher, footprint
+from ha.drivers.etcd.writes import WriteBatcher, footprint
 from ha.errors import BadVersion, NodeExists, NoNode, SessionExpired, TransactionFailed
 from tests.drivers.test_etcd_reads import transactions
 from tests.support.backends.etcd import EtcdBackend

@@ -89,6 +89,8 @@ class Waiting(Generic[T]):
 
 W = TypeVar("W", bound=Waiting[Any])
 
+WORKERS = 4  # senders of a batcher: batches in flight at once, so a slow reply holds up none
+
 
 class Queue(Generic[W]):
     """Waiting requests, earliest deadline first, then in arrival order (the module says why).
@@ -136,6 +138,40 @@ class Queue(Generic[W]):
         """Every request still waiting, taken out."""
         waiting, self._heap = [item[2] for item in sorted(self._heap)], []
         return waiting
+
+
+class Batcher(Generic[W]):
+    """The waiting requests (``Queue``) and their ``WORKERS`` senders, taking requests from
+    ``open`` to ``close`` (the module says why); a subclass's ``_sender`` takes and sends."""
+
+    def __init__(self, horizon: float = math.inf) -> None:
+        self._waiting: Queue[W] = Queue(horizon)
+        self._open = False  # taking requests (the senders may not run yet)
+
+    def open(self) -> None:
+        """Take requests from now on: they wait for the senders (``run``) if these are not
+        running yet (a driver's first requests would otherwise each go alone)."""
+        self._open = True
+
+    def close(self) -> None:
+        """Take no more requests (callers then send their own); those waiting fail as
+        ConnectionLost."""
+        self._open = False
+        for request in self._waiting.drain():
+            request.fail(closing())
+
+    async def run(self) -> None:
+        """The senders, until cancelled; requests still waiting then fail (``close``)."""
+        self.open()
+        try:
+            async with anyio.create_task_group() as tg:
+                for _ in range(WORKERS):
+                    tg.start_soon(self._sender)
+        finally:
+            self.close()
+
+    async def _sender(self) -> None:
+        raise NotImplementedError
 
 
 async def serve(batch: list[W], send: Callable[[list[W]], Awaitable[Sequence[Any]]]) -> None:

@@ -10,14 +10,14 @@ per level of a transaction, so past ``CHUNK`` ranges they go in nested read-only
 (``request_txn``, etcd >= 3.3) of one: still one revision, and one request of the client's
 instead of one per hundred ranges (etcd's own work is the same).
 
-Senders are background tasks (``WORKERS`` of them, so that a slow reply does not hold up the
-reads behind it), taking the waiting reads earliest deadline first (``batching``); a task that
-stops waiting (cancelled, timed out) before a sender took its read withdraws it (under
-overload, reads nobody waits for would only lengthen the queue);
-one already taken is sent and its answer dropped, which a read allows. A lost connection is
-every one's error; any other error (etcd refusing one read, say a role that grants only part of the prefix) sends each read
-again on its own, so it reaches only the readers it concerns. When no sender runs (the driver
-starts or closes) the caller sends its read itself.
+Senders are background tasks (``batching.WORKERS`` of them, so that a slow reply does not hold
+up the reads behind it), taking the waiting reads earliest deadline first (``batching``); a
+task that stops waiting (cancelled, timed out) before a sender took its read withdraws it
+(under overload, reads nobody waits for would only lengthen the queue); one already taken is
+sent and its answer dropped, which a read allows. A lost connection is every one's error; any
+other error (etcd refusing one read, say a role that grants only part of the prefix) sends each
+read again on its own, so it reaches only the readers it concerns. When no sender runs (the
+driver starts or closes) the caller sends its read itself.
 
 A range may carry its own revision (the watch's reads do): the transaction's revision is then
 that of the others. etcd refuses a whole transaction with a compacted revision in it, so, as
@@ -31,17 +31,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import anyio
-
 from ...errors import ConnectionLost
-from .batching import Queue, Waiting, closing, serve
+from .batching import Batcher, Waiting, serve
 
 __all__ = ("ReadBatcher",)
 
 LIMIT = 800  # range requests in one transaction
 CHUNK = 100  # range requests per level (etcd's default limit is 128 operations, nested ones
 # counted against what their parent leaves: 8 nested transactions of 100 fit)
-WORKERS = 4  # transactions of reads in flight at once
 
 Send = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 Reply = tuple[dict[str, Any], list[dict[str, Any]]]  # the header, a reply per range
@@ -53,15 +50,14 @@ class _Read(Waiting[Reply]):
     settles: ClassVar[bool] = False  # a read has no effect: its caller need not wait for it
 
 
-class ReadBatcher:
+class ReadBatcher(Batcher[_Read]):
     """Range requests of concurrent readers, coalesced; ``run`` is its senders' loop.
 
     ``horizon``: the operation timeout, the latest deadline of a read (``batching.Queue``)."""
 
     def __init__(self, send: Send, horizon: float = math.inf) -> None:
+        super().__init__(horizon)
         self._send = send  # one kv/txn request
-        self._waiting: Queue[_Read] = Queue(horizon)
-        self._open = False  # taking requests (the senders may not run yet)
 
     async def read(self, ranges: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
         """The transaction's header and the replies to ``ranges`` (at most ``LIMIT``)."""
@@ -70,28 +66,6 @@ class ReadBatcher:
         request = _Read(ranges=ranges)
         self._waiting.put(request)
         return await request.wait()
-
-    def open(self) -> None:
-        """Take reads from now on: they wait for the senders (``run``) if these are not running
-        yet (a driver's first requests would otherwise each go alone)."""
-        self._open = True
-
-    def close(self) -> None:
-        """Take no more reads (callers then send their own); those waiting fail as
-        ConnectionLost."""
-        self._open = False
-        for request in self._waiting.drain():
-            request.fail(closing())
-
-    async def run(self) -> None:
-        """The senders, until cancelled; reads still waiting then fail (``close``)."""
-        self.open()
-        try:
-            async with anyio.create_task_group() as tg:
-                for _ in range(WORKERS):
-                    tg.start_soon(self._sender)
-        finally:
-            self.close()
 
     async def _sender(self) -> None:
         waiting = self._waiting

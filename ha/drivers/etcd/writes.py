@@ -47,10 +47,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-
 from ...errors import ConnectionLost
-from .batching import Queue, Waiting, closing, serve
+from .batching import Batcher, Waiting, serve
 from .keys import unb64
 
 __all__ = ("Footprint", "WriteBatcher", "footprint")
@@ -59,7 +57,6 @@ LIMIT = 32  # callers' transactions in one etcd transaction
 MAX_OPS = 128  # etcd's default --max-txn-ops (a batch of k leaves 128 - k to each caller's)
 MAX_BYTES = 256 * 1024  # about, in one request (etcd's default --max-request-bytes: 1.5 MiB)
 SCAN = 4 * LIMIT  # waiting transactions looked at for one batch (conflicting ones wait)
-WORKERS = 4  # transactions in flight at once
 
 Send = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 Span = tuple[bytes, bytes | None]  # a key range [start, end); end None: to the last key
@@ -176,15 +173,14 @@ class _Write(Waiting[dict[str, Any]]):
     footprint: Footprint = field(default_factory=Footprint)
 
 
-class WriteBatcher:
+class WriteBatcher(Batcher[_Write]):
     """Write transactions of concurrent callers, merged; ``run`` is its senders' loop.
 
     ``horizon``: the operation timeout, the latest deadline of a write (``batching.Queue``)."""
 
     def __init__(self, send: Send, horizon: float = math.inf) -> None:
+        super().__init__(horizon)
         self._send = send  # one kv/txn request
-        self._pending: Queue[_Write] = Queue(horizon)
-        self._open = False  # taking requests (the senders may not run yet)
 
     async def write(self, body: dict[str, Any]) -> dict[str, Any]:
         """The reply to the transaction ``body``, as if it had been sent alone."""
@@ -192,34 +188,12 @@ class WriteBatcher:
         if found is None:
             return await self._send(body)
         request = _Write(body=body, footprint=found)
-        self._pending.put(request)
+        self._waiting.put(request)
         return await request.wait()
-
-    def open(self) -> None:
-        """Take writes from now on: they wait for the senders (``run``) if these are not running
-        yet (a driver's first requests would otherwise each go alone)."""
-        self._open = True
-
-    def close(self) -> None:
-        """Take no more writes (callers then send their own); those waiting fail as
-        ConnectionLost."""
-        self._open = False
-        for request in self._pending.drain():
-            request.fail(closing())
-
-    async def run(self) -> None:
-        """The senders, until cancelled; writes still waiting then fail (``close``)."""
-        self.open()
-        try:
-            async with anyio.create_task_group() as tg:
-                for _ in range(WORKERS):
-                    tg.start_soon(self._sender)
-        finally:
-            self.close()
 
     async def _sender(self) -> None:
         while True:
-            await self._pending.wait()
+            await self._waiting.wait()
             batch = self._take()
             if batch:
                 await serve(batch, self._replies)
@@ -228,7 +202,7 @@ class WriteBatcher:
         """The first waiting write and those after it that can go with it (``Footprint``,
         ``MAX_OPS``, ``MAX_BYTES``); the others keep their place, the withdrawn are dropped.
         Empty if every waiting write was withdrawn."""
-        pending = self._pending
+        pending = self._waiting
         if pending.peek() is None:
             return []
         first = pending.pop()
