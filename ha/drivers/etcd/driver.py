@@ -265,8 +265,6 @@ class EtcdDriver(FaultHooks):
     async def _one(self, op: Op) -> str | Stat | None:
         """One op: in one round trip if it can (``single``), else read, decide and write."""
         try:
-            if isinstance(op, Create) and op.ephemeral and not self._lease:
-                raise Fallback  # the long way says why
             one = single(op, self.space, self._lease, time.time())
             return one.outcome(await self._operation("kv/txn", one.body))
         except Fallback:
@@ -287,9 +285,6 @@ class EtcdDriver(FaultHooks):
                 pass
         elif len(checked) > 1 and isinstance(checked[0], Check):  # a fenced write, say
             try:
-                last = checked[-1]
-                if isinstance(last, Create) and last.ephemeral and not self._lease:
-                    raise Fallback  # the long way says why
                 one = guarded(checked, self.space, self._lease, time.time())
                 return one.outcome(await self._operation("kv/txn", one.body))
             except Fallback:

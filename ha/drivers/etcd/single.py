@@ -84,7 +84,9 @@ class Single:
 
 def single(op: Op, space: KeySpace, lease: int, mtime: float) -> Single:
     """The transaction of one create (not sequential), set or delete; ``Fallback`` for other
-    ops. ``lease``: the session's (for an ephemeral create)."""
+    ops, and for an ephemeral create with no ``lease`` (the session's): the long way says why."""
+    if isinstance(op, Create) and op.ephemeral and not lease:
+        raise Fallback
     key = space.node(op.path) if op.path != "/" else b""
     record = space.incarnation(op.path)
     compares: list[dict[str, Any]] = []
