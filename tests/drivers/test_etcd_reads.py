@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import re
 import urllib.request
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -39,6 +40,23 @@ def transactions(backend: EtcdBackend) -> int:
     return sum(int(count) for count in found)
 
 
+async def sent_at_start(
+    backend: EtcdBackend, call: Callable[[EtcdDriver, int], Awaitable[object]], count: int
+) -> int:
+    """The transactions that ``count`` calls ``call(driver, number)``, made at once right
+    after the driver's start, took (no checkpoint in between: its senders have not run yet)."""
+    driver = backend.driver()
+    await driver.start()
+    try:
+        before = transactions(backend)
+        async with anyio.create_task_group() as tg:
+            for number in range(count):
+                tg.start_soon(call, driver, number)
+        return transactions(backend) - before
+    finally:
+        await driver.aclose()
+
+
 async def test_concurrent_reads_share_transactions(etcd_backend: EtcdBackend) -> None:
     async with etcd_backend.driver() as driver:
         for number in range(10):
@@ -60,16 +78,7 @@ async def test_concurrent_reads_share_transactions(etcd_backend: EtcdBackend) ->
 async def test_reads_made_as_the_driver_starts_share_transactions(
     etcd_backend: EtcdBackend,
 ) -> None:
-    driver = etcd_backend.driver()
-    await driver.start()  # no checkpoint from here to the reads: its senders have not run yet
-    try:
-        before = transactions(etcd_backend)
-        async with anyio.create_task_group() as tg:
-            for number in range(READERS):
-                tg.start_soon(driver.exists, f"/n{number}")
-        sent = transactions(etcd_backend) - before
-    finally:
-        await driver.aclose()
+    sent = await sent_at_start(etcd_backend, lambda d, n: d.exists(f"/n{n}"), READERS)
     assert sent <= READERS // 10, f"{READERS} reads at the start took {sent} transactions"
 
 

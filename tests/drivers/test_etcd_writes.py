@@ -27,7 +27,7 @@ from ha.drivers.etcd.reads import ReadBatcher
 from ha.drivers.etcd.settings import Settings
 from ha.drivers.etcd.writes import WriteBatcher, footprint
 from ha.errors import BadVersion, NodeExists, NoNode, SessionExpired, TransactionFailed
-from tests.drivers.test_etcd_reads import transactions
+from tests.drivers.test_etcd_reads import sent_at_start, transactions
 from tests.support.backends.etcd import EtcdBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -142,16 +142,7 @@ async def test_writes_made_as_the_driver_starts_share_transactions(
     async with etcd_backend.driver() as driver:
         for number in range(WRITERS):
             await driver.create(f"/w{number}")
-    driver = etcd_backend.driver()
-    await driver.start()  # no checkpoint from here to the writes: its senders have not run yet
-    try:
-        before = transactions(etcd_backend)
-        async with anyio.create_task_group() as tg:
-            for number in range(WRITERS):
-                tg.start_soon(driver.set, f"/w{number}", b"x")
-        sent = transactions(etcd_backend) - before
-    finally:
-        await driver.aclose()
+    sent = await sent_at_start(etcd_backend, lambda d, n: d.set(f"/w{n}", b"x"), WRITERS)
     assert sent <= WRITERS // 4, f"{WRITERS} writes at the start took {sent} transactions"
 
 
