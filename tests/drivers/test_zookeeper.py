@@ -269,6 +269,29 @@ async def test_dropped_connection_reconnects_in_the_same_session(
 
 
 @live
+async def test_an_unanswered_connection_does_not_cost_the_session(
+    zookeeper_backend: ZooKeeperBackend, proxy: FaultProxy, zookeeper_server: ZooKeeperServer
+) -> None:
+    # a restarting or stalled server takes the connection and never answers the session
+    # request; kazoo alone waits a whole session timeout for that answer, and the session is
+    # gone by the time it tries again, although the server was back at once
+    link = proxy.link(("127.0.0.1", zookeeper_server.port))
+    zk = zookeeper_backend.driver(via=link.hosts, session_timeout=6.0)
+    seen = Recorder()
+    zk.subscribe(None, seen)
+    async with zk:
+        await seen.next()
+        session = zk.session_id
+        link.blackhole()
+        assert await seen.next() == ConnectionEvent(S.DISCONNECTED, session)
+        with anyio.fail_after(WAIT):
+            while not link.held:  # the next session request went into the hole
+                await anyio.sleep(0.01)
+        link.accept()
+        assert await seen.next() == ConnectionEvent(S.RECONNECTED, session)
+
+
+@live
 async def test_short_freeze_within_the_session_keeps_it(
     zookeeper_backend: ZooKeeperBackend, proxy: FaultProxy, zookeeper_server: ZooKeeperServer
 ) -> None:

@@ -11,6 +11,7 @@ at one client::
         link.drop()     # close the link's connections (the client sees the peer close)
         link.refuse()   # drop, and close the listening port: new connections are refused
         link.accept()   # listen on the same port again
+        link.blackhole()  # drop, then take new connections and never answer them
 
 One thread runs every link with a selector; the control methods hand their change to that
 thread and return once it is in force, within microseconds. They are plain functions, so tests
@@ -51,8 +52,10 @@ class Link:
         self.port = 0
         self.paused = False
         self.refusing = False
+        self.blackholing = False
         self._listener: socket.socket | None = None
         self._pipes: list[_Pipe] = []
+        self._holes: list[socket.socket] = []
 
     @property
     def address(self) -> tuple[str, int]:
@@ -66,6 +69,11 @@ class Link:
     @property
     def connections(self) -> int:
         return self._proxy._run(lambda: sum(not p.closed for p in self._pipes))
+
+    @property
+    def held(self) -> int:
+        """Connections taken by the black hole and still open."""
+        return self._proxy._run(lambda: len(self._holes))
 
     def pause(self) -> None:
         """Stop forwarding in both directions, for current and new connections."""
@@ -82,8 +90,15 @@ class Link:
         """Close the connections and the listening port: connecting is refused until accept()."""
         self._proxy._run(lambda: self._proxy._refuse(self))
 
+    def blackhole(self) -> None:
+        """Close the connections; new ones are taken and read, and never answered nor
+        forwarded (a server whose process took the connection and then stalled or lost the
+        request), until accept()."""
+        self._proxy._run(lambda: self._proxy._blackhole(self))
+
     def accept(self) -> None:
-        """Listen again on the same port, forwarding (undoes refuse() and pause())."""
+        """Listen again on the same port, forwarding (undoes refuse(), pause() and
+        blackhole(); connections taken by the black hole stay unanswered)."""
         self._proxy._run(lambda: self._proxy._accept(self))
 
 
@@ -148,6 +163,8 @@ class FaultProxy:
                     self._run_commands()
                 elif isinstance(key.data, Link):
                     self._on_accept(key.data)
+                elif isinstance(key.data, socket.socket):
+                    self._on_hole(key.data)
                 else:
                     pipe, side = key.data
                     self._on_ready(pipe, side, mask)
@@ -206,6 +223,7 @@ class FaultProxy:
     def _accept(self, link: Link) -> None:
         link.paused = False
         link.refusing = False
+        link.blackholing = False
         if link._listener is None:
             listener = socket.socket()
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -225,6 +243,12 @@ class FaultProxy:
     def _drop(self, link: Link) -> None:
         for pipe in list(link._pipes):
             self._close_pipe(pipe)
+        for hole in list(link._holes):
+            self._close_hole(link, hole)
+
+    def _blackhole(self, link: Link) -> None:
+        self._drop(link)
+        link.blackholing = True
 
     def _refuse(self, link: Link) -> None:
         link.refusing = True
@@ -247,6 +271,11 @@ class FaultProxy:
         try:
             client, _ = link._listener.accept()
         except BlockingIOError:
+            return
+        if link.blackholing:
+            client.setblocking(False)
+            link._holes.append(client)
+            self._want(client, selectors.EVENT_READ, client)
             return
         try:
             upstream = socket.create_connection(link.upstream, timeout=2)
@@ -286,6 +315,24 @@ class FaultProxy:
         if buffer:
             sent = pipe.socks[side].send(buffer)
             del buffer[:sent]
+
+    def _on_hole(self, hole: socket.socket) -> None:
+        """Read and forget what a black-holed connection sends; close it when its client does."""
+        try:
+            if hole.recv(_CHUNK):
+                return
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            pass
+        for link in self._links:
+            if hole in link._holes:
+                self._close_hole(link, hole)
+
+    def _close_hole(self, link: Link, hole: socket.socket) -> None:
+        self._want(hole, 0, None)
+        hole.close()
+        link._holes.remove(hole)
 
     def _close_pipe(self, pipe: _Pipe) -> None:
         if pipe.closed:

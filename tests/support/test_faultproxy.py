@@ -155,6 +155,27 @@ async def test_refuse_then_accept_on_the_same_port(echo: EchoServer, proxy: Faul
         assert await roundtrip(stream, b"back") == b"back"
 
 
+async def test_blackhole_takes_connections_and_never_answers(
+    echo: EchoServer, proxy: FaultProxy
+) -> None:
+    link = proxy.link(("127.0.0.1", echo.port))
+    async with await anyio.connect_tcp("127.0.0.1", link.port) as old:
+        assert await roundtrip(old, b"1") == b"1"
+        link.blackhole()
+        with anyio.fail_after(5), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+            await old.receive()  # the current connections are closed
+    async with await anyio.connect_tcp("127.0.0.1", link.port) as held:
+        await held.send(b"lost")
+        assert await nothing_arrives(held)
+        assert (link.connections, link.held) == (0, 1)  # taken, nothing forwarded
+        link.accept()
+        await held.send(b"still lost")
+        assert await nothing_arrives(held)  # what the hole took stays unanswered
+        async with await anyio.connect_tcp("127.0.0.1", link.port) as fresh:
+            assert await roundtrip(fresh, b"2") == b"2"
+    assert bytes(echo.received) == b"12"
+
+
 async def test_upstream_down_closes_the_client(proxy: FaultProxy) -> None:
     with socket.socket() as placeholder:  # a port with nobody listening
         placeholder.bind(("127.0.0.1", 0))

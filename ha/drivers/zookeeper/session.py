@@ -32,6 +32,7 @@ import anyio
 import anyio.abc
 from kazoo import exceptions as kx
 from kazoo.client import KazooClient
+from kazoo.protocol.serialization import Connect
 from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
@@ -48,6 +49,32 @@ from .settings import Options
 __all__ = ("KazooSession",)
 
 log = logging.getLogger("ha.drivers.zookeeper")
+
+
+def _bound_session_requests(client: Any, bound: float) -> None:
+    """Give up on an unanswered session request after ``bound`` seconds, and try again.
+
+    kazoo (like ZooKeeper's Java client) waits the session timeout divided by the number of
+    servers for the answer to a session request. A server that took the connection and then
+    never answers it (a JVM restarting or stalled, the request lost) thus costs one server
+    the whole session: the session has expired by the time the client tries again, though the
+    server was back long before. We bound each wait at a third of the session timeout, the
+    interval at which kazoo pings: a server slower than that to answer is already late, and
+    two more tries fit in the session.
+    """
+    handler: Any = getattr(client, "_connection", None)
+    invoke = getattr(handler, "_invoke", None)
+    if invoke is None:
+        log.warning("this kazoo has no ConnectionHandler._invoke: session requests not bounded")
+        return
+
+    @functools.wraps(invoke)
+    def bounded_invoke(timeout: float, request: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(request, Connect):
+            timeout = min(timeout, bound)
+        return invoke(timeout, request, *args, **kwargs)
+
+    handler._invoke = bounded_invoke
 
 
 class _SessionLog(logging.LoggerAdapter[logging.Logger]):
@@ -232,6 +259,7 @@ class KazooSession(ContactDating):
         )
         client.add_listener(self._kazoo_state)
         self._date_connects(client)
+        _bound_session_requests(client, self._requested_timeout / 3)
         return client
 
     async def _check_chroot(self) -> None:
