@@ -35,6 +35,10 @@ CLOCK_MONOTONIC, shared by every process of the machine.
     .venv/bin/python benchmarks/zookeeper_failover.py --quick          # a smoke run: 5 rounds
     .venv/bin/python benchmarks/zookeeper_failover.py --baseline /tmp/ha-head   # + that tree's ha
 
+The kind ``floor`` (not run by default) is protocol 2's handover made of plain kazoo calls and
+nothing else (``peers_zookeeper/floor_contender.py``): no loop, no elector, no fencing; where it
+stands beside kazoo's recipe is the best any kazoo-based client of this protocol can do.
+
 ``--baseline DIR`` adds the kinds ``ha-base`` and ``ha-base-trio``: ``ha`` imported from DIR (for
 example ``git archive HEAD | tar -x -C DIR``), measured in the same run as the working tree's.
 Starts its own ZooKeeper (Debian's package, like the tests) unless ``--hosts`` is given.
@@ -127,6 +131,9 @@ def kinds_for(ha_root: Path, baseline: Path | None) -> dict[str, Kind]:
         kinds["ha-base"] = ha_kind("ha baseline (asyncio)", baseline)
         kinds["ha-base-trio"] = ha_kind("ha baseline (trio)", baseline, "--backend", "trio")
     kinds["kazoo"] = Kind("kazoo Election", python_kind("kazoo_election.py", "kazoo"))
+    # protocol 2's requests and watches with nothing else: what any kazoo client of it can do
+    floor = python_kind("floor_contender.py", "kazoo")
+    kinds["floor"] = Kind("protocol 2 floor (kazoo)", floor, (Queue("n"),))
     kinds["aiozk"] = Kind("aiozk election", python_kind("aiozk_election.py", "aiozk"))
     kinds["curator"] = Kind("Curator LeaderLatch", curator)
     # tooz's leader lock lives under its own namespace layout: no "seen" figures for it
