@@ -62,11 +62,10 @@ def _bound_session_requests(client: Any, bound: float) -> None:
     interval at which kazoo pings: a server slower than that to answer is already late, and
     two more tries fit in the session.
     """
-    handler: Any = getattr(client, "_connection", None)
-    invoke = getattr(handler, "_invoke", None)
-    if invoke is None:
-        log.warning("this kazoo has no ConnectionHandler._invoke: session requests not bounded")
+    hooked = _handler_method(client, "_invoke", "session requests not bounded")
+    if hooked is None:
         return
+    handler, invoke = hooked
 
     @functools.wraps(invoke)
     def bounded_invoke(timeout: float, request: Any, *args: Any, **kwargs: Any) -> Any:
@@ -75,6 +74,17 @@ def _bound_session_requests(client: Any, bound: float) -> None:
         return invoke(timeout, request, *args, **kwargs)
 
     handler._invoke = bounded_invoke
+
+
+def _handler_method(client: Any, name: str, lost: str) -> tuple[Any, Callable[..., Any]] | None:
+    """kazoo's connection handler and its method ``name``, to wrap; None if this kazoo has no
+    such method (said in a warning: ``lost`` is what goes without it)."""
+    handler: Any = getattr(client, "_connection", None)
+    method = getattr(handler, name, None)
+    if method is None:
+        log.warning("this kazoo has no ConnectionHandler.%s: %s", name, lost)
+        return None
+    return handler, method
 
 
 class _SessionLog(logging.LoggerAdapter[logging.Logger]):
@@ -339,11 +349,10 @@ class KazooSession(ContactDating):
     def _date_connects(self, client: Any) -> None:
         """Have kazoo's connection thread note when it starts each connection attempt (before
         the connect request is sent), to date the connection it may open."""
-        handler: Any = getattr(client, "_connection", None)
-        connect = getattr(handler, "_connect", None)
-        if connect is None:
-            log.warning("this kazoo has no ConnectionHandler._connect: reconnections not dated")
+        hooked = _handler_method(client, "_connect", "reconnections not dated")
+        if hooked is None:
             return
+        handler, connect = hooked
 
         @functools.wraps(connect)
         def dated_connect(*args: Any, **kwargs: Any) -> Any:
