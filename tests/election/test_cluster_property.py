@@ -142,6 +142,9 @@ class FastMemory(MemoryNet):
 # found by this test: a join in flight when its session expired ran in the next session, and
 # the node it left, ahead of everyone and watched by nobody, stopped the election (P12)
 @example(size=3, plan=[("expire", 2, 0.0), ("crash", 0, 0.0)])
+# found by this test: the memory driver held forever the events of a cut too short to notice;
+# the standby cut off then never learned that the leader's node was gone, and nobody led
+@example(size=3, plan=[("disconnect", 0, 0.01), ("cut_off", 1, 0.0), ("expire", 2, 0.0)])
 async def test_safety_and_liveness_under_faults(size: int, plan: list[Step]) -> None:
     await run_plan(FastMemory(), size, plan)
 

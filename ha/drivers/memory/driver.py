@@ -156,9 +156,11 @@ class MemoryDriver(Driver):
         if not self._connected:
             self._connected = True
             self._emit(ConnectionEvent(ConnectionState.RECONNECTED, self._session_id))
-            held, self._held = self._held, []
-            for event in held:
-                self._emit(event)
+        # held back by a cut shorter than the time to notice it (no DISCONNECTED came): they
+        # arrive late, as a TCP connection's data does once the network heals
+        held, self._held = self._held, []
+        for event in held:
+            self._emit(event)
 
     def _lose_contact(self) -> None:
         if self._connected:
