@@ -25,8 +25,10 @@ run is listed with the reason.
 Before the rounds, with every election settled, the standbys' idle cost is read from
 ``/proc``: CPU over ``--idle`` seconds (utime + stime, the process and its children, as a share
 of one core) and RSS, averaged over the two standbys of each kind. After the rounds, ``ha``
-holds ``--many`` elections (each its own path) on one driver in one process: the time until
-all lead (``peers_etcd/ha_many_etcd.py``). Last, the client's own cost of one request
+holds ``--many`` elections (each its own path) on one driver in one process: the time from
+starting the electors until all lead (``peers_etcd/ha_many_etcd.py``; the process's start, its
+imports and its connection are not counted), with the CPU time that took, the steadier figure
+on a loaded machine. Last, the client's own cost of one request
 (``--requests``): that many ``kv/range`` calls in a row through ``ha``'s gateway, on asyncio
 and on trio, as CPU per request (``time.process_time``) and latency p50; the bound of
 ``--many`` (every election is a few requests) and part of every handover.
@@ -181,8 +183,8 @@ def idle_cost(elections: dict[str, Election], seconds: float, server: int | None
 
 
 def many_elections(hosts: str, count: int, backend: str, metrics: str | None) -> str:
-    """``ha``: one process holding ``count`` elections on one driver; settle time and memory,
-    and with ``metrics`` (the server started here) the requests etcd served per elector."""
+    """``ha``: one process holding ``count`` elections on one driver; settle time, its CPU
+    time (and the GC's part) and memory, and with ``metrics`` (the server started here) the requests etcd served per elector."""
     done = subprocess.run(
         [sys.executable, str(PEERS / "ha_many_etcd.py"), "--hosts", hosts, "--count", str(count)]
         + ["--backend", backend]
@@ -200,11 +202,12 @@ def many_elections(hosts: str, count: int, backend: str, metrics: str | None) ->
     words = lines[-1].split() if lines else []
     if words[:1] == ["UNSETTLED"]:
         return lines[-1].removeprefix("UNSETTLED ") + requests
-    if done.returncode or len(words) < 6:
+    if done.returncode or len(words) < 12:
         return f"failed: {done.stderr.strip()[-300:]}"
-    settled, rss, base = float(words[1]), float(words[3]), float(words[5])
+    settled, rss, base, cpu, in_gc = (float(words[i]) for i in (1, 3, 5, 7, 9))
+    cpu_note = f"{cpu:.2f} s of CPU, {in_gc:.2f} s of it in the GC ({words[11]} full runs)"
     memory = f"RSS {rss:.0f} MiB ({rss - base:+.0f} MiB for the electors)"
-    return f"settled in {settled:.2f} s, {memory}{requests}"
+    return f"settled in {settled:.2f} s ({cpu_note}), {memory}{requests}"
 
 
 def client_cost(hosts: str, count: int) -> list[str]:

@@ -1,8 +1,11 @@
 """One ``ha`` process holding many elections (one path each) on one etcd driver connection.
 
-Prints ``SETTLED <seconds> RSS <MiB> BASE <MiB>`` as ``peers_zookeeper/ha_many.py`` does: the
-time from starting every elector until each one is active, the resident memory then, and
-before the electors existed; or, if they were not all active within ``--limit`` seconds,
+Prints ``SETTLED <seconds> RSS <MiB> BASE <MiB> CPU <seconds>`` as ``peers_zookeeper/ha_many.py``
+does: the time from starting every elector until each one is active, the resident memory then,
+and before the electors existed, then the process's CPU time over the same span (steadier than
+the wall time on a loaded machine: the elections are CPU-bound in this process) and the part of
+it spent in CPython's cyclic garbage collector, with its count of full collections:
+``GC <seconds> FULL <n>``; or, if they were not all active within ``--limit`` seconds,
 ``UNSETTLED`` and how far they got (an election that failed for good is counted, not raised).
 ``--profile FILE`` writes a cProfile of the run (asyncio only). ``--metrics URL`` (the server's
 metrics endpoint, alone on it) adds the requests etcd served from start to settled, per
@@ -13,6 +16,7 @@ transactions and lease grants and revokes; the rest of the Txn calls are reads).
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import re
@@ -30,6 +34,21 @@ from ha_many import Counter, rss_mib  # noqa: E402
 
 import ha  # noqa: E402
 from ha.errors import ElectionFailed  # noqa: E402
+
+
+class Collections:
+    """CPU seconds spent in the garbage collector, and its full (oldest generation) runs."""
+
+    def __init__(self) -> None:
+        self.cpu, self.full, self._start = 0.0, 0, 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.process_time()
+            return
+        self.cpu += time.process_time() - self._start
+        self.full += info["generation"] == 2
 
 
 def served(metrics: str | None) -> tuple[int, int]:
@@ -60,19 +79,25 @@ async def main(
                 failed.append(str(exc))
 
         before = served(metrics)
-        started = time.monotonic()
+        collections = Collections()
+        started, cpu = time.monotonic(), time.process_time()
         async with anyio.create_task_group() as tg:
             for elector in electors:
                 tg.start_soon(run, elector)
             with anyio.move_on_after(limit):
                 await counter.all_active.wait()
-            settled = time.monotonic() - started
+            settled, cpu = time.monotonic() - started, time.process_time() - cpu
+            gc_cpu, full = collections.cpu, collections.full
             if metrics:
                 after = served(metrics)
                 txn, writes = ((a - b) / count for a, b in zip(after, before, strict=True))
                 print(f"REQUESTS txn {txn:.2f} writes {writes:.2f} per elector", flush=True)
             if counter.all_active.is_set():
-                print(f"SETTLED {settled:.3f} RSS {rss_mib():.1f} BASE {base:.1f}", flush=True)
+                memory = f"RSS {rss_mib():.1f} BASE {base:.1f}"
+                print(
+                    f"SETTLED {settled:.3f} {memory} CPU {cpu:.3f} GC {gc_cpu:.3f} FULL {full}",
+                    flush=True,
+                )
             else:
                 print(
                     f"UNSETTLED {counter.active} of {count} active after {settled:.0f} s,"
