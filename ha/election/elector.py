@@ -37,6 +37,7 @@ from ..drivers.base import (
 from ..errors import ConfigurationError, CorruptData, DriverError, ElectionFailed, SessionExpired
 from . import events as ev
 from . import machine as m
+from .admission import join_turns
 from .contender import call_hook, check_contender, fence_old_active
 from .history import FenceFailure, Term, append_term, record_fence_failure
 from .journal import JournalWriter, Transition
@@ -347,7 +348,8 @@ class Elector:
         nodes, driver = self.nodes, self.driver
         match effect:
             case ev.Join(session, ticket):
-                return await self._op("join", session, self._join(effect))
+                async with join_turns(driver):  # the wait is not the op's (admission.py)
+                    return await self._op("join", session, self._join(effect))
             case ev.ListQueue(session, ticket, token):
                 find = nodes.find(driver, session, ticket, token)
                 return self._queued(await self._op("list queue", session, find))

@@ -44,7 +44,7 @@ class Timing:
     after the last contact (must leave the stop time before the backend can expire us).
     ``hook_timeout``: bound on ``become_standby``, ``enter_neutral``, ``on_fatal_error``.
     ``fence_timeout``: bound on ``fence_old_active``. ``op_timeout``: bound on one backend call
-    (default: the session timeout).
+    (default: the session timeout); a join's wait for its turn (``admission.py``) is not counted.
     """
 
     deadline_ratio: float = 2 / 3
