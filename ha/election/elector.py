@@ -374,12 +374,12 @@ class Elector:
                 self._lease = self._leadership.start(tg, contender, session, epoch, node)
             case ev.ClearCrumbs(session, node, tickets):
                 await self._quietly("clear breadcrumbs", nodes.clear(driver, node, tickets))
-            case ev.Announce(session, node):
+            case ev.Announce(session, node, write):
                 # let the new term's task reach become_active first: the write is for the
                 # contender behind us, the work need not wait for its round trip
                 await anyio.lowlevel.checkpoint()
-                announce = driver.set(nodes.node(node), self.identity)
-                await self._quietly("announce", announce)
+                if write:
+                    await self._quietly("announce", driver.set(nodes.node(node), self.identity))
                 if self._term is not None:  # the history, after the takeover: no delay to it
                     record = append_term(driver, nodes, node, self._term)
                     tg.start_soon(self._quietly, "record the term", record)

@@ -115,7 +115,8 @@ class Queued:
     and the identity of the lowest node in the queue (the leader, maybe us). ``strays``:
     breadcrumbs may lie about that no live node owns (False only when the breadcrumbs were
     listed beside the queue and every one belongs to a node in it). ``paused``: the
-    election's pause node was there (read in the same round trip)."""
+    election's pause node was there (read in the same round trip). ``behind``: nodes above
+    ours were listed (True when not known)."""
 
     session: int
     node: str
@@ -124,6 +125,7 @@ class Queued:
     holder: bytes
     strays: bool = True
     paused: bool = False
+    behind: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,10 +362,12 @@ class ClearCrumbs:
 @dataclass(frozen=True, slots=True)
 class Announce:
     """Write our node's data again (best effort, no answer): the contender just behind us,
-    which may not know we lead, looks again and watches us as the leader."""
+    which may not know we lead, looks again and watches us as the leader. ``write`` False:
+    nobody can be behind us without knowing (P4); only the history is recorded."""
 
     session: int
     node: str
+    write: bool = True
 
 
 @dataclass(frozen=True, slots=True)

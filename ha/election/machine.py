@@ -22,7 +22,9 @@ P3  The token is our node's creation order, fixed when we join: it grows from on
 P4  Lead = no lower node. Behind others, watch only the node just below ours (no herd), and
     for the leader's node its breadcrumb too: STANDBY. A new leader writes its node once
     (Announce): the contender just behind it, which watched it as one among others, lists the
-    queue again and watches it as the leader's, so that its exit costs no listing then.
+    queue again and watches it as the leader's, so that its exit costs no listing then. Not
+    when the listing that made it lead showed nobody behind it: whoever joins later lists
+    after that, finds it first and watches it as the leader's already.
 P5  The node below ours deleted: if it was the only one below (the leader), we are first now,
     for no lower node can ever appear; otherwise list the queue again. When a lower node still
     lives, the deleted one never led: its breadcrumb is dropped unfenced.
@@ -404,7 +406,8 @@ class Machine:
         self.below = event.below
         if not event.below:
             if not event.strays:  # P7: no breadcrumb left by anyone: nobody to fence
-                return [*effects, *self._won("first in the queue, nobody to fence")]
+                cause = "first in the queue, nobody to fence"
+                return [*effects, *self._won(cause, announce=event.behind)]
             return self._first("first in the queue", effects)
         cause = "queued" if self.phase is Phase.JOINING else "listed"
         effects.append(ev.Watch(event.session, event.below[-1], len(event.below) == 1))
@@ -557,7 +560,7 @@ class Machine:
         self.fence_failures += 1
         return self._fail(f"fencing failed: {event.error}")
 
-    def _won(self, cause: str) -> list[ev.Effect]:
+    def _won(self, cause: str, *, announce: bool = True) -> list[ev.Effect]:
         assert self.session is not None and self.node is not None and self.token is not None
         if self.paused is not False:
             return self._hold(cause)  # P16
@@ -573,7 +576,7 @@ class Machine:
         if self.to_clear:
             effects.append(ev.ClearCrumbs(self.session, self.node, self.to_clear))
             self.to_clear = ()
-        effects.append(ev.Announce(self.session, self.node))  # P4: tell the one behind us
+        effects.append(ev.Announce(self.session, self.node, announce))  # P4
         return effects
 
     # --- handlers: leading ------------------------------------------------------------------

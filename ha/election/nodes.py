@@ -257,7 +257,8 @@ class ElectionNodes:
         holder = entries[0].identity if entries else b""
         owned = {e.ticket for e in entries}
         strays = tickets is None or any(t not in owned for t in tickets)
-        return Queued(session, entry.name, token, below, holder, strays, paused)
+        behind = index < len(entries) - 1
+        return Queued(session, entry.name, token, below, holder, strays, paused, behind)
 
     async def watch(
         self, driver: Driver, session: int, predecessor: str, first: bool

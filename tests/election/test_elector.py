@@ -20,6 +20,7 @@ import pytest
 import ha
 from ha.drivers.base import Stat
 from ha.drivers.memory import MemoryCluster, MemoryDriver
+from ha.election.history import read_history
 from ha.election.nodes import Breadcrumb, decode_breadcrumb, encode_breadcrumb
 from ha.errors import ConfigurationError, CorruptData, ElectionFailed
 from ha.testing import History, Recorder, check_history, faults
@@ -545,3 +546,29 @@ async def test_a_group_of_cancellation_and_error_from_become_active() -> None:
             await wait_for(lambda: bool(contender.leases))
             elector.quit()  # cancels the work: its child raises while cancelled
         assert elector.state is ha.State.NEUTRAL
+
+
+async def test_a_leader_listed_alone_writes_no_announce_and_records_its_term(net: Net) -> None:
+    """P4: the listing that made it lead showed nobody behind it, so its node is not written
+    again (one write fewer per new election, issue 12); its term is still in the history.
+    A contender joining later finds it first, stands by, and follows it on a graceful quit."""
+    async with cluster(net) as c:
+        a = await c.add("a")
+        await wait_for(c.settled)
+        lease = a.elector.lease
+        assert lease is not None
+        async with c.probe() as probe:
+            stat = await probe.exists(lease.node)
+            assert stat is not None and stat.version == 0  # created, never written since
+
+            async def epochs() -> list[int]:
+                found = await read_history(probe, a.elector.nodes)
+                return [] if found is None else [t.epoch for t in found[0].terms]
+
+            await wait_for_async(epochs, [lease.epoch])
+        b = await c.add("b")
+        await wait_for(lambda: c.settled() and b.state is ha.State.STANDBY)
+        a.elector.quit()
+        await a.done.wait()
+        await wait_for(lambda: b.state is ha.State.ACTIVE)
+        assert not [e for e in c.history.events if e.kind == "fence"]

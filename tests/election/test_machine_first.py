@@ -64,6 +64,15 @@ def test_a_new_leader_announces_itself_after_it_starts() -> None:
     assert effects[2] == ev.Announce(S1, mine(mach))
 
 
+def test_a_leader_listed_with_nobody_behind_it_writes_no_announce() -> None:
+    """P4: whoever joins after that listing finds it first and watches it as the leader's;
+    the term is still recorded (the Announce effect, without its write)."""
+    mach = joined()
+    effects = mach.handle(ev.Queued(S1, mine(mach), TOKEN, (), OTHER, False, behind=False))
+    assert kinds(effects)[:3] == ["StartActive", "Report", "Announce"]
+    assert effects[2] == ev.Announce(S1, mine(mach), write=False)
+
+
 def test_a_ticket_that_acted_keeps_its_breadcrumb_on_a_later_failure() -> None:
     """Found by the cluster property test (disconnect, then a transient fault): a leader that
     lost contact, stopped, and then failed to list the queue deleted its breadcrumb with its

@@ -190,7 +190,8 @@ async def test_join_creates_node_and_breadcrumb_in_one_transaction(driver: Drive
     assert decode_breadcrumb(raw) == Breadcrumb(ME, None, b"data-me")
     assert crumb.created == node.created == token  # one transaction: one creation number
     # every breadcrumb is owned by a node in the queue: nobody to fence
-    assert await NODES.find(driver, sid, ticket, None) == ev.Queued(sid, name, token, (), ME, False)
+    found = await NODES.find(driver, sid, ticket, None)
+    assert found == ev.Queued(sid, name, token, (), ME, False, behind=False)
 
 
 @pytest.mark.anyio
@@ -204,15 +205,18 @@ async def test_a_join_that_fails_creates_nothing(driver: Driver) -> None:
 @pytest.mark.anyio
 async def test_find_tells_the_nodes_below_and_the_leader(driver: Driver) -> None:
     sid = session(driver)
-    _, leader, _ = await join(driver, OTHER)
+    first, leader, _ = await join(driver, OTHER)
     _, middle, _ = await join(driver, THIRD)
     ticket, name, token = await join(driver, ME)
     queued = await NODES.find(driver, sid, ticket, None)
-    assert queued == ev.Queued(sid, name, token, (leader, middle), OTHER, False)
+    assert queued == ev.Queued(sid, name, token, (leader, middle), OTHER, False, behind=False)
     # the token, once known, is not read again: the answer carries the one given
     assert await NODES.find(driver, sid, ticket, 5) == ev.Queued(
-        sid, name, 5, (leader, middle), OTHER, False
+        sid, name, 5, (leader, middle), OTHER, False, behind=False
     )
+    # the leader's listing shows the two behind it
+    led = await NODES.find(driver, sid, first, None)
+    assert isinstance(led, ev.Queued) and led.behind and led.below == ()
     # a breadcrumb no live node owns (a crash's): strays
     await driver.create(NODES.crumb("crashed_1"), b"?")
     assert (await NODES.find(driver, sid, ticket, 5)).strays  # type: ignore[union-attr]
