@@ -363,8 +363,10 @@ def analyze(
             )
         )
         stage(STAGES[1])
+        # From pandas: with Arrow (report_session) a table in the JVM, where a list of rows
+        # is a Python RDD, which started Python workers for it (about a second).
         span = spark.createDataFrame(
-            list(zip(per_election["election"], per_election["last_ts"].astype(float), strict=True)),
+            per_election[["election", "last_ts"]].astype({"last_ts": float}),
             "election string, election_end double",
         )
         events = marks.where("valid")
