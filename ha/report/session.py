@@ -39,8 +39,11 @@ STANDALONE_PORT = 7077  # a spark:// master's port when the URL gives none
 # Full JIT: C1-only code (SparkSettings.fast_start) parses JSON about half as fast, which
 # matters more here than the second it saves at start-up. The parallel collector: the
 # report allocates rows at a high rate, and G1's bookkeeping cost about 8% more JVM CPU
-# (10M events: 89 vs 97 CPU s, twice).
-REPORT_JAVA_OPTIONS = "-XX:+UseParallelGC"
+# (10M events: 89 vs 97 CPU s, twice). Compile thresholds 6 times the default: the JIT's
+# threads used a third of the JVM's CPU (10M events: 22 of 67 s), mostly on code that runs
+# a short while (planning, each query's generated classes); with them raised, 14 s, the
+# tasks 1 s more (C1 only made the tasks 3 times slower).
+REPORT_JAVA_OPTIONS = "-XX:+UseParallelGC -XX:CompileThresholdScaling=6"
 
 
 def jvm_log_path() -> Path:
