@@ -8,7 +8,8 @@ of this protocol can be:
   ``PATH/n/ID_``; then the queue is listed once;
 - the node just below ours is watched (an exists watch); when it was the first of the queue,
   its deletion makes us the leader with no further request (``ha`` also checks the breadcrumb
-  there, to know whether to fence: the floor fences nobody); otherwise the queue is listed again;
+  there, to know whether to fence: the floor fences nobody); otherwise the queue is listed again,
+  by the main thread (kazoo's callbacks must not block);
 - release: one transaction deletes our breadcrumb, then our node.
 
 ``LEADER`` is printed in kazoo's callback thread, where the watch lands: a client of kazoo
@@ -33,6 +34,7 @@ class Floor:
         self.identity = identity
         self.node = ""
         self.led = threading.Event()
+        self.wake = threading.Event()  # led, or the queue is to be listed again
         self.lock = threading.Lock()
 
     def join(self) -> None:
@@ -65,9 +67,18 @@ class Floor:
             if first:
                 self.lead()
             else:
-                self.place()
+                self.wake.set()
 
         return fired
+
+    def run(self) -> None:
+        """List the queue again whenever asked, until we lead."""
+        while True:
+            self.wake.wait()
+            self.wake.clear()
+            if self.led.is_set():
+                return
+            self.place()
 
     def lead(self) -> None:
         with self.lock:
@@ -75,6 +86,7 @@ class Floor:
                 return
             self.led.set()
         say("LEADER")
+        self.wake.set()
 
     def release(self) -> None:
         tx = self.client.transaction()
@@ -92,7 +104,7 @@ def main() -> None:
     floor = Floor(client, args.path, args.id)
     floor.join()
     say("JOINED")
-    floor.led.wait()
+    floor.run()
     release.wait()
     say("RELEASING")
     floor.release()
