@@ -373,6 +373,9 @@ class Elector:
             case ev.StartActive(session, epoch, node):
                 self._lease = self._leadership.start(tg, contender, session, epoch, node)
             case ev.ClearCrumbs(session, node, tickets):
+                # after a takeover's fences, as for Announce: the new term's task reaches
+                # become_active before this request is even built
+                await anyio.lowlevel.checkpoint()
                 await self._quietly("clear breadcrumbs", nodes.clear(driver, node, tickets))
             case ev.Announce(session, node, write):
                 # let the new term's task reach become_active first: the write is for the
