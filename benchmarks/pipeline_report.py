@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/pipeline_report.py [--events 10000000] [--elections 8]
         [--master local[2]] [--threads 2] [--session-timeout 10] [--keep DIR] [--no-duckdb]
+        [--no-floor]
 
 Generates a synthetic journal (JSON lines, about 140 bytes per event, 5 injected overlaps),
 then times, on the same files:
@@ -14,6 +15,13 @@ then times, on the same files:
   cores): the same definitions (``ha.report.analysis``'s docstring) in SQL, read, intervals,
   sweep and the per-election summary, without the plots' data.
 
+- **Spark floor** (in a fresh JVM of its own, built the same way): the least any Spark
+  analysis of these definitions does before it can date a single interval: parse every record
+  with the explicit schema, put each holder's records in order (one shuffle by election, one
+  sort) and read each record's next (one ``lead`` window), then sum that. No cache, no
+  aggregate, no second sort, no result beyond one row: ``ha``'s report does all of this and
+  more, so its time cannot go below this one on the same machine.
+
 Both must agree (failovers, crashes, overlaps, epoch errors, largest gap, availability) and
 find exactly the injected overlaps. Prints a table with the ratio of each time to DuckDB's,
 and the load average, since the machine is shared; beside the wall times, the CPU seconds of
@@ -24,9 +32,12 @@ stage (``analysis.STAGES``). ``pip install duckdb`` (extra ``bench``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -139,6 +150,33 @@ def jvm_cpu_seconds(spark: Any) -> Any:
     return read
 
 
+def floor_job(spark: Any, paths: list[str]) -> None:
+    """The Spark floor (module docstring): parse, each holder's records in order, the next."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from ha.report.analysis import _partitions, flag_states, holder_order, read_journals
+
+    events = flag_states(read_journals(spark, paths).drop("cause"))
+    by_holder = Window.partitionBy("valid", *holder_order()[:2]).orderBy(*holder_order()[2:])
+    ordered = events.repartition(_partitions(spark), "election")
+    nexts = ordered.select(F.lead("ts").over(by_holder).alias("next_ts"))
+    nexts.select(F.sum("next_ts")).collect()
+
+
+def run_floor(master: str, journal: Path) -> tuple[float, float]:
+    """The floor's wall and JVM CPU seconds, in a fresh process (so a fresh JVM), after its
+    session is up, as ha's row is timed."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--floor-only", str(journal), "--master", master],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    wall, cpu = json.loads(out.strip().splitlines()[-1])
+    return float(wall), float(cpu)
+
+
 def own_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -153,7 +191,17 @@ def main() -> None:
     parser.add_argument("--session-timeout", type=float, default=DEFAULT_SESSION_TIMEOUT)
     parser.add_argument("--keep", help="generate into (or reuse) this directory")
     parser.add_argument("--no-duckdb", action="store_true", help="time Spark only")
+    parser.add_argument("--no-floor", action="store_true", help="skip the Spark floor")
+    parser.add_argument("--floor-only", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.floor_only:  # run_floor's child: one line of JSON
+        spark = report_session(report_settings(args.master, "2g", app_name="ha-report-floor"))
+        jvm = jvm_cpu_seconds(spark)
+        started, cpu = time.perf_counter(), jvm()
+        floor_job(spark, [args.floor_only])
+        print(json.dumps([time.perf_counter() - started, jvm() - cpu]))
+        spark.stop()
+        return
     workdir = Path(args.keep or tempfile.mkdtemp(prefix="ha-pipeline-report-"))
     try:
         journal = workdir / "journal"
@@ -203,6 +251,8 @@ def main() -> None:
             )
             agree(report.summary, duck)
             assert int(duck["overlaps"].sum()) == len(truth.overlaps)
+        if not args.no_floor:
+            rows.insert(1, ("Spark floor (fresh JVM)", *run_floor(args.master, journal)))
         load_after = os.getloadavg()
 
         reference = rows[-1][1]
@@ -219,6 +269,12 @@ def main() -> None:
             print(
                 f"{name:<24} {seconds:8.1f} {truth.events / seconds:12,.0f} {ratio:>10}"
                 f" {cpu:8.1f} {cpu_ratio:>14}"
+            )
+        floor = [row for row in rows if row[0].startswith("Spark floor")]
+        if floor:
+            print(
+                f"ha / Spark floor: {report.seconds / floor[0][1]:.2f}x wall,"
+                f" {spark_cpu / floor[0][2]:.2f}x CPU"
             )
         print("\nha's stages (wall s, JVM CPU s):")
         for (name, wall, cpu), (_, next_wall, next_cpu) in zip(stages, stages[1:], strict=False):
