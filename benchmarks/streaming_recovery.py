@@ -12,7 +12,9 @@ contender's round a feeder keeps its directory ``BACKLOG`` files ahead of what t
 read, so a restarted query always finds work; between its rounds its stream idles:
 
 - ``ha``: two job manager processes on the embedded sqlite backend (``LocalJobCluster``), one
-  active, one hot standby (SparkSession built, a tiny stream already run: ``--warm-streams``),
+  active, one hot standby (SparkSession built, a tiny stream already run and the job rehearsed
+  in private once it has input: ``--warm-streams``, ``ha.pipeline.stream_rehearsal``; a round
+  kills the active only once the standby has rehearsed, as it is ready then),
   run ``bench.events.count_every`` (``peers_streaming/ha_stream.py``). Recovery = the standby's
   ``batch_committed`` event (after the fenced commit record and the rename into view) minus
   the kill. After each round a fresh standby is started and waited for until warm. On sqlite
@@ -201,6 +203,7 @@ async def ha_round(cluster: LocalJobCluster, results: Results) -> str:
 
     with anyio.fail_after(120):
         await cluster.wait_event("batch_committed", mine)
+    await wait_rehearsed(cluster)  # the job has input now, for the standby to rehearse on
     jvms = java_under(cluster.workers[victim].process.pid)
     killed_at = cluster.kill(victim)
 
@@ -243,6 +246,19 @@ async def restart_round(peer: Supervised, results: Results) -> str:
         f"restart: driver killed, restarted driver wrote batch {int(event['batch'])} after "
         f"{results.recoveries[-1]:.3f} s; killed JVM {fate}"
     )
+
+
+async def wait_rehearsed(cluster: LocalJobCluster) -> None:
+    """Until every standby has rehearsed the job (``stream_rehearsal``): a standby is ready
+    once its first micro-batch of the job would find the query's code compiled."""
+
+    def rehearsed(identity: str) -> bool:
+        return bool(cluster.find("stream_rehearsed", lambda e: e.identity == identity))
+
+    with anyio.fail_after(120):
+        while not all(rehearsed(w.identity) for w in cluster.workers.values()
+                      if w.state == "standby"):  # fmt: skip
+            await anyio.sleep(0.1)
 
 
 async def submit(

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -73,6 +74,7 @@ from ..services import HAServices
 from ..stores import BlobStore, Stores
 from .layout import JobLayout
 from .spark import SparkSettings, WarmSession
+from .stream_rehearsal import rehearse_stored_streams
 from .stream_run import warm_streaming
 from .term import _Term
 
@@ -93,8 +95,10 @@ class JobManager:
     ``blobs``: the blob directory shared by every job manager of the cluster (plans and
     checkpoints are kept there, the coordination backend holds pointers). ``spark``: settings
     or a ``WarmSession``; with ``hot_standby`` the session is built at start, not when elected
-    (``warm_streams``: and a tiny stream runs once). ``checkpointing=False`` skips the per-batch
-    checkpoint (a job restarts from its first batch after a failover): for benchmarks only.
+    (``warm_streams``: and a tiny stream runs once, then, while standby, each stored streaming
+    job is rehearsed once in private: ``stream_rehearsal``). ``checkpointing=False`` skips the
+    per-batch checkpoint (a job restarts from its first batch after a failover): for benchmarks
+    only.
     ``services``: the process's HA services (entered, on ``driver``, of ``cluster_id``) to join
     as one of their components; without them the job manager makes its own, with ``identity``,
     ``timing`` and ``journal``, and ``quit()`` leaves the election. With services given,
@@ -149,6 +153,7 @@ class JobManager:
         self.on_event = on_event or partial(log.info, "%s %s")
         self.portal: BlockingPortal | None = None
         self.warm_streams = warm_streams
+        self._leading = threading.Event()  # a term runs: standby-only work stands aside
         self._stop: anyio.Event | None = None
         self._quit = False
         self._observed: Elector | None = None
@@ -214,6 +219,11 @@ class JobManager:
         except Exception:  # reported when it matters: on election
             return
         self.emit("spark_warm")
+        if self.warm_streams:  # and the streams it may take over: their first batch is slow
+            stores = Stores(self.driver, self.cluster_id, blobs=self.blobs, prefix=self.prefix)
+            await rehearse_stored_streams(
+                stores, spark, leading=self._leading, emit=self.emit, poll=self.poll_interval
+            )
 
     def quit(self) -> None:
         """Stop serving: the job manager leaves (and, with services of its own, the process
@@ -243,6 +253,7 @@ class JobManager:
         lease = self.services.lease
         if lease is None or not self.election.has_leadership(session_id):
             return  # lost already
+        self._leading.set()
         self.emit("active", epoch=lease.epoch)
         stores = Stores(
             self.driver, self.cluster_id, blobs=self.blobs, lease=lease, prefix=self.prefix
@@ -257,6 +268,7 @@ class JobManager:
             self.emit("term_failed", epoch=lease.epoch, error=f"{type(exc).__name__}: {exc}")
             self.services.give_up_leadership(f"job manager {self.identity}: {exc!r}")
         finally:
+            self._leading.clear()
             with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
                 try:
                     await stores.close()  # releases our locks; every byte stays

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .plan import JobPlan
 
 __all__ = (
+    "FileSource",
     "Source",
     "StreamSpec",
     "checkpoint_dir",
@@ -63,7 +64,28 @@ class StreamSpec:
             raise ConfigurationError(f"stream interval must be positive, got {self.interval}")
 
 
-def file_source(fmt: str, schema: str, *, param: str = "input", files_per_batch: int = 1) -> Source:
+@dataclass(frozen=True, slots=True)
+class FileSource:
+    """A ``Source`` reading new ``fmt`` files of the directory named by ``param`` (a
+    ``file_source``). Its parts are kept so a standby can rehearse it on a copy of a few of
+    those files (``stream_rehearsal``)."""
+
+    fmt: str
+    schema: str
+    param: str = "input"
+    files_per_batch: int = 1
+
+    def __call__(self, spark: SparkSession, params: Mapping[str, Any]) -> DataFrame:
+        reader = spark.readStream.format(self.fmt).schema(self.schema)
+        reader = reader.option("maxFilesPerTrigger", self.files_per_batch)
+        if self.fmt == "csv":
+            reader = reader.option("header", "true")
+        return reader.load(str(Path(params[self.param]).expanduser().absolute()))
+
+
+def file_source(
+    fmt: str, schema: str, *, param: str = "input", files_per_batch: int = 1
+) -> FileSource:
     """A source reading new ``fmt`` files (json, csv...) of a directory named by ``param``.
 
     ``schema`` is a DDL string (streams need one). Spark takes new files oldest first, at most
@@ -72,15 +94,7 @@ def file_source(fmt: str, schema: str, *, param: str = "input", files_per_batch:
     """
     if files_per_batch < 1:
         raise ConfigurationError(f"files_per_batch must be at least 1, got {files_per_batch}")
-
-    def source(spark: SparkSession, params: Mapping[str, Any]) -> DataFrame:
-        reader = spark.readStream.format(fmt).schema(schema)
-        reader = reader.option("maxFilesPerTrigger", files_per_batch)
-        if fmt == "csv":
-            reader = reader.option("header", "true")
-        return reader.load(str(Path(params[param]).expanduser().absolute()))
-
-    return source
+    return FileSource(fmt, schema, param, files_per_batch)
 
 
 def streaming_pipeline(

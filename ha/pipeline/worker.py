@@ -94,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-checkpoints", action="store_true", help="(benchmarks only)")
     parser.add_argument("--session-timeout", type=float, help="backend session timeout, s")
     parser.add_argument("--warm-streams", action="store_true",
-                        help="run a tiny stream at start (hot standby for streaming jobs)")  # fmt: skip
+                        help="run a tiny stream at start, and each stored stream once in"
+                             " private while standby (hot standby for streaming jobs)")  # fmt: skip
     parser.add_argument("--die-with-parent", action="store_true")
     args = parser.parse_args(argv)
     if args.die_with_parent:
