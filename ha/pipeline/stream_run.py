@@ -50,7 +50,7 @@ from .attempts import Attempt
 from .commit import clean_staging, stage_batch
 from .registry import Pipeline
 from .spark_checkpoint import term_checkpoint
-from .stream_commit import commit_micro_batch, read_commits
+from .stream_commit import commit_micro_batch, count_commits
 from .streaming import StreamSpec, checkpoint_dir
 
 if TYPE_CHECKING:
@@ -97,8 +97,8 @@ class StreamRun:
 
     async def run(self) -> tuple[JobOutcome, dict[str, Any]]:
         term, plan, job_id = self.term, self.plan, self.plan.job_id
-        done = await read_commits(term.driver, term.layout, job_id)
-        attempt = await Attempt.begin(term.writer, term.layout, plan, len(done), self.jm.emit)
+        done = await count_commits(term.driver, term.layout, job_id)
+        attempt = await Attempt.begin(term.writer, term.layout, plan, done, self.jm.emit)
         if (reason := attempt.verdict()) is not None:
             return JobOutcome.FAILED, await self._detail(error=reason, **attempt.counts())
         try:
@@ -145,7 +145,7 @@ class StreamRun:
                 )
 
     async def _detail(self, **extra: Any) -> dict[str, Any]:
-        done = len(await read_commits(self.term.driver, self.term.layout, self.plan.job_id))
+        done = await count_commits(self.term.driver, self.term.layout, self.plan.job_id)
         return self.term._detail(self.plan, done, stream=True, **{"batches": done, **extra})
 
     # --- the query ------------------------------------------------------------------------------

@@ -15,7 +15,12 @@ from ha.drivers.memory import MemoryDriver
 from ha.errors import Fenced, TransactionFailed
 from ha.pipeline.commit import STAGING, committed_batches, output_digest
 from ha.pipeline.layout import JobLayout
-from ha.pipeline.stream_commit import commit_micro_batch, read_commits, staged_digest
+from ha.pipeline.stream_commit import (
+    commit_micro_batch,
+    count_commits,
+    read_commits,
+    staged_digest,
+)
 from ha.pipeline.streaming import checkpoint_dir, is_stream_plan
 from ha.stores import Writer
 from tests.stores.test_stores import win
@@ -100,3 +105,26 @@ async def test_a_submitted_stream_has_no_batch_count_yet(tmp_path: Path) -> None
         await submit_job(driver, "c1", plan)
         status = await job_status(driver, "c1", plan.job_id, blobs=tmp_path / "blobs")
     assert (status.state, status.batches_done, status.batches) == ("submitted", 0, None)
+
+
+async def test_committed_micro_batches_are_counted_without_reading_a_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = f"stream-{next(_clusters)}"
+    out = tmp_path / "out"
+    async with MemoryDriver(name) as driver:
+        assert await count_commits(driver, LAYOUT, "j") == 0
+        writer = Writer(driver, await win(driver))
+        for n in range(3):
+            await commit_micro_batch(writer, LAYOUT, "j", n, stage(out, n, "r", f"t{n}"), str(out))
+        gets: list[str] = []
+        real_get = driver.get
+
+        async def get(path: str) -> object:
+            gets.append(path)
+            return await real_get(path)
+
+        monkeypatch.setattr(driver, "get", get)
+        # a takeover counts them: its cost must not grow with the stream's age
+        assert await count_commits(driver, LAYOUT, "j") == 3
+        assert gets == []
