@@ -14,7 +14,8 @@ read, so a restarted query always finds work; between its rounds its stream idle
 - ``ha``: two job manager processes on the embedded sqlite backend (``LocalJobCluster``), one
   active, one hot standby (SparkSession built, a tiny stream already run and the job rehearsed
   in private once it has input: ``--warm-streams``, ``ha.pipeline.stream_rehearsal``; a round
-  kills the active only once the standby has rehearsed, as it is ready then),
+  waits until the standby has rehearsed, as it is ready then, before the micro-batch after
+  which it kills the active),
   run ``bench.events.count_every`` (``peers_streaming/ha_stream.py``). Recovery = the standby's
   ``batch_committed`` event (after the fenced commit record and the rename into view) minus
   the kill. After each round a fresh standby is started and waited for until warm. On sqlite
@@ -196,6 +197,7 @@ class Supervised:
 async def ha_round(cluster: LocalJobCluster, results: Results) -> str:
     victim = cluster.active()
     assert victim is not None
+    await wait_rehearsed(cluster)  # on the round's input; then killed right after a commit
     since = time.time()
 
     def mine(e: Event) -> bool:
@@ -203,7 +205,6 @@ async def ha_round(cluster: LocalJobCluster, results: Results) -> str:
 
     with anyio.fail_after(120):
         await cluster.wait_event("batch_committed", mine)
-    await wait_rehearsed(cluster)  # the job has input now, for the standby to rehearse on
     jvms = java_under(cluster.workers[victim].process.pid)
     killed_at = cluster.kill(victim)
 
