@@ -421,6 +421,13 @@ def cancel(opts: Options, job_id: str, cluster: str, blobs: str | None) -> None:
     " only when elected (cold: no JVM held while standby).",
 )
 @click.option(
+    "--warm-streams/--no-warm-streams",
+    default=True,
+    show_default=True,
+    help="With a hot standby: run a tiny stream at start, then each streaming job once in"
+    " private while standby, so a takeover's first micro-batch finds its code compiled.",
+)
+@click.option(
     "--import",
     "imports",
     multiple=True,
@@ -440,6 +447,7 @@ def manager(
     blobs: str | None,
     master: str,
     hot_standby: bool,
+    warm_streams: bool,
     imports: tuple[str, ...],
     journal: str | None,
     as_json: bool,
@@ -487,6 +495,7 @@ def manager(
             imports=imports,
             spark=settings,
             hot_standby=hot_standby,
+            warm_streams=hot_standby and warm_streams,
             journal=journal,
             on_event=print_event_json if as_json else print_event,
             http=address,

@@ -181,7 +181,13 @@ class JobManager:
         if self._quit:
             self._stop.set()
         election = self.services.election_path
-        self.emit("started", election=election, component=COMPONENT, hot_standby=self.warm.hot)
+        self.emit(
+            "started",
+            election=election,
+            component=COMPONENT,
+            hot_standby=self.warm.hot,
+            warm_streams=self.warm_streams,
+        )
         # Streams commit through the portal from Spark's threads, past their term (``stream_run``).
         async with AsyncExitStack() as stack:
             if self._owns_services:

@@ -406,6 +406,8 @@ def test_a_job_manager_runs_a_submitted_job(tmp_path: Path, env: dict[str, str])
     assert "Traceback" not in text
     # its first line names the election it joins (ha status and ha failover take that path)
     assert re.search(r"^\S+ jm-1 started election=/ha/\S+/election ", text, re.M), text
+    # the default: a hot standby that also warms streams (a tiny stream, then rehearsals)
+    assert re.search(r" started .* hot_standby=true warm_streams=true$", text, re.M), text
     assert re.search(r"^\S+ jm-1 active epoch=\d+$", text, re.M), text
     assert re.search(r"^\S+ jm-1 job_finished job=s1 outcome=succeeded ", text, re.M), text
     records = [json.loads(line) for line in journal.read_text().splitlines()]
