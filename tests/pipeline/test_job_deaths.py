@@ -121,9 +121,17 @@ async def test_a_job_that_kills_its_job_manager_fails_after_max_attempts_deaths(
             assert status.state == "failed"
             reason = "the job manager died running it 2 times (at batch 0; max_attempts 2)"
             assert status.error == reason and listed.error == reason
+            with anyio.fail_after(10):  # reaped by the event loop a moment after they died
+                while sum(m.process.returncode is not None for m in managers) < 2:
+                    await anyio.sleep(0.05)
             dead = [m for m in managers if m.process.returncode is not None]
             assert sorted(m.process.returncode for m in dead) == [137, 137]
             [third] = [m for m in managers if m not in dead]
+            # The result is stored before the event is told (term._finish), and events reach
+            # us through the child's stdout: the last may come a moment after the status.
+            with anyio.fail_after(10):
+                while not third.seen("job_finished"):
+                    await anyio.sleep(0.05)
             assert third.state == "active"
             # the job's events: the second counted one death, the third two, and gave up
             died = sorted(
