@@ -39,7 +39,7 @@ from .commit import Outcome, commit_batch, files_digest
 from .jobs import children
 from .layout import JobLayout
 
-__all__ = ("CommitRecord", "commit_micro_batch", "count_commits", "read_commits", "staged_digest")
+__all__ = ("CommitRecord", "commit_micro_batch", "read_commits", "staged_digest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +99,6 @@ async def commit_micro_batch(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return await anyio.to_thread.run_sync(commit_batch, staging, output, batch_id)
-
-
-async def count_commits(driver: Driver, layout: JobLayout, job_id: str) -> int:
-    """How many micro-batches the job has committed: one listing, no record read, so what a
-    takeover pays does not grow with the stream's age (a day at a batch a second: 86,400)."""
-    return len(await children(driver, layout.stream_commits(job_id)))
 
 
 async def read_commits(driver: Driver, layout: JobLayout, job_id: str) -> list[CommitRecord]:

@@ -48,9 +48,10 @@ from ..errors import Fenced
 from ..stores import JobOutcome
 from .attempts import Attempt
 from .commit import clean_staging, stage_batch
+from .jobs import count_commits
 from .registry import Pipeline
 from .spark_checkpoint import term_checkpoint
-from .stream_commit import commit_micro_batch, count_commits
+from .stream_commit import commit_micro_batch
 from .streaming import StreamSpec, checkpoint_dir
 
 if TYPE_CHECKING:

@@ -14,13 +14,9 @@ import pytest
 from ha.drivers.memory import MemoryDriver
 from ha.errors import Fenced, TransactionFailed
 from ha.pipeline.commit import STAGING, committed_batches, output_digest
+from ha.pipeline.jobs import count_commits
 from ha.pipeline.layout import JobLayout
-from ha.pipeline.stream_commit import (
-    commit_micro_batch,
-    count_commits,
-    read_commits,
-    staged_digest,
-)
+from ha.pipeline.stream_commit import commit_micro_batch, read_commits, staged_digest
 from ha.pipeline.streaming import checkpoint_dir, is_stream_plan
 from ha.stores import Writer
 from tests.stores.test_stores import win
