@@ -119,12 +119,14 @@ async def rehearse_stored_streams(
 ) -> None:
     """Forever, every ``poll`` seconds while ``leading`` is clear: rehearse each stored
     streaming job not rehearsed yet (event ``stream_rehearsed``; a failure is logged, not
-    tried again). Only reads the stores."""
+    tried again). Only reads the stores; a job whose plan is gone is forgotten."""
     seen: set[str] = set()
     while True:
         if not leading.is_set():
             try:
-                for job_id in await stores.execution_plans.job_ids():
+                stored = await stores.execution_plans.job_ids()
+                seen.intersection_update(stored)  # a finished job's plan is gone: forget it
+                for job_id in stored:
                     if job_id not in seen and not leading.is_set():
                         await _rehearse_job(stores, spark, job_id, seen, leading=leading, emit=emit)
             except (DriverError, CorruptData, OSError) as exc:  # a standby's extra: try later

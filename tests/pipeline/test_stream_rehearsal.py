@@ -5,6 +5,7 @@ is visible. On a real SparkSession (local[2]), one for the module."""
 from __future__ import annotations
 
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,56 @@ async def test_a_warm_standby_rehearses_a_running_stream_and_the_active_does_not
     assert [(who, f["job"]) for who, f in events("stream_rehearsed")] == [("b", "s")]
     assert {who for who, _ in events("batch_committed")} == {"a"}
     assert committed_batches(tmp_path / "out") == [0, 1, 2]
+
+
+@pytest.mark.anyio
+async def test_a_standby_forgets_finished_jobs_and_rehearses_a_job_id_used_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop's memory of rehearsed jobs follows the stored plans: it does not grow with
+    every job ever run, and a job id submitted again (a new job) is rehearsed again. The
+    rehearsal itself is stood in for here; the tests above run it on Spark."""
+    from ha.pipeline import stream_rehearsal
+    from ha.stores import Stores
+    from tests.stores.test_stores import win
+
+    rehearsed: list[str] = []
+    monkeypatch.setattr(
+        stream_rehearsal,
+        "rehearse",
+        lambda spark, spec, plan, stop: rehearsed.append(plan.job_id) or True,
+    )
+    (tmp_path / "in").mkdir()
+    params = {"input": str(tmp_path / "in")}
+
+    async def rehearsed_as(job_ids: list[str]) -> None:
+        with anyio.fail_after(10):
+            while rehearsed != job_ids:
+                await anyio.sleep(0.01)
+
+    async with MemoryDriver(f"forget-{tmp_path.name}") as driver:
+        stores = Stores(driver, "c1", blobs=tmp_path / "blobs", lease=await win(driver))
+
+        async def store(job_id: str) -> None:
+            plan = make_plan("test.rehearsal.count", params, str(tmp_path / job_id), job_id=job_id)
+            await stores.execution_plans.put(job_id, plan.to_bytes())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                partial(
+                    stream_rehearsal.rehearse_stored_streams,
+                    stores,
+                    None,
+                    leading=threading.Event(),
+                    emit=lambda *a, **k: None,
+                    poll=0.01,
+                )  # fmt: skip
+            )
+            await store("s")
+            await rehearsed_as(["s"])
+            assert await stores.execution_plans.remove("s")
+            await store("t")  # rehearsed after a listing without s
+            await rehearsed_as(["s", "t"])
+            await store("s")
+            await rehearsed_as(["s", "t", "s"])
+            tg.cancel_scope.cancel()
