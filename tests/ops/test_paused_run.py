@@ -47,7 +47,9 @@ class Hosts:
         self.started: list[Supervisor] = []
 
     def start(self, identity: str, **options: Any) -> Supervisor:
-        driver = self.backend.driver(session_timeout=0.6)
+        # Long enough that a loaded machine does not depose the active (its local deadline
+        # stops COMMAND after two thirds of it without contact): these tests are about the pause.
+        driver = self.backend.driver(session_timeout=2.0)
         command = (sys.executable, "-c", CHILD, str(self.directory))
         supervisor = Supervisor(driver, Settings("/svc", identity, command, grace=0.2, **options))
 
