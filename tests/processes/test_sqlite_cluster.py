@@ -152,11 +152,17 @@ class Proc:
         return moves[-1].detail["new"] if moves else "neutral"
 
     def open_epochs(self) -> list[int]:
-        """Epochs whose work started and has not stopped (as far as the file says)."""
-        events = self.events()
-        started = [e.epoch for e in events if e.kind == "start" and e.epoch is not None]
-        stopped = {e.epoch for e in events if e.kind == "stop"}
-        return [epoch for epoch in started if epoch not in stopped]
+        """Epochs whose work started and has not stopped since (as far as the file says).
+
+        In order: an active that passed its local deadline and came back within its session
+        starts its epoch's work again after stopping it once."""
+        running: list[int] = []
+        for e in self.events():
+            if e.kind == "start" and e.epoch is not None:
+                running.append(e.epoch)
+            elif e.kind == "stop" and e.epoch in running:
+                running.remove(e.epoch)
+        return running
 
 
 class Fleet:
@@ -297,6 +303,44 @@ async def landed_writes(backend: SqliteBackend) -> list[tuple[int, int]]:
             data, _ = await driver.get(f"/writes/{name}")
             writes.append((int(name), int(data)))
     return writes
+
+
+@pytest.mark.anyio
+async def test_a_kill_ends_an_epoch_whose_work_started_again(
+    sqlite_backend: SqliteBackend, anyio_backend: str, tmp_path: Path
+) -> None:
+    """The harness's own accounting: an active that passed its local deadline and came back
+    within its session starts its epoch's work a second time; killing it ends that work, so
+    a successor that fenced it and starts after the kill is no violation. (A CI run under
+    load reported one: the kill's stop was dropped because the epoch had stopped once.)"""
+    f = Fleet(sqlite_backend, anyio_backend, tmp_path)
+    process = await anyio.open_process([sys.executable, "-c", "import time; time.sleep(60)"])
+    c = Proc("c", "c", process, tmp_path / "c.jsonl")
+    f.procs.append(c)
+    t = time.monotonic()
+    won = {"old": "neutral", "new": "active", "cause": "won the election"}
+    lost = {"old": "active", "new": "neutral", "cause": "local deadline passed"}
+    back = {"old": "neutral", "new": "active", "cause": "first in the queue, nobody to fence"}
+    lines = [
+        Event(t - 0.5, "c", "transition", 10, won),
+        Event(t - 0.4, "c", "start", 10),
+        Event(t - 0.3, "c", "stop", 10),
+        Event(t - 0.2, "c", "transition", None, lost),
+        Event(t - 0.1, "c", "transition", 10, back),
+        Event(t - 0.05, "c", "start", 10),
+    ]
+    c.file.write_text("".join(e.to_json() + "\n" for e in lines))
+    try:
+        await f.kill(c)
+    finally:
+        await f.close()
+    after = time.monotonic() + 0.01
+    successor = [
+        Event(after, "a", "fence", 10, {"old": "c"}),
+        Event(after, "a", "transition", 23, won),
+        Event(after + 0.001, "a", "start", 23),
+    ]
+    check_history(f.history() + successor)
 
 
 @pytest.mark.anyio
