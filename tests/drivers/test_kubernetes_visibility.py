@@ -164,6 +164,14 @@ async def shown_after(backend: KubernetesBackend, history: History, epoch: int) 
         await anyio.sleep(0.05)
 
 
+async def kubectl_shows(backend: KubernetesBackend, holder: str) -> None:
+    """Wait until ``kubectl get lease -o wide`` shows a holder matching ``holder``. A leader on
+    busy cores may pass its local deadline and clear the Lease for a moment before it is made
+    active again (the test's fail_after bounds the wait)."""
+    while not re.search(holder, await kubectl_wide(backend)):
+        await anyio.sleep(0.05)
+
+
 async def kubectl_wide(backend: KubernetesBackend) -> str:
     name = lease_name(backend.root, PATH)
     command = ["kubectl", "--kubeconfig", str(backend.kubeconfig), "get", "lease", name]
@@ -200,8 +208,7 @@ async def test_the_lease_follows_a_handover_and_a_crash_failover(
             if again["spec"]["leaseTransitions"] == spec["leaseTransitions"]:
                 assert again["spec"]["renewTime"] > spec["renewTime"]
             if shutil.which("kubectl"):
-                table = await kubectl_wide(backend)
-                assert re.search(r"\bpod-[ab]\b", table), table
+                await kubectl_shows(backend, r"\bpod-[ab]\b")
 
             async with contender(backend, "pod-c", history) as c:
                 one.quit()  # a graceful handover to the other, the next in the queue
@@ -215,7 +222,7 @@ async def test_the_lease_follows_a_handover_and_a_crash_failover(
                 lease = await shown_after(backend, history, third.epoch)
                 assert lease["spec"]["holderIdentity"] == "pod-c"
                 if shutil.which("kubectl"):
-                    assert re.search(r"\bpod-c\b", await kubectl_wide(backend))
+                    await kubectl_shows(backend, r"\bpod-c\b")
 
 
 async def test_a_stale_ex_leader_never_overwrites_a_newer_holder(
