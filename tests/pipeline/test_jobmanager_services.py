@@ -230,7 +230,7 @@ async def test_a_job_manager_whose_term_fails_gives_the_lead_to_another_process(
     path = "/ha/c1/election"
 
     async def run(name: str, spark: WarmSession) -> None:
-        async with MemoryDriver(cluster, session_timeout=0.3) as driver:
+        async with MemoryDriver(cluster, session_timeout=1.0) as driver:
             jm = JobManager(driver, "c1", identity=name, blobs=tmp_path / "blobs", spark=spark,
                             timing=FAST, poll_interval=0.05,
                             on_event=lambda event, fields: events.append((name, event)))  # fmt: skip
@@ -265,8 +265,8 @@ async def test_a_job_manager_served_over_http_takes_over_from_a_crash_and_counts
     cluster = f"jms-{next(_names)}"
     try:
         async with (
-            MemoryDriver(cluster, session_timeout=0.3) as dx,
-            MemoryDriver(cluster, session_timeout=0.3) as dj,
+            MemoryDriver(cluster, session_timeout=1.0) as dx,
+            MemoryDriver(cluster, session_timeout=1.0) as dj,
         ):
             manager = JobManager(dj, "c1", identity="jm-1", blobs=tmp_path / "blobs",
                                  spark=WarmSession.of(FakeSpark("jm-1")),  # type: ignore[arg-type]
