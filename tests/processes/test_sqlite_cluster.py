@@ -421,8 +421,10 @@ async def run_faults(f: Fleet, tg: anyio.abc.TaskGroup, rng: random.Random) -> N
 @pytest.mark.anyio
 async def test_a_renewal_that_commits_before_the_reap_is_not_undone(tmp_path: Path) -> None:
     """Deterministic: a's renewal reads the clock just before its lease ends and commits just
-    after b's poller read the sessions and saw the lease ended (a trace callback on a's
-    connection runs b's poll in between). The driver internals are called directly."""
+    after b's poller read the sessions and saw the lease ended (trace callbacks, which SQLite
+    calls as a statement starts, before it takes any lock: a's renewal, one statement, starts
+    b's poll once the lease has ended; b's write transaction waits until a has written). The
+    driver internals are called directly."""
     path = tmp_path / "ha.db"
     async with (
         SqliteDriver(path, session_timeout=1.0, poll_interval=0.05) as a,
@@ -441,40 +443,50 @@ async def test_a_renewal_that_commits_before_the_reap_is_not_undone(tmp_path: Pa
                 ).fetchone()
             return None if row is None else float(row[0])
 
-        def race() -> tuple[bool, float]:
+        def race() -> tuple[tuple[bool, float], float, bool]:
             end = lease_end()
             assert end is not None
             assert a._bg is not None and b._bg is not None
             b._poll(sid_b, [])  # b knows a's lease as it is now
-            reaper_waits = threading.Event()
-            b._bg.set_trace_callback(
-                lambda sql: reaper_waits.set() if sql.startswith("BEGIN IMMEDIATE") else None
-            )
+            reaper_waits, a_has_written = threading.Event(), threading.Event()
+
+            def reaper_step(sql: str) -> None:
+                if sql == "BEGIN IMMEDIATE" and not reaper_waits.is_set():
+                    reaper_waits.set()  # b decided a is dead and asks for the write lock
+                    a_has_written.wait(5.0)  # before it takes it: a's renewal goes first
+
             reaper: list[threading.Thread] = []
 
-            def before_commit(sql: str) -> None:
-                if sql != "COMMIT" or reaper:
+            def renewal_step(sql: str) -> None:
+                # the renewal's one statement starts: its clock was read, no lock taken yet
+                if not sql.startswith("UPDATE sessions SET expires_at") or reaper:
                     return
                 while time.monotonic() <= end:  # the old lease ends while a renews it
                     time.sleep(0.001)
                 reaper.append(threading.Thread(target=b._poll, args=(sid_b, [])))
                 reaper[0].start()
-                reaper_waits.wait(5.0)  # b decided a is dead and waits for the write lock
+                reaper_waits.wait(5.0)
 
-            a._bg.set_trace_callback(before_commit)
-            time.sleep(max(0.0, end - time.monotonic() - 0.02))
+            b._bg.set_trace_callback(reaper_step)
+            a._bg.set_trace_callback(renewal_step)
+            # the clock read comes before the end by a margin no scheduling delay of this
+            # thread eats (20 ms did on a loaded machine: the renewal read it after the end)
+            time.sleep(max(0.0, end - time.monotonic() - 0.2))
             try:
                 renewed = a._renew(sid_a)
             finally:
+                a_has_written.set()
                 a._bg.set_trace_callback(None)
                 for thread in reaper:
                     thread.join()
                 b._bg.set_trace_callback(None)
-            return renewed
+            return renewed, end, reaper_waits.is_set()
 
-        alive, renewed_at = await anyio.to_thread.run_sync(race)
+        (alive, renewed_at), end, b_asked = await anyio.to_thread.run_sync(race)
         faults(a).thaw()
         faults(b).thaw()
+        assert renewed_at < end, "the renewal read the clock after the lease end"
+        assert b_asked, "b did not see a's lease run out"
         assert alive, "the renewal itself must succeed: it read the clock before the lease end"
         # a now counts on its lease until renewed_at + session_timeout: it must still exist
         assert lease_end() is not None, "b ended the session a had just renewed"
