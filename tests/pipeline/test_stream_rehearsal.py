@@ -16,6 +16,7 @@ pytest.importorskip("pyspark")
 
 import ha  # noqa: E402
 from ha.drivers.memory import MemoryDriver  # noqa: E402
+from ha.pipeline import stream_rehearsal  # noqa: E402
 from ha.pipeline.commit import committed_batches  # noqa: E402
 from ha.pipeline.events import SCHEMA, generate_events  # noqa: E402
 from ha.pipeline.jobmanager import JobManager  # noqa: E402
@@ -25,6 +26,8 @@ from ha.pipeline.registry import Param, get_pipeline  # noqa: E402
 from ha.pipeline.spark import SparkSettings, WarmSession, build_session  # noqa: E402
 from ha.pipeline.stream_rehearsal import rehearse, sample_files  # noqa: E402
 from ha.pipeline.streaming import file_source, streaming_pipeline  # noqa: E402
+from ha.stores import Stores  # noqa: E402
+from tests.stores.test_stores import win  # noqa: E402
 
 pytestmark = [pytest.mark.spark]
 
@@ -166,10 +169,6 @@ async def test_a_standby_forgets_finished_jobs_and_rehearses_a_job_id_used_again
     """The loop's memory of rehearsed jobs follows the stored plans: it does not grow with
     every job ever run, and a job id submitted again (a new job) is rehearsed again. The
     rehearsal itself is stood in for here; the tests above run it on Spark."""
-    from ha.pipeline import stream_rehearsal
-    from ha.stores import Stores
-    from tests.stores.test_stores import win
-
     rehearsed: list[str] = []
     monkeypatch.setattr(
         stream_rehearsal,
@@ -200,7 +199,7 @@ async def test_a_standby_forgets_finished_jobs_and_rehearses_a_job_id_used_again
                     leading=threading.Event(),
                     emit=lambda *a, **k: None,
                     poll=0.01,
-                )  # fmt: skip
+                )
             )
             await store("s")
             await rehearsed_as(["s"])

@@ -26,7 +26,8 @@ from ha.testing import faults
 pytestmark = pytest.mark.anyio
 
 FAST = ha.Timing(backoff=ha.Backoff(initial=0.005, maximum=0.05), hook_timeout=1.0)
-SESSION = 2.0  # not shorter: on loaded cores (CI) a 0.6 s session flapped, and a test lost its leader
+# not shorter: on loaded cores (CI) a 0.6 s session flapped, and a test lost its leader
+SESSION = 2.0
 
 
 async def wait_for(cond: Callable[[], bool], within: float = 15.0) -> None:
