@@ -10,10 +10,15 @@ none is left; if the supervisor itself dies, even by SIGKILL, the guard kills th
 so two copies never run because a supervisor vanished. A guard rather than a cgroup: it needs
 no privileges, delegation or cgroup v2, and works in containers as they come.
 
-Not covered: a supervisor that is *frozen* (SIGSTOP, a stuck VM) cannot stop its child; when
-its lease runs out another host takes over while the old COMMAND may still run. That is what
-``--fence`` is for (as with ZKFC): it runs before the new active starts, with the old active's
-breadcrumb (identity, epoch, host and pid) in its environment, and can refuse the takeover.
+A supervisor that is *frozen* (SIGSTOP, swap, a debugger) cannot stop its child itself, so the
+guard is also a watchdog: the supervisor keeps renewing a deadline in it, derived from its last
+contact with the backend (the lease's ``stop_deadline``), and the guard stops the tree on its
+own once that passes, before the session can expire. COMMAND is not started on stale contact.
+Not covered: the guard frozen *with* COMMAND (a whole cgroup, container or VM frozen and
+resumed): the old COMMAND resumes beside the new active's. That is what ``--fence`` is for (as
+with ZKFC): it runs before the new active starts, with the old active's breadcrumb (identity,
+epoch, host and pid) in its environment, and can refuse the takeover; and the epoch
+(``HA_EPOCH``, ``HA_NODE``) fences COMMAND's own writes.
 
 ``--health CMD`` (Hadoop's HealthMonitor): checked every interval; while it fails the
 supervisor leaves the election (stopping COMMAND first if active) and rejoins once it passes;
@@ -29,6 +34,7 @@ again starts a new one, which joins at the back of the queue.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import math
@@ -101,6 +107,11 @@ class Supervisor:
             timing_for(driver.session_timeout, settings.grace, settings.hold_on_disconnect),
             fence_timeout=settings.fence_timeout,
         )
+        # how often the guard's watchdog deadline follows the contact: often enough that a
+        # renewal just before the deadline reaches it in time (the span exceeds the driver's
+        # renewal interval: timing_for)
+        span = self.timing.deadline_ratio * driver.session_timeout
+        self._renew_every = min(0.2, max(0.01, span / 10))
         self._handle_signals = handle_signals
         self._journal = JournalWriter(settings.journal) if settings.journal else None
         info = {"host": socket.gethostname(), "pid": os.getpid()}
@@ -306,13 +317,20 @@ class Supervisor:
 
     async def become_active(self, lease: Lease) -> None:
         env = self._env(lease)
-        name = self.settings.command[0]
+        name, grace = self.settings.command[0], self.settings.grace
         restarts = Restarts(self.settings.max_restarts, self.settings.started)  # this term's
         while True:
             started = anyio.current_time()
             try:
-                child = await spawn(self.settings.command, env)
-            except OSError as exc:  # e.g. the program was removed since we checked it
+                # the guard refuses to start once the lease's deadline has passed, and is a
+                # watchdog on it after (process.py): a frozen supervisor's COMMAND stops
+                deadline = lease.stop_deadline()
+                child = await spawn(self.settings.command, env, deadline=deadline, grace=grace)
+            except OSError as exc:
+                if exc.errno == errno.ETIME:  # stale contact: never start (the watchdog ends
+                    await anyio.sleep(0.05)  # this term, unless contact is fresh by then)
+                    continue
+                # e.g. the program was removed since we checked it
                 log.error("cannot start %s: %s", name, exc.strerror or exc)
                 note, code = f"cannot start {name}", 127  # a shell's "command not found"
             else:
@@ -356,7 +374,10 @@ class Supervisor:
         name = self.settings.command[0]
         log.info("started %s (pid %d, epoch %d)", name, child.pid, lease.epoch)
         try:
-            code = await child.wait_or_stop(self.settings.grace)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(child.keep_renewed, lease.stop_deadline, self._renew_every)
+                code = await child.wait_or_stop(self.settings.grace)
+                tg.cancel_scope.cancel()
         finally:
             self._child = None
             how = "?" if child.returncode is None else describe_exit(child.returncode)

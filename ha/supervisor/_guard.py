@@ -8,11 +8,24 @@ on the control pipe, whose write end only the supervisor holds), when the superv
 COMMAND, and when COMMAND exits; it exits only once it has no descendant left, with COMMAND's
 exit status (or by COMMAND's signal).
 
-Run as ``python -I -S _guard.py CTL REPORT COMMAND...``: standard library only, never imports
-``ha``, so it starts fast. ``CTL`` lines: ``signal N`` sends N to every descendant once (the
-process group at once, then those outside it); ``stop GRACE`` sends SIGTERM so, waits up to
-GRACE seconds for the tree to end, then SIGKILLs what is left. ``REPORT`` gets one line:
-``pid P`` once COMMAND runs, ``error ERRNO`` when it cannot be started.
+It is also a watchdog (as Patroni arms ``/dev/watchdog``): a supervisor that is frozen
+(SIGSTOP, a stuck VM, swap, a debugger) cannot stop COMMAND, and its session runs out on the
+backend while COMMAND still runs. So the supervisor keeps renewing a deadline here, on
+CLOCK_MONOTONIC, derived from its last contact with the backend; when it passes without a
+renewal the guard stops the tree by itself (SIGTERM, SIGKILL after the grace period), before
+the backend can let another host lead. COMMAND is not started at all when the deadline given
+at start has passed already (the supervisor's contact is stale). What the guard cannot cover:
+the guard frozen together with COMMAND (a whole cgroup or host frozen and resumed): that is
+what fencing is for.
+
+Run as ``python -I -S _guard.py CTL REPORT DEADLINE GRACE COMMAND...``: standard library only,
+never imports ``ha``, so it starts fast. ``DEADLINE``: a ``time.monotonic()`` reading, or ``-``
+for no watchdog; ``GRACE``: seconds between the watchdog's SIGTERM and its SIGKILL. ``CTL``
+lines: ``signal N`` sends N to every descendant once (the process group at once, then those
+outside it); ``stop GRACE`` sends SIGTERM so, waits up to GRACE seconds for the tree to end,
+then SIGKILLs what is left; ``deadline D`` renews the watchdog's deadline. ``REPORT`` gets one
+line: ``pid P`` once COMMAND runs, ``error ERRNO`` when it cannot be started (``ETIME``: the
+deadline had passed).
 """
 
 from __future__ import annotations
@@ -68,9 +81,13 @@ def descendants(root: int) -> list[tuple[int, int]]:
 
 
 class Guard:
-    def __init__(self, ctl: int, command: list[str]) -> None:
+    def __init__(
+        self, ctl: int, command: list[str], deadline: float | None = None, grace: float = 0.0
+    ) -> None:
         self.ctl: int | None = ctl
         self.command = command
+        self.deadline = deadline  # the watchdog's: stop the tree once it passes (None: off)
+        self.grace = grace
         self.pid = 0  # COMMAND's: its process group's id too
         self.status: int | None = None  # COMMAND's wait status, once reaped
         self.buffer = b""
@@ -145,19 +162,27 @@ class Guard:
         return lines
 
     def run(self, wake: int) -> None:
-        deadline: float | None = None  # stopping: SIGKILL what is left then
+        kill_at: float | None = None  # stopping: SIGKILL what is left then
         while True:
             if not self.reap():
                 return
-            if self.ctl is None or (deadline is None and self.status is not None):
+            if self.ctl is None or (kill_at is None and self.status is not None):
                 self.kill_tree()  # the supervisor died, or COMMAND ended by itself
                 return
+            now = time.monotonic()
+            if kill_at is None and self.deadline is not None and now >= self.deadline:
+                late = now - self.deadline
+                say(f"no renewal from the supervisor ({late:.3f}s past the deadline): stopping")
+                self.signal_tree(signal.SIGTERM)
+                kill_at = now + self.grace
             timeout = None
-            if deadline is not None:
-                timeout = deadline - time.monotonic()
+            if kill_at is not None:
+                timeout = kill_at - now
                 if timeout <= 0:
                     self.kill_tree()
                     return
+            elif self.deadline is not None:
+                timeout = self.deadline - now
             readable, _, _ = select.select([self.ctl, wake], [], [], timeout)
             if wake in readable:
                 try:
@@ -169,9 +194,18 @@ class Guard:
                     word, _, arg = line.decode("ascii", "replace").partition(" ")
                     if word == "signal":
                         self.signal_tree(int(arg))
-                    elif word == "stop" and deadline is None:
+                    elif word == "stop" and kill_at is None:
                         self.signal_tree(signal.SIGTERM)
-                        deadline = time.monotonic() + float(arg)
+                        kill_at = time.monotonic() + float(arg)
+                    elif word == "deadline":
+                        self.deadline = float(arg)
+
+
+def say(line: str) -> None:
+    try:
+        os.write(2, f"ha guard {os.getpid()}: {line}\n".encode())
+    except OSError:
+        pass
 
 
 def exit_like(status: int | None) -> None:
@@ -191,17 +225,21 @@ def exit_like(status: int | None) -> None:
 
 def main(argv: list[str]) -> None:
     ctl, report = int(argv[1]), int(argv[2])
+    deadline = None if argv[3] == "-" else float(argv[3])
     if _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         os.write(report, f"error {ctypes.get_errno()}\n".encode())
         os._exit(127)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the select through wake_w
-    guard = Guard(ctl, argv[3:])
+    guard = Guard(ctl, argv[5:], deadline, float(argv[4]))
     hangup = select.poll()
     hangup.register(ctl, select.POLLIN)
     if any(events & select.POLLHUP for _, events in hangup.poll(0)):
         os._exit(1)  # the supervisor died before COMMAND could start: do not start it
+    if deadline is not None and time.monotonic() >= deadline:
+        os.write(report, f"error {errno.ETIME}\n".encode())  # stale contact: never start
+        os._exit(127)
     try:
         pid = guard.start()
     except OSError as exc:

@@ -6,6 +6,11 @@ Linux COMMAND runs under a guard (``ha/supervisor/_guard.py``, a child subreaper
 reaches every descendant, even daemons that left the process group, and if the supervisor
 dies, even by SIGKILL, the guard kills the whole tree. Without a guard, PR_SET_PDEATHSIG kills
 the child itself when the supervisor dies (``ha/_process.py``).
+
+With a ``deadline`` the guard is also a watchdog: ``Child.keep_renewed`` moves the deadline on
+as the supervisor's contact with the backend does, and a supervisor too frozen to renew it has
+its COMMAND stopped by the guard alone. A spawn cannot be lost: cancelled while the fork is
+under way, it stops what it started before it raises.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from .._process import deathsig_preexec
@@ -60,7 +67,8 @@ class Child:
     ) -> None:
         self.popen = popen
         self.pid = popen.pid if pid is None else pid
-        self._control = control  # write end of the guard's control pipe
+        self._control = control  # write end of the guard's control pipe (non-blocking)
+        self._renewed: float | None = None  # the watchdog's deadline as last sent
         self._pidfd: int | None = None
         if hasattr(os, "pidfd_open"):
             try:
@@ -107,14 +115,52 @@ class Child:
             return False
         try:
             os.write(self._control, line.encode() + b"\n")
+        except BlockingIOError:  # the guard is frozen and its pipe full
+            raise
         except OSError:  # it exited: nothing left to signal
             return False
         return True
 
+    def _wake_guard(self) -> None:
+        """SIGCONT the guard: a guard stopped on its own (SIGSTOP) must still act on a stop."""
+        if self._control is not None and self.popen.returncode is None:
+            try:
+                os.kill(self.popen.pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def renew(self, deadline: float) -> bool:
+        """Move the guard's watchdog deadline (``time.monotonic()``) to ``deadline``; False
+        when it could not be told (no guard, gone, or its pipe full: it is frozen)."""
+        if self._control is None:
+            return False
+        if deadline == self._renewed:
+            return True
+        try:
+            told = self._tell(f"deadline {deadline!r}")
+        except BlockingIOError:
+            return False
+        if told:
+            self._renewed = deadline
+        return told
+
+    async def keep_renewed(self, deadline: Callable[[], float], every: float) -> None:
+        """Renew the guard's deadline from ``deadline()`` every ``every`` seconds, forever.
+
+        Run it beside ``wait_or_stop``: when this task (hence the supervisor's loop) stalls,
+        the guard stops COMMAND once the last deadline sent passes."""
+        while True:
+            self.renew(deadline())
+            await anyio.sleep(every)
+
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to COMMAND's process group (with a guard: to each descendant, once)."""
         if self._control is not None:
-            self._tell(f"signal {int(sig)}")
+            self._wake_guard()
+            try:
+                self._tell(f"signal {int(sig)}")
+            except BlockingIOError:
+                log.error("the guard of pid %d does not read its orders", self.pid)
             return
         if self.popen.returncode is not None:
             return
@@ -130,7 +176,11 @@ class Child:
         Call it shielded: it must finish even when the caller is being cancelled.
         """
         if self.popen.returncode is None and self._control is not None:
-            self._tell(f"stop {grace!r}")
+            self._wake_guard()
+            try:
+                self._tell(f"stop {grace!r}")
+            except BlockingIOError:  # the guard never read its pipe: killed below
+                log.error("the guard of pid %d does not read its orders", self.pid)
             with anyio.move_on_after(grace + GUARD_MARGIN):
                 await self._exited()
             if self.popen.poll() is None:  # a stuck guard: COMMAND dies with it (PDEATHSIG)
@@ -162,14 +212,21 @@ def _guard_argv() -> list[str] | None:
 
 
 def _start_guarded(
-    guard: list[str], argv: list[str], env: dict[str, str], stdin: int
+    guard: list[str],
+    argv: list[str],
+    env: dict[str, str],
+    stdin: int,
+    deadline: float | None,
+    grace: float,
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     """Start COMMAND under a guard; (guard, COMMAND's pid, control fd). In the spawner thread."""
     ctl_r, ctl_w = os.pipe()  # the write end stays here only (close-on-exec): EOF = we died
+    os.set_blocking(ctl_w, False)  # a frozen guard must never block the supervisor's loop
     report_r, report_w = os.pipe()
+    watchdog = "-" if deadline is None else repr(deadline)
     try:
         popen: subprocess.Popen[bytes] = subprocess.Popen(
-            [*guard, str(ctl_r), str(report_w), *argv],
+            [*guard, str(ctl_r), str(report_w), watchdog, repr(grace), *argv],
             env=env,
             stdin=stdin,
             process_group=0,  # Ctrl-C reaches the supervisor only, as for COMMAND itself
@@ -200,12 +257,20 @@ async def spawn(
     stdin: int | None = None,
     guard: bool = True,
     output: int | None = None,
+    deadline: float | None = None,
+    grace: float = 0.0,
 ) -> Child:
     """Start ``argv`` (never through a shell) in its own process group, bound to our life.
 
     With ``guard`` (on Linux), every descendant of ``argv`` dies with us too, even when we are
     SIGKILLed, and ``stop`` returns only when none is left; it costs an interpreter start.
     ``output`` (without a guard): a file descriptor for its stdout and stderr (else ours).
+
+    ``deadline`` (a ``time.monotonic()`` reading): nothing is started once it has passed
+    (``OSError`` with ``errno.ETIME``), checked as late as the fork; with a guard it is the
+    watchdog's first deadline (``Child.keep_renewed``), ``grace`` its time from SIGTERM to
+    SIGKILL. Cancelled meanwhile, ``spawn`` stops what it started (``grace``) and re-raises:
+    a started process is either returned or dead.
     """
     if not argv:
         raise ConfigurationError("empty command")
@@ -220,7 +285,10 @@ async def spawn(
 
     def start() -> Child:
         if guard_argv is not None:
-            return Child(*_start_guarded(guard_argv, list(argv), full_env, stdin_fd))
+            started = _start_guarded(guard_argv, list(argv), full_env, stdin_fd, deadline, grace)
+            return Child(*started)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise OSError(errno.ETIME, "the deadline passed before the start", argv[0])
         popen: subprocess.Popen[bytes] = subprocess.Popen(
             list(argv),
             env=full_env,
@@ -234,8 +302,17 @@ async def spawn(
         return Child(popen)
 
     future = _spawner_pool().submit(start)
-    # not cancellable on purpose: once forked, the child must be handed back to be stopped
-    return await anyio.to_thread.run_sync(future.result)
+    # the wait is shielded: to_thread.run_sync begins with a checkpoint, and a cancellation
+    # raised there would drop a child that was forked (or is about to be) with nobody to stop it
+    with anyio.CancelScope(shield=True):
+        child = await anyio.to_thread.run_sync(future.result)
+    try:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await child.stop(grace)
+        raise
+    return child
 
 
 def describe_exit(code: int) -> str:

@@ -1,0 +1,130 @@
+"""``spawn`` never loses a process, and the guard is a watchdog on the supervisor's deadline.
+
+Real processes; each COMMAND is ``sleep`` with a number of its own, found afterwards by
+scanning ``/proc``: the verdict is whether a process runs, not what ``spawn`` returned.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import random
+import signal
+import time
+
+import anyio
+import pytest
+
+from ha.supervisor import spawn
+
+pytestmark = pytest.mark.anyio
+
+_tokens = itertools.count(random.randrange(40_000, 50_000))
+
+
+def running(token: str) -> list[int]:
+    """Pids of live ``sleep TOKEN`` processes (zombies count as dead)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{name}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if argv[:2] == [b"sleep", token.encode()] and state != "Z":
+            found.append(int(name))
+    return found
+
+
+def kill_all(token: str) -> None:
+    for pid in running(token):
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["guarded", "unguarded"])
+async def test_a_spawn_cancelled_midway_leaves_nothing_running(guard: bool) -> None:
+    # the cancellation is already pending when spawn begins: the fork happens in the spawner
+    # thread all the same, so spawn itself must stop what it started before it raises
+    token = str(next(_tokens))
+    try:
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await spawn(["sleep", token], guard=guard)
+        assert scope.cancelled_caught
+        await anyio.sleep(0.3)  # a leaked fork would be running by now
+        assert running(token) == []
+    finally:
+        kill_all(token)
+
+
+async def test_a_spawn_cancelled_while_the_fork_runs_leaves_nothing_running() -> None:
+    # cancelled from another task while the spawner thread forks the guard and COMMAND
+    token = str(next(_tokens))
+    try:
+        for delay in (0.0, 0.005, 0.02, 0.05):
+            child = None
+            with anyio.move_on_after(delay):
+                child = await spawn(["sleep", token])
+            if child is not None:  # spawned in time: ours to stop
+                await child.stop(0.0)
+        await anyio.sleep(0.3)  # a leaked fork would be running by now
+        assert running(token) == []
+    finally:
+        kill_all(token)
+
+
+async def test_nothing_starts_once_the_deadline_has_passed() -> None:
+    token = str(next(_tokens))
+    try:
+        for guard in (True, False):
+            with pytest.raises(OSError) as caught:
+                await spawn(["sleep", token], guard=guard, deadline=time.monotonic() - 0.001)
+            assert caught.value.errno == errno.ETIME
+        await anyio.sleep(0.2)
+        assert running(token) == []
+    finally:
+        kill_all(token)
+
+
+async def test_the_guard_stops_command_when_the_deadline_is_not_renewed() -> None:
+    token = str(next(_tokens))
+    try:
+        child = await spawn(["sleep", token], deadline=time.monotonic() + 0.3, grace=0.2)
+        assert running(token) == [child.pid]
+        with anyio.fail_after(10):
+            code = await child.wait()  # nobody asked it to stop: the watchdog did
+        assert code == -signal.SIGTERM
+        assert running(token) == []
+    finally:
+        kill_all(token)
+
+
+async def test_a_renewed_deadline_keeps_command_running() -> None:
+    token = str(next(_tokens))
+    try:
+        child = await spawn(["sleep", token], deadline=time.monotonic() + 0.3, grace=0.2)
+        with anyio.move_on_after(1.0):  # three deadlines' worth, renewed all along
+            await child.keep_renewed(lambda: time.monotonic() + 0.3, 0.05)
+        assert running(token) == [child.pid]
+        assert await child.stop(1.0) == -signal.SIGTERM
+    finally:
+        kill_all(token)
+
+
+async def test_a_stop_reaches_command_through_a_frozen_guard() -> None:
+    # the guard SIGSTOPped alone: the stop wakes it, so it still ends the tree within the grace
+    token = str(next(_tokens))
+    try:
+        child = await spawn(["sh", "-c", f"sleep {token} & setsid sleep {token} & wait"])
+        while len(running(token)) < 2:
+            await anyio.sleep(0.01)
+        os.kill(child.popen.pid, signal.SIGSTOP)
+        await child.stop(0.5)
+        assert running(token) == []  # the daemon too: the guard was woken, not killed
+    finally:
+        kill_all(token)
