@@ -70,6 +70,7 @@ class Elector:
         "_journal_spec", "_reporting", "_rng", "_machine", "_state", "_lease", "_send",
         "_leadership", "_backoff_at", "_closed",
         "_quit_pending", "_fencing", "_unleft", "_watches", "priority", "_term", "_fenced",
+        "_inbox",
     )  # fmt: skip
 
     def __init__(
@@ -110,6 +111,7 @@ class Elector:
         self._state = State.NEUTRAL
         self._lease: Lease | None = None
         self._send: MemoryObjectSendStream[ev.Input] | None = None
+        self._inbox: MemoryObjectReceiveStream[ev.Input] | None = None
         self._leadership = Leadership(
             driver, self.timing, self.nodes, self.identity, self._machine, self._feed
         )
@@ -211,7 +213,7 @@ class Elector:
         if self._machine.phase in (m.Phase.DONE, m.Phase.FAILED):
             raise RuntimeError("this elector has finished; make a new Elector to rejoin")
         send, receive = anyio.create_memory_object_stream[ev.Input](math.inf)
-        self._send = send
+        self._send, self._inbox = send, receive
         error: str | None = None
         quit = False
         spec = self._journal_spec
@@ -254,7 +256,7 @@ class Elector:
                             # the cancellation may have cut an effect list short, so report
                             # from the state last published, not the machine's
                             self._report(ev.Report(self._state, effect.new, None, effect.cause))
-            self._send = None
+            self._send = self._inbox = None
             if isinstance(spec, str) and journal is not None:
                 journal.close()
             how = "failed" if error is not None else "quit" if quit else "stopped"
@@ -313,6 +315,8 @@ class Elector:
                 outcome = await self._execute(effect, tg, contender)
                 if outcome is not None:
                     outcomes.append(outcome)
+                    if isinstance(outcome, ev.DeadlineExpired):
+                        break  # P17: the term never began; its report and writes are void
 
     async def _next_input(
         self, receive: MemoryObjectReceiveStream[ev.Input], outcomes: list[ev.Input]
@@ -371,6 +375,8 @@ class Elector:
                     tg.start_soon(self._quietly, "record the refused fence", refused)
                 return outcome
             case ev.StartActive(session, epoch, node):
+                if not await self._contact_fresh(session):
+                    return ev.DeadlineExpired(session)  # P17: no term on stale contact
                 self._lease = self._leadership.start(tg, contender, session, epoch, node)
             case ev.ClearCrumbs(session, node, tickets):
                 # after a takeover's fences, as for Announce: the new term's task reaches
@@ -407,6 +413,29 @@ class Elector:
             case ev.Report():
                 self._report(effect)
         return None
+
+    async def _contact_fresh(self, session: int) -> bool:
+        """P17: whether a term may start now: the local deadline, counted from the last
+        contact, has not passed. Contact gone stale (a stalled process woken to a win that
+        its buffered events told it of) is waited for while the session may still live: a
+        renewal in the same session proves our node, hence our place, is still there."""
+        driver, inbox = self.driver, self._inbox
+        span = self.timing.deadline_ratio * driver.session_timeout
+        while anyio.current_time() >= driver.last_contact + span:
+            gone = driver.session_id != session or self._closed or not driver.connected
+            # an input waiting (a quit, an expiry, a watch) is handled first: a refused start
+            # makes the machine list the queue, which wins again only on the answer
+            waiting = inbox is not None and inbox.statistics().current_buffer_used > 0
+            if gone or waiting:
+                log.warning(
+                    "%s: first in the queue, but no contact with the backend for %.3fs: not"
+                    " starting the active work",
+                    self.path,
+                    anyio.current_time() - driver.last_contact,
+                )
+                return False
+            await anyio.sleep(min(0.01, span / 10))
+        return True
 
     async def _join(self, effect: ev.Join) -> ev.Input:
         crumb = Breadcrumb(self.identity, None, self.data)
@@ -524,6 +553,11 @@ class Elector:
     # --- reporting ----------------------------------------------------------------------------
 
     def _report(self, report: ev.Report) -> None:
+        if report.old is not self._state:
+            # a term refused for stale contact (P17) was never reported: say what was
+            if report.new is self._state:
+                return
+            report = ev.Report(self._state, report.new, report.epoch, report.cause)
         self._state = report.new
         if report.new in (State.ACTIVE, State.STANDBY):
             self._fencing = None  # someone leads: our refused fences are history

@@ -75,6 +75,15 @@ P16 Paused (Patroni's maintenance mode, ``ha pause``): the pause node ``PATH/pau
     deletion makes it read the breadcrumbs again (P7), then fence and act as usual. The active
     is unaffected: it leads while it holds its node, so pausing never makes a second active;
     an active lost during a pause leaves the election without one until it is resumed.
+P17 No term on stale contact (client-go's renew deadline, applied to starting as well as to
+    keeping the lead): a win can come from events that a stalled process had buffered (a
+    breadcrumb deleted while it was frozen, its session since expired), so the runner starts
+    a term only while the local deadline, counted from the last contact, has not passed; it
+    waits for contact while the session may live, else answers StartActive with
+    DeadlineExpired and drops the rest of that win's effects (its report, its writes). Every
+    way to ACTIVE passes there (first in the queue, the graceful fast path, after fencing,
+    after a reconnect, again after a deadline); after DeadlineExpired the machine lists the
+    queue again and acts on nothing but that answer.
 
 The phases, the public states and the table of which phases act on each input are in
 ``phases.py`` (with the theory of operation); ``python -m ha.election.diagram`` draws them.
