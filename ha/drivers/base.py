@@ -299,6 +299,15 @@ class Driver(ABC):
         return self._last_contact
 
     @property
+    def renewal_interval(self) -> float:
+        """How old ``last_contact`` grows, at most, between two renewals of a healthy idle
+        session (round trips aside): a local deadline counted from the last contact must be
+        longer, or the active stops at every renewal (``ha/election/timing.py``). Default:
+        a third of the session timeout, the cadence of the etcd, Kubernetes and memory
+        drivers' renewals."""
+        return self._session_timeout / 3
+
+    @property
     def connected(self) -> bool:
         """Whether the driver currently has contact with the backend."""
         return self._connected

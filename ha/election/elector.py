@@ -47,7 +47,7 @@ from .machine import State
 from .nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, identity_bytes
 from .preference import check_priority, nonce
 from .reporting import ElectorStatistics, FencingStatistics, Reporting, TransitionStream
-from .timing import Timing
+from .timing import Timing, check_deadline
 from .watching import QueueWatches, watch_pause
 
 __all__ = ("Elector",)
@@ -95,6 +95,7 @@ class Elector:
         self.identity = identity_bytes(identity)
         self.data = bytes(data)
         self.timing = timing or Timing()
+        check_deadline(self.timing, driver.session_timeout, driver.renewal_interval)
         self.priority = check_priority(priority)  # published in each join's ticket
         self.nodes = ElectionNodes(path)
         # a path is opened for each run and closed after it; a writer given is the caller's

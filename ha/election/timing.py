@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigurationError
 
-__all__ = ("Backoff", "Timing")
+__all__ = ("Backoff", "Timing", "check_deadline", "renewal_slack")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,3 +67,22 @@ class Timing:
             raise ConfigurationError("op_timeout must be positive")
         if self.max_retries < 0:
             raise ConfigurationError("max_retries must be >= 0")
+
+
+def renewal_slack(session_timeout: float) -> float:
+    """How much later than the driver's renewal interval a renewal may land on a healthy,
+    busy machine (a round trip, a late thread): the deadline must leave this much too."""
+    return max(0.05 * session_timeout, 0.02)
+
+
+def check_deadline(timing: Timing, session_timeout: float, renewal_interval: float) -> None:
+    """Refuse a local deadline that comes before the driver's next renewal: the active would
+    be stopped, and started again, at every renewal with no fault at all."""
+    span = timing.deadline_ratio * session_timeout
+    need = renewal_interval + renewal_slack(session_timeout)
+    if span < need:
+        raise ConfigurationError(
+            f"deadline_ratio {timing.deadline_ratio:g} stops the active {span:.3g}s after the"
+            f" last contact, before the driver renews it (every {renewal_interval:.3g}s):"
+            f" it must be at least {need / session_timeout:.3f}"
+        )

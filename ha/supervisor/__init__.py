@@ -104,7 +104,12 @@ class Supervisor:
             BackendMetrics(registry).measure(driver)
         self.identity = settings.identity.encode()
         self.timing = dataclasses.replace(
-            timing_for(driver.session_timeout, settings.grace, settings.hold_on_disconnect),
+            timing_for(
+                driver.session_timeout,
+                settings.grace,
+                settings.hold_on_disconnect,
+                driver.renewal_interval,
+            ),
             fence_timeout=settings.fence_timeout,
         )
         # how often the guard's watchdog deadline follows the contact: often enough that a

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..drivers.base import validate_path
 from ..election.preference import check_priority
-from ..election.timing import Timing
+from ..election.timing import Timing, renewal_slack
 from ..errors import ConfigurationError
 from .exits import STARTED, OnExit, check_max_restarts
 
@@ -70,11 +70,16 @@ class Settings:
                 raise ConfigurationError(f"{name.replace('_', '-')} must be > 0, got {value}")
 
 
-def timing_for(session_timeout: float, grace: float, hold: float = 0.0) -> Timing:
+def timing_for(
+    session_timeout: float, grace: float, hold: float = 0.0, renewal: float | None = None
+) -> Timing:
     """Elector timing that leaves room to stop COMMAND before the session can expire.
 
     The elector stops the active work at ``deadline_ratio * session_timeout`` after the last
-    contact; stopping takes up to ``grace`` (then SIGKILL), plus a margin for the loop.
+    contact; stopping takes up to ``grace`` (then SIGKILL), plus a margin for the loop. That
+    deadline must also come after the driver's next renewal (``renewal``, the driver's
+    ``renewal_interval``; default a third of the session timeout), or COMMAND is stopped and
+    started again at every renewal with no fault at all: ``--grace`` is bounded by both.
 
     ``hold`` (``--hold-on-disconnect``), when not 0: a lost connection does not stop COMMAND at
     once; it runs on until ``hold`` seconds after the last contact, and goes on as before if
@@ -89,16 +94,20 @@ def timing_for(session_timeout: float, grace: float, hold: float = 0.0) -> Timin
     # group; counting 2 s here would forbid the short sessions tests and demos use.
     margin = max(0.1 * session_timeout, 0.05)
     ratio = min(2 / 3, (session_timeout - grace - margin) / session_timeout)
-    if ratio < 0.1:
+    renews = session_timeout / 3 if renewal is None else renewal
+    shortest = renews + renewal_slack(session_timeout)
+    if ratio * session_timeout < shortest:
+        most = max(0.0, session_timeout - margin - shortest)
         raise ConfigurationError(
             f"--grace {grace:g}s leaves no time to stop COMMAND before the backend's session"
-            f" timeout ({session_timeout:g}s) lets another host take over: lower --grace or"
-            f" raise session_timeout in the backend URL (e.g. ?session_timeout="
-            f"{math.ceil((grace + margin) * 1.5 + 1)})"
+            f" timeout ({session_timeout:g}s) lets another host take over, once the backend"
+            f" has been given time to renew the session (every {renews:.3g}s): lower --grace"
+            f" to {math.floor(most * 100) / 100:g}s or less, or raise session_timeout in the"
+            f" backend URL (e.g. ?session_timeout={math.ceil(2 * grace + 1)})"
         )
     if not hold:
         return Timing(deadline_ratio=ratio)
-    longest, shortest = ratio * session_timeout, session_timeout / 2
+    longest, shortest = ratio * session_timeout, max(session_timeout / 2, shortest)
     if not shortest <= hold <= longest:
         if hold > longest:
             why = "COMMAND must be stopped, --grace included, before the session can expire"

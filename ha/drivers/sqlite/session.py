@@ -70,6 +70,10 @@ class FileSession(Driver):
     """One session at a time on the file of ``settings``; the node operations are the
     subclass's (``SqliteDriver``)."""
 
+    @property
+    def renewal_interval(self) -> float:
+        return self._settings.renew_interval
+
     def __init__(self, settings: Settings) -> None:
         super().__init__()
         self._settings = settings
