@@ -33,7 +33,8 @@ class Contender(Protocol):
 
     Optional hooks, each bounded by the elector's hook timeout:
     ``become_standby()``, ``enter_neutral()``, ``fence_old_active(breadcrumb: bytes)`` (raise
-    to refuse the takeover; the bytes are handed over as stored, even when corrupt), and
+    to refuse the takeover; return ``False`` when nothing was run, so the takeover is not
+    reported as fenced; the bytes are handed over as stored, even when corrupt), and
     ``on_fatal_error(error: Exception)``.
     """
 
@@ -84,17 +85,20 @@ async def call_hook(contender: object, name: str, seconds: float, path: str, *ar
 
 async def fence_old_active(
     contender: object, breadcrumb: bytes, seconds: float, path: str
-) -> str | None:
-    """Ask the contender to fence the old active; None if done (or no hook), else the refusal."""
+) -> tuple[str | None, bool]:
+    """Ask the contender to fence the old active: (the refusal or None, whether a fence ran).
+
+    A hook that returns ``False`` says it had nothing to run (``ha run`` without ``--fence``):
+    the takeover then relies on the epoch alone, as with no hook, and is not called fenced."""
     hook = getattr(contender, "fence_old_active", None)
     if hook is None:
         log.info("%s: no fence_old_active hook; relying on epoch fencing", path)
-        return None
+        return None, False
     try:
         with anyio.fail_after(seconds):
-            await hook(breadcrumb)
+            ran = await hook(breadcrumb)
     except TimeoutError:
-        return f"fence_old_active took over {seconds:g}s"
+        return f"fence_old_active took over {seconds:g}s", True
     except Exception as exc:
-        return repr(exc)
-    return None
+        return repr(exc), True
+    return None, ran is not False

@@ -539,12 +539,12 @@ class Elector:
 
     async def _fence(self, contender: object, session: int, breadcrumb: bytes) -> ev.Input:
         timeout = self.timing.fence_timeout
-        error = await fence_old_active(contender, breadcrumb, timeout, self.path)
+        error, ran = await fence_old_active(contender, breadcrumb, timeout, self.path)
         crumb = decode_breadcrumb(breadcrumb)
         old = crumb.identity.decode(errors="replace") if crumb else "an unreadable breadcrumb"
         if error is None:
             self._fencing = None
-            self._fenced.append(old)
+            self._fenced.append(f"fenced {old!r}" if ran else f"took over from {old!r}")
             return ev.FenceSucceeded(session)
         self._fencing = (old, error)
         count = self._machine.fence_failures + 1  # the machine counts it on FenceFailed
@@ -565,6 +565,6 @@ class Elector:
         if report.new is not State.ACTIVE:
             self._lease = None
         elif report.epoch is not None:
-            fenced = f" (fenced {', '.join(map(repr, self._fenced))})" if self._fenced else ""
+            fenced = f" ({', '.join(self._fenced)})" if self._fenced else ""
             self._term = Term(report.epoch, self.identity, time.time(), report.cause + fenced)
         self._reporting.send(report)

@@ -215,16 +215,19 @@ class _Measured:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._contender, name)
 
-    async def fence_old_active(self, breadcrumb: bytes) -> None:
+    async def fence_old_active(self, breadcrumb: bytes) -> bool:
+        """Counts the election's fencing steps (a crashed leader's breadcrumb), whether or
+        not the contender had a fence to run; says which, as the hook did (contender.py)."""
         takeovers = self._takeovers
         metrics, labels = takeovers.metrics, takeovers.labels
         takeovers.fenced = True
         metrics.fence_attempts.labels(**labels).inc()
         hook = getattr(self._contender, "fence_old_active", None)
         if hook is None:
-            return
+            return False
         try:
-            await hook(breadcrumb)
+            ran = await hook(breadcrumb)
         except BaseException:  # raised, or cancelled by the fence timeout: refused
             metrics.fence_failures.labels(**labels).inc()
             raise
+        return ran is not False

@@ -398,9 +398,9 @@ class Supervisor:
         log.log(level, "%s exited (%s): leaving the election (--on-exit %s)", name, how, policy)
         self.stop()
 
-    async def fence_old_active(self, breadcrumb: bytes) -> None:
+    async def fence_old_active(self, breadcrumb: bytes) -> bool:
         if not self.settings.fence:
-            return  # the epoch fences the old active's writes; nothing else to do
+            return False  # the epoch fences the old active's writes; nothing was run
         env = self._env(None)
         env.update(old_active_env(breadcrumb))
         who = env.get("HA_OLD_IDENTITY", "an unreadable breadcrumb")
@@ -411,6 +411,7 @@ class Supervisor:
             log.warning("fence command %s: takeover refused", describe_exit(code))
             self._member_poke.set()  # publish the refusal (the elector counts it first)
             raise FenceRefused(f"fence command {self.settings.fence[0]} {describe_exit(code)}")
+        return True
 
     async def on_fatal_error(self, error: Exception) -> None:
         log.error("election failed: %s", error)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import Supervisors, alive, popen_ha, sqlite_url, wait_until
+from tests.cli.helpers import Supervisors, alive, ha, popen_ha, sqlite_url, wait_until
 
 HEARTBEAT = r"""
 import os, sys, time
@@ -165,3 +165,22 @@ def test_a_frozen_guard_still_stops_the_whole_tree(hosts: Hosts, tmp_path: Path)
     assert not alive(pid)
     assert overlaps(beats(hosts.beats)) == []
     assert "did not stop it in time" not in hosts.log("a")  # woken, not killed
+
+
+def test_a_takeover_is_called_fenced_only_when_a_fence_ran(hosts: Hosts) -> None:
+    # no --fence: b takes over a's crash on the epoch alone; status and history say so
+    hosts.start("a")
+    wait_until(lambda: beats(hosts.beats), "a's COMMAND")
+    hosts.start("b")
+    wait_until(lambda: "standby" in hosts.log("b"), "b to stand by")
+    hosts.procs["a"].kill()
+    hosts.procs["a"].wait()
+    wait_until(lambda: hosts.leader()[0] == "b", "b's COMMAND", within=20)
+
+    def b_term() -> str | None:
+        lines = ha("history", "/svc", env=hosts.env).stdout.splitlines()
+        return lines[-1] if len(lines) == 2 else None
+
+    line = wait_until(b_term, "b's term in the history")
+    assert "took over from 'a'" in line and "fenced" not in line
+    assert "fenced" not in ha("status", "/svc", env=hosts.env).stdout
