@@ -381,9 +381,13 @@ class Supervisor:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(child.keep_renewed, lease.stop_deadline, self._renew_every)
-                code = await child.wait_or_stop(self.settings.grace)
+                await child.wait()
                 tg.cancel_scope.cancel()
         finally:
+            # whatever was cancelled, wherever: the tree is dead before we go on (at once
+            # when COMMAND ended by itself)
+            with anyio.CancelScope(shield=True):
+                code = await child.stop(self.settings.grace)
             self._child = None
             how = "?" if child.returncode is None else describe_exit(child.returncode)
             log.info("%s (pid %d) stopped: %s", name, child.pid, how)

@@ -12,11 +12,14 @@ import os
 import random
 import signal
 import time
+from pathlib import Path
 
 import anyio
 import pytest
 
-from ha.supervisor import spawn
+from ha.drivers.memory import MemoryCluster, MemoryDriver
+from ha.election.lease import Lease
+from ha.supervisor import Settings, Supervisor, spawn
 
 pytestmark = pytest.mark.anyio
 
@@ -128,3 +131,26 @@ async def test_a_stop_reaches_command_through_a_frozen_guard() -> None:
         assert running(token) == []  # the daemon too: the guard was woken, not killed
     finally:
         kill_all(token)
+
+
+async def test_a_term_cancelled_at_any_moment_of_its_start_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    # the supervisor's become_active cancelled after a random delay, from before the fork to
+    # well after it: each time, no COMMAND of it is left running once the cancel is done
+    token = str(next(_tokens))
+    rng = random.Random(int(token))
+    driver = MemoryDriver(f"cancel-{token}", session_timeout=10.0)
+    settings = Settings("/svc", "a", ("sleep", token), grace=0.2)
+    supervisor = Supervisor(driver, settings)
+    lease = Lease(
+        "/svc", b"a", 1, 1, "/svc/n/a_1", lambda: True, lambda: None, lambda: time.monotonic() + 5.0
+    )
+    try:
+        for delay in [0.0, *(rng.uniform(0.0, 0.15) for _ in range(24))]:
+            with anyio.move_on_after(delay):
+                await supervisor.become_active(lease)
+            assert running(token) == []
+    finally:
+        kill_all(token)
+        MemoryCluster.drop(f"cancel-{token}")
