@@ -305,7 +305,7 @@ class Driver(ABC):
         longer, or the active stops at every renewal (``ha/election/timing.py``). Default:
         a third of the session timeout, the cadence of the etcd, Kubernetes and memory
         drivers' renewals."""
-        return self._session_timeout / 3
+        return self.session_timeout / 3
 
     @property
     def connected(self) -> bool:
