@@ -34,6 +34,7 @@ from .failover import (
     confirm_failover,
     read_failover,
     request_failover,
+    take_failover,
     wait_for_failover,
 )
 from .format import ElectionInUse, FormatResult, format_election
@@ -44,7 +45,7 @@ from .members import (
     remove_member,
     write_member,
 )
-from .pause import pause_election, read_pause, resume_election
+from .pause import Paused, PauseRefused, pause_election, read_pause, resume_election
 from .records import DEFAULT_COOLDOWN, FailoverRequest, Member, Pause, text
 from .status import Contender, ElectionStatus, Leftover, election_status, watch_status
 
@@ -61,6 +62,8 @@ __all__ = (
     "Member",
     "NoActive",
     "Pause",
+    "PauseRefused",
+    "Paused",
     "claim_member",
     "confirm_failover",
     "election_status",
@@ -74,6 +77,7 @@ __all__ = (
     "read_failover",
     "remove_member",
     "request_failover",
+    "take_failover",
     "text",
     "wait_for_failover",
     "watch_status",

@@ -12,15 +12,22 @@ In the spirit of Hadoop's ZKFC ``gracefulFailover`` / ``cedeActive``, on a FIFO 
    queue (but the active) leaves and joins again at once: it lands behind the target. Members
    behind the target do nothing.
 3. The active cedes once the one next in the queue is the one asked for (at once without a
-   target): it stops COMMAND, quits the election *without* fencing (its breadcrumb goes with
-   its node, it stopped cleanly) and stays out for the cooling period, then joins again at the
-   back. The next in the queue takes over with no further request. Should the members ahead of
-   the target not move within the cooling period (on the active's own clock), the active drops
-   the request and stays active. No wall clocks are compared between hosts.
+   target): it takes the request (writes it back marked ``ceding``, checking the version it
+   read: a request cleared or replaced since is not taken), stops COMMAND, quits the election
+   *without* fencing (its breadcrumb goes with its node, it stopped cleanly) and stays out for
+   the cooling period, then joins again at the back. The next in the queue takes over with no
+   further request. Should the members ahead of the target not move within the cooling period
+   (on the active's own clock), the active drops the request and stays active. No wall clocks
+   are compared between hosts.
 4. The operator waits until a leader with an epoch above ``E`` shows up (with a target: the
    target) and reports it.
 Only ``ha run`` supervisors honour requests, so ``request_failover`` refuses when the active, or
 a contender ahead of the target, is not a registered member.
+
+No request is honoured while the election is paused (``pause.py``: the target could not take
+the lead): ``request_failover`` refuses, ``ha pause`` clears a pending request unless the active
+has taken it, and a supervisor that reads the pause drops the request (``wait_for_failover``
+then says so).
 
 The request is the ``FailoverRequest`` record at ``PATH/failover`` (``records.py``); the
 supervisor's side of the protocol is ``ha/supervisor/eligibility.py``. An active ``ha run``
@@ -30,6 +37,7 @@ asks for one itself to hand the lead back to a preferred standby (``--priority``
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import socket
@@ -50,6 +58,7 @@ __all__ = (
     "confirm_failover",
     "read_failover",
     "request_failover",
+    "take_failover",
     "wait_for_failover",
 )
 
@@ -157,6 +166,14 @@ async def request_failover(
     return request
 
 
+async def take_failover(driver: Driver, path: str, request: FailoverRequest, version: int) -> None:
+    """The active takes ``request``, read at ``version``, before it cedes: marked ``ceding``,
+    ``ha pause`` no longer clears it. Raises ``BadVersion`` or ``NoNode`` when it changed since
+    (cleared by a pause, replaced by a newer request)."""
+    taken = dataclasses.replace(request, ceding=True)
+    await driver.set(ElectionNodes(path).failover, taken.encode(), version)
+
+
 async def wait_for_failover(driver: Driver, path: str, request: FailoverRequest) -> ElectionStatus:
     """Wait until an active with an epoch above the request's shows up; return that status.
 
@@ -171,6 +188,10 @@ async def wait_for_failover(driver: Driver, path: str, request: FailoverRequest)
                 _check_target(status, request.to)
             leader = status.leader
             if leader is None or leader[1] <= request.epoch:
+                if status.paused is not None:  # cleared by the pause, or dropped (pause.py)
+                    raise FailoverError(
+                        f"{path} was paused (by {status.paused.by}): the failover is off"
+                    )
                 continue
             identity, epoch = leader
             if identity == request.active:

@@ -125,6 +125,8 @@ class FailoverRequest:
     cooldown: float = DEFAULT_COOLDOWN
     requested: float = 0.0  # wall clock, for display only
     by: str = ""
+    # the active took it and cedes now: ``ha pause`` no longer clears it (``pause.py``)
+    ceding: bool = False
 
     def _fields(self, show: Show) -> dict[str, Any]:
         return {
@@ -135,6 +137,7 @@ class FailoverRequest:
             "cooldown": self.cooldown,
             "requested": self.requested,
             "by": self.by,
+            "ceding": self.ceding,
         }
 
     def encode(self) -> bytes:
@@ -156,6 +159,7 @@ class FailoverRequest:
                 float(doc.get("cooldown", DEFAULT_COOLDOWN)),
                 float(doc.get("requested", 0.0)),
                 str(doc.get("by", "")),
+                doc.get("ceding") is True,
             )
 
         return _decode(raw, FAILOVER_FORMAT, build)

@@ -141,7 +141,8 @@ def print_status(status: admin.ElectionStatus, url: str) -> None:
     if status.failover is not None and status.failover_pending:
         request = status.failover
         target = "any standby" if request.to is None else t(request.to)
-        console.print(f"  failover pending: {t(request.active)} -> {target}")
+        ceding = f" ({t(request.active)} is ceding)" if request.ceding else ""
+        console.print(f"  failover pending: {t(request.active)} -> {target}{ceding}")
     if status.last_term is not None:
         term = status.last_term
         console.print(

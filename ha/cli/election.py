@@ -138,6 +138,8 @@ def pause(opts: Options, path: str) -> None:
     While paused, no standby takes the lead, not even when the active's session ends (then
     nobody leads until `ha resume`). The active keeps leading while it holds its session: a
     pause never makes two actives. (`ha run`'s health check and exit policy still act.)
+    A pending `ha failover` is cleared (and said so); while the active is already handing
+    over, the pause is refused: pause once the new active leads.
 
     \b
     Examples:
@@ -145,7 +147,7 @@ def pause(opts: Options, path: str) -> None:
     """
     call(opts, lambda: check_election(path))
 
-    async def go(driver: Driver) -> tuple[admin.Pause, bool]:
+    async def go(driver: Driver) -> admin.Paused:
         try:
             return await admin.pause_election(driver, path)
         except NoNode:
@@ -153,7 +155,7 @@ def pause(opts: Options, path: str) -> None:
                 f"no election at {path} (nothing has run there): nothing to pause"
             ) from None
 
-    found, already = with_driver(opts, go)
+    found, already, cleared = with_driver(opts, go)
     active = (
         f"{admin.text(found.active)!r} stays active (epoch {found.epoch})"
         if found.active is not None
@@ -163,6 +165,9 @@ def pause(opts: Options, path: str) -> None:
         click.echo(f"{path}: paused already, by {found.by}; {active}")
     else:
         click.echo(f"{path}: paused: no failover until `ha resume {path}`; {active}")
+    if cleared is not None:
+        to = "any standby" if cleared.to is None else repr(admin.text(cleared.to))
+        click.echo(f"{path}: cleared the pending failover to {to} (asked by {cleared.by or '?'})")
 
 
 @click.command()

@@ -112,8 +112,9 @@ class Membership:
                         driver,
                         path,
                         self._failover_poke,
-                        self._consider,
-                        lambda: self.rules.pending,
+                        self.rules,
+                        self._leading,
+                        self._act,
                     )
         finally:
             for sub in subs:
@@ -124,16 +125,9 @@ class Membership:
                 except (HAError, OSError):
                     pass
 
-    def _consider(
-        self,
-        request: admin.FailoverRequest | None,
-        epoch: int | None,
-        queue: tuple[bytes, ...],
-    ) -> None:
+    def _leading(self) -> int | None:
         lease = self.services.lease
-        leading = lease.epoch if lease is not None else None
-        now = anyio.current_time()
-        self._act(self.rules.failover_read(now, request, epoch, queue, leading))
+        return lease.epoch if lease is not None else None
 
     def _act(self, decision: Decision) -> None:
         for level, line in decision.say:

@@ -191,8 +191,9 @@ class Supervisor:
                     self.driver,
                     self.settings.path,
                     self._failover_poke,
-                    self._consider,
-                    lambda: self._eligibility.pending,
+                    self._eligibility,
+                    self._leading,
+                    self._act,
                 )
                 tg.start_soon(
                     keep_member,
@@ -454,17 +455,10 @@ class Supervisor:
         self._member_poke.set()  # a new session lost our ephemeral member node: write it again
         self._failover_poke.set()
 
-    def _consider(
-        self,
-        request: admin.FailoverRequest | None,
-        epoch: int | None,
-        queue: tuple[bytes, ...] = (),
-    ) -> None:
-        """Act on the failover request as the protocol of ``ha/admin/failover.py`` says."""
+    def _leading(self) -> int | None:
+        """Our lease's epoch while active: the failover rules' ``leading``."""
         lease = self._elector.lease if self._elector is not None else None
-        leading = lease.epoch if lease is not None else None
-        now = anyio.current_time()
-        self._act(self._eligibility.failover_read(now, request, epoch, queue, leading))
+        return lease.epoch if lease is not None else None
 
     # --- health -------------------------------------------------------------------------------
 

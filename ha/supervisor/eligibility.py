@@ -31,6 +31,15 @@ The rules:
     members ahead of the target to move, up to the cooling period on its own clock; then the
     request is dropped and it stays active. Waiting, rather than ceding at once, means no
     member ahead of the target can win meanwhile, so nobody has to give the lead back.
+    Before it cedes it takes the request (``Decision.take``: the supervisor marks it
+    ``ceding``, checking the version it read, and hands the outcome to ``taken``); a request
+    cleared by ``ha pause`` or replaced since is not taken, and nothing is done. A request
+    read marked already (the answer to our mark was lost) is ceded to at once: the mark says
+    so, and ``ha pause`` refuses while it does.
+  * while the election is paused (the pause as read after the request), a pending request is
+    dropped by everyone: the active stays (the target could not take the lead: P16 of
+    ``ha/election/machine.py``), the members ahead of the target stay where they are.
+    ``ha pause`` clears a pending request itself; this one came in a race with it.
 
   Each request is acted on once, and looked at for its cooling period at most (from our first
   reading, on our clock): then the active drops it and the others stop looking. No wall clocks
@@ -86,9 +95,17 @@ class Decision:
     quit: bool = False  # leave the election now (stopping COMMAND first when active)
     wake: bool = False  # the loop waiting to take part looks at the verdict again
     say: tuple[tuple[int, str], ...] = ()  # (logging level, line) to log, in order
+    # take the failover request just read (mark it ceding, at the version read), then hand
+    # the outcome to ``Eligibility.taken``
+    take: bool = False
 
     def then(self, other: Decision) -> Decision:
-        return Decision(self.quit or other.quit, self.wake or other.wake, self.say + other.say)
+        return Decision(
+            self.quit or other.quit,
+            self.wake or other.wake,
+            self.say + other.say,
+            self.take or other.take,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +118,10 @@ class _Open:
 
 def _info(line: str) -> tuple[int, str]:
     return (logging.INFO, line)
+
+
+def _target(to: bytes | None) -> str:
+    return "any standby" if to is None else repr(admin.text(to))
 
 
 def _names(identities: Sequence[bytes]) -> str:
@@ -168,10 +189,13 @@ class Eligibility:
         epoch: int | None,
         queue: Sequence[bytes] = (),
         leading: int | None = None,
+        *,
+        paused: bool = False,
     ) -> Decision:
         """The failover request and the queue as read: ``queue`` the identities in order,
         the leader first, ``epoch`` the leader's token (None: nobody in the queue);
-        ``leading`` our lease's epoch while we are active."""
+        ``leading`` our lease's epoch while we are active; ``paused``: the pause node, read
+        after the request, was there."""
         self.pending = False
         if request is None or request.id in self.handled:
             self._open = None  # a newer request replaced the one we looked at
@@ -184,7 +208,14 @@ class Eligibility:
             self._open = _Open(request.id, now + request.cooldown)
         expired = now >= self._open.until
         me, to = self.identity, request.to
-        if leading == request.epoch and request.active == me:
+        active = leading == request.epoch and request.active == me
+        if paused:  # no failover while paused: the target could not take the lead (P16)
+            self._over(request.id)
+            if not active:
+                return Decision()
+            line = f"failover to {_target(to)} dropped: the election is paused; staying active"
+            return Decision(say=((logging.WARNING, line),))
+        if active:
             return self._cede(now, request, queue, first, expired)
         if to is not None and to != me and me in queue and to in queue:
             if 0 < queue.index(me) < queue.index(to):
@@ -207,14 +238,13 @@ class Eligibility:
         first: bool,
         expired: bool,
     ) -> Decision:
-        """We are the request's active: cede once the target is next (or there is none)."""
+        """We are the request's active: cede once the target is next (or there is none),
+        having taken the request first."""
         to = request.to
+        if request.ceding:  # we took it (the answer was lost): it says we cede, so we do
+            return self.taken(now, request, True)
         if to is None or tuple(queue[1:2]) == (to,):
-            self._over(request.id)
-            target = "any standby" if to is None else repr(admin.text(to))
-            line = f"graceful failover to {target} asked by {request.by or '?'}: ceding"
-            cede = Decision(say=(_info(line),))
-            return cede.then(self._cool_down(now, request.cooldown, "ceded the lead"))
+            return Decision(take=True)
         if to in queue:
             where = f"{_names(queue[1 : queue.index(to)])} ahead of it"
         else:
@@ -231,6 +261,18 @@ class Eligibility:
             line = f"failover to {admin.text(to)!r} asked: waiting until it is next ({where})"
             return Decision(say=(_info(line),))
         return Decision()
+
+    def taken(self, now: float, request: admin.FailoverRequest, taken: bool) -> Decision:
+        """After ``Decision.take``: ``taken``, the request is ours to honour: cede. Else it
+        changed since it was read (cleared by ``ha pause``, replaced), or the answer was lost:
+        read it again soon, and decide on what is there then."""
+        if not taken:
+            self.pending = True
+            return Decision()
+        self._over(request.id)
+        line = f"graceful failover to {_target(request.to)} asked by {request.by or '?'}: ceding"
+        cede = Decision(say=(_info(line),))
+        return cede.then(self._cool_down(now, request.cooldown, "ceded the lead"))
 
     def _over(self, request_id: str) -> None:
         self.handled.add(request_id)

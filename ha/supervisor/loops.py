@@ -2,7 +2,8 @@
 and the failover requests read and handed to the rules (``eligibility.py``).
 
 ``ha run``'s supervisor and the services' membership (``ha/services/membership.py``) both run
-them; each supplies what differs: the ``Member`` to publish, and what to do with a request.
+them; each supplies what differs: the ``Member`` to publish, its lease's epoch, and how to do
+what the rules decide.
 """
 
 from __future__ import annotations
@@ -17,14 +18,12 @@ import anyio
 from .. import admin
 from ..drivers.base import Driver
 from ..errors import DriverError, HAError
-from .reads import read_failover, read_queue
+from .eligibility import Decision, Eligibility
+from .reads import read_failover, read_paused, read_queue, take_failover
 
 __all__ = ("Wakeup", "follow_failover", "keep_member")
 
 log = logging.getLogger("ha.supervisor")
-
-# What a failover loop hands over: the request, the leader's epoch and the queue's identities.
-Consider = Callable[[admin.FailoverRequest | None, int | None, tuple[bytes, ...]], None]
 
 
 class Wakeup:
@@ -70,17 +69,33 @@ async def keep_member(
 
 
 async def follow_failover(
-    driver: Driver, path: str, wakeup: Wakeup, consider: Consider, pending: Callable[[], bool]
+    driver: Driver,
+    path: str,
+    wakeup: Wakeup,
+    rules: Eligibility,
+    leading: Callable[[], int | None],
+    act: Callable[[Decision], None],
 ) -> NoReturn:
-    """Read the failover request (and, if there is one, the queue) and ``consider`` it, again
-    on each wakeup (the request's node changed, a new session)."""
+    """Read the failover request (and, if there is one, the queue and the pause), hand them
+    to ``rules`` with ``leading()`` (our lease's epoch, None when not active) and ``act`` on
+    the decision, again on each wakeup (the request's node changed, a new session). A cede is
+    acted on only once the request is taken."""
     while True:
         wakeup.arm()
-        request = await read_failover(driver, path)
+        request, version = await read_failover(driver, path)
         queue = await read_queue(driver, path) if request else (None, ())
-        if queue is not None:  # unread: a pending request must not look like history
-            consider(request, *queue)
+        # read after the request: a pause that cleared it, or that came before it, is seen
+        paused = await read_paused(driver, path) if request else False
+        # unread: a pending request must not look like history, nor a paused election like
+        # one that is not
+        if queue is not None and paused is not None:
+            now = anyio.current_time()
+            decision = rules.failover_read(now, request, *queue, leading(), paused=paused)
+            act(decision)
+            if decision.take and request is not None:
+                taken = await take_failover(driver, path, request, version)
+                act(rules.taken(anyio.current_time(), request, taken))
         # the request's node wakes us, the queue's changes do not: while a request may still
         # ask something of us, read again soon; the timer also covers events lost while
         # disconnected
-        await wakeup.wait(0.2 if pending() else 5.0)
+        await wakeup.wait(0.2 if rules.pending else 5.0)

@@ -155,7 +155,7 @@ async def _leading(c: Cluster) -> tuple[Node, Node, Driver]:
 async def test_no_failover_while_paused_then_resume_fences_and_acts(peer_net: Net) -> None:
     async with cluster(peer_net) as c:
         old, new, probe = await _leading(c)
-        pause, already = await pause_election(probe, PATH)
+        pause, already, _ = await pause_election(probe, PATH)
         assert not already and pause.active == old.elector.identity
         assert await read_pause(probe, PATH) == pause
         await c.crash(old)  # its session ends while paused: nobody leads

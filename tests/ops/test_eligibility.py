@@ -6,6 +6,7 @@ Hypothesis stateful test in a world where a FIFO queue moves and requests are ma
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import logging
 import math
@@ -37,6 +38,24 @@ def healthy() -> Eligibility:
 
 def said(decision: Decision) -> list[str]:
     return [line for _, line in decision.say]
+
+
+def honour(
+    rules: Eligibility,
+    now: float,
+    req: FailoverRequest,
+    epoch: int | None,
+    queue: Sequence[bytes],
+    leading: int | None = None,
+    *,
+    paused: bool = False,
+    taken: bool = True,
+) -> Decision:
+    """A reading as ``follow_failover`` acts on it: the request taken (``taken``: the mark
+    landed) when the rules ask for that, and the rules told the outcome."""
+    decision = rules.failover_read(now, req, epoch, queue, leading, paused=paused)
+    assert decision.take == (decision == Decision(take=True))  # nothing else done before it
+    return rules.taken(now, req, taken) if decision.take else decision
 
 
 # --- health -----------------------------------------------------------------------------------
@@ -127,7 +146,8 @@ def test_unhealthy_shows_before_a_cooldown_and_the_cooldown_still_counts() -> No
 def test_the_active_of_the_requests_epoch_cedes_and_cools_down() -> None:
     rules = healthy()
     req = request(4, to=None, active=ME, cooldown=10.0)
-    decision = rules.failover_read(T0, req, 4, (ME, OTHER), leading=4)
+    assert rules.failover_read(T0, req, 4, (ME, OTHER), leading=4) == Decision(take=True)
+    decision = rules.taken(T0, req, True)
     assert decision.quit and decision.wake
     assert said(decision) == ["graceful failover to any standby asked by op: ceding"]
     verdict = rules.verdict(T0)
@@ -139,7 +159,7 @@ def test_the_active_of_the_requests_epoch_cedes_and_cools_down() -> None:
 
 def test_a_cede_names_the_target_when_it_is_next() -> None:
     rules = healthy()
-    decision = rules.failover_read(T0, request(4, active=ME), 4, (ME, TARGET, OTHER), leading=4)
+    decision = honour(rules, T0, request(4, active=ME), 4, (ME, TARGET, OTHER), leading=4)
     assert decision.quit
     assert said(decision) == ["graceful failover to 'target' asked by op: ceding"]
 
@@ -179,7 +199,7 @@ def test_the_active_waits_until_the_target_is_next_then_cedes() -> None:
     assert rules.pending and rules.verdict(T0).eligible  # still active, reading soon again
     # said once; the queue moves: 'other' joined again behind the target
     assert rules.failover_read(T0 + 1, req, 4, (ME, OTHER, TARGET), leading=4) == Decision()
-    decision = rules.failover_read(T0 + 2, req, 4, (ME, TARGET, OTHER), leading=4)
+    decision = honour(rules, T0 + 2, req, 4, (ME, TARGET, OTHER), leading=4)
     assert decision.quit and said(decision) == ["graceful failover to 'target' asked by op: ceding"]
     verdict = rules.verdict(T0 + 2)
     assert verdict.standing is Standing.COOLING_DOWN and verdict.wake_at == T0 + 22.0
@@ -212,8 +232,72 @@ def test_a_newer_request_replaces_the_one_the_active_waits_for() -> None:
     rules = healthy()
     rules.failover_read(T0, request(4, to=TARGET, active=ME), 4, (ME, OTHER, TARGET), leading=4)
     newer = request(4, to=OTHER, active=ME, cooldown=2.0)
-    decision = rules.failover_read(T0 + 1, newer, 4, (ME, OTHER, TARGET), leading=4)
+    decision = honour(rules, T0 + 1, newer, 4, (ME, OTHER, TARGET), leading=4)
     assert decision.quit and said(decision) == ["graceful failover to 'other' asked by op: ceding"]
+
+
+# --- the active takes the request before it cedes ----------------------------------------------
+
+
+def test_a_request_that_changed_before_it_was_taken_is_read_again() -> None:
+    rules = healthy()
+    req = request(4, to=None, active=ME)
+    assert rules.failover_read(T0, req, 4, (ME, OTHER), leading=4) == Decision(take=True)
+    # cleared by `ha pause`, or replaced: nothing is done, and the request is read again soon
+    assert rules.taken(T0, req, False) == Decision()
+    assert rules.pending and req.id not in rules.handled and rules.verdict(T0).eligible
+    assert rules.failover_read(T0 + 0.2, None, 4, (ME, OTHER), leading=4) == Decision()
+    assert not rules.pending and rules.verdict(T0 + 0.2).eligible
+
+
+@pytest.mark.parametrize("queue", [(ME, TARGET), (ME, OTHER, TARGET), (ME,)], ids=str)
+def test_a_request_read_taken_already_cedes_without_taking_it_again(
+    queue: tuple[bytes, ...],
+) -> None:
+    # our mark landed but its answer was lost: the next reading shows it ours, and we cede
+    # even if the target is no longer next (`ha pause` refuses while the mark says we cede)
+    rules = healthy()
+    req = dataclasses.replace(request(4, to=TARGET, active=ME), ceding=True)
+    decision = rules.failover_read(T0, req, 4, queue, leading=4)
+    assert decision.quit and not decision.take
+    assert said(decision) == ["graceful failover to 'target' asked by op: ceding"]
+
+
+# --- paused: no failover ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("queue", [(ME, TARGET, OTHER), (ME, OTHER, TARGET)], ids=str)
+def test_paused_the_active_drops_a_pending_request_and_stays(queue: tuple[bytes, ...]) -> None:
+    rules = healthy()
+    req = request(4, to=TARGET, active=ME)
+    decision = rules.failover_read(T0, req, 4, queue, leading=4, paused=True)
+    assert decision == Decision(
+        say=(
+            (
+                logging.WARNING,
+                "failover to 'target' dropped: the election is paused; staying active",
+            ),
+        )
+    )
+    assert req.id in rules.handled and not rules.pending and rules.verdict(T0).eligible
+    # over for good: after the resume the same request asks nothing
+    assert rules.failover_read(T0 + 1, req, 4, (ME, TARGET, OTHER), leading=4) == Decision()
+
+
+def test_paused_a_standby_ahead_of_the_target_stays_where_it_is() -> None:
+    rules = healthy()
+    req = request(4, to=TARGET)
+    assert rules.failover_read(T0, req, 4, (OTHER, ME, TARGET), paused=True) == Decision()
+    assert req.id in rules.handled and not rules.pending
+    assert rules.failover_read(T0 + 1, req, 4, (OTHER, ME, TARGET)) == Decision()
+
+
+def test_paused_a_request_taken_already_is_dropped_too() -> None:
+    # taken (its answer lost) before a pause written in a race with it: COMMAND still runs
+    rules = healthy()
+    req = dataclasses.replace(request(4, to=None, active=ME), ceding=True)
+    decision = rules.failover_read(T0, req, 4, (ME, OTHER), leading=4, paused=True)
+    assert not decision.quit and not decision.take and rules.verdict(T0).eligible
 
 
 # --- the others: ahead of the target, join again behind it; behind it, stay -------------------
@@ -312,11 +396,19 @@ QUEUES: tuple[tuple[bytes, ...], ...] = (
 
 
 def read(
-    to: bytes | None, active: bytes, epoch: int, queue: Sequence[bytes], leading: int | None
+    to: bytes | None,
+    active: bytes,
+    epoch: int,
+    queue: Sequence[bytes],
+    leading: int | None,
+    paused: bool,
+    taken: bool,
 ) -> Fact:
     def fact(rules: Eligibility, now: float) -> Decision:
         req = request(4, to, active, 3.0)
-        return rules.failover_read(now, req, epoch, queue, leading)
+        decision = honour(rules, now, req, epoch, queue, leading, paused=paused, taken=taken)
+        assert not (paused and decision.quit), "a failover while paused"
+        return decision
 
     return fact
 
@@ -331,8 +423,12 @@ def facts() -> dict[str, Fact]:
     }
     for to, active in itertools.product((None, ME, TARGET), (ME, OTHER)):
         for epoch, queue, leading in itertools.product((3, 4, 5), QUEUES, (None, 4)):
-            key = f"read to={to!r},active={active!r} epoch={epoch} {queue} leading={leading}"
-            found[key] = read(to, active, epoch, queue, leading)
+            for paused, taken in itertools.product((False, True), (True, False)):
+                key = (
+                    f"read to={to!r},active={active!r} epoch={epoch} {queue} leading={leading}"
+                    f" paused={paused} taken={taken}"
+                )
+                found[key] = read(to, active, epoch, queue, leading, paused, taken)
     return found
 
 
@@ -373,7 +469,7 @@ def test_every_standing_against_every_fact() -> None:
         for fact in facts().values():
             check_decision(build(), fact)
             cases += 1
-    assert cases == 7 * (5 + 3 * 2 * 3 * len(QUEUES) * 2)
+    assert cases == 7 * (5 + 3 * 2 * 3 * len(QUEUES) * 2 * 2 * 2)
 
 
 # --- a stateful world -------------------------------------------------------------------------
@@ -398,6 +494,7 @@ class World(RuleBasedStateMachine):
         self.opened: dict[str, float] = {}  # request id -> end of its period (first reading)
         self.healthy: bool | None = None
         self.cool_until = -math.inf
+        self.paused = False
 
     @property
     def order(self) -> tuple[bytes, ...]:
@@ -450,6 +547,17 @@ class World(RuleBasedStateMachine):
         if self.queue and self.queue[0][0] != to:
             self.request = request(self.queue[0][1], to, self.queue[0][0], cooldown)
 
+    @rule()
+    def operator_pauses(self) -> None:
+        # `ha pause` clears a pending request; one asked for later came in a race with it
+        if self.request is not None and self.request.epoch == self.epoch:
+            self.request = None
+        self.paused = True
+
+    @rule()
+    def operator_resumes(self) -> None:
+        self.paused = False
+
     # what the supervisor reads and is told
 
     @rule(ok=st.booleans())
@@ -468,12 +576,22 @@ class World(RuleBasedStateMachine):
         self.cool_until = max(self.cool_until, self.now + RESTART_DELAY[0])
         self.leave()
 
-    @rule()
-    def failover_read(self) -> None:
-        req, epoch, order = self.request, self.epoch, self.order
+    @rule(taken=st.booleans())
+    def failover_read(self, taken: bool) -> None:
+        """``taken``: whether the mark lands, if the rules ask to take the request (it does
+        not when the request changed since it was read, or its answer is lost)."""
+        req, epoch, order, paused = self.request, self.epoch, self.order, self.paused
         leading = epoch if order[:1] == (ME,) else None
-        decision = self.decide(lambda r: r.failover_read(self.now, req, epoch, order, leading))
-        expected = self.spec(req, epoch, order, leading)
+
+        def read(rules: Eligibility) -> Decision:
+            decision = rules.failover_read(self.now, req, epoch, order, leading, paused=paused)
+            if not decision.take:
+                return decision
+            assert req is not None and not decision.quit
+            return rules.taken(self.now, req, taken)
+
+        decision = self.decide(read)
+        expected = self.spec(req, epoch, order, leading, paused, taken)
         assert decision.quit == (expected is not None), (expected, decision)
         if expected == "cede":
             assert req is not None
@@ -490,6 +608,8 @@ class World(RuleBasedStateMachine):
         epoch: int | None,
         order: tuple[bytes, ...],
         leading: int | None,
+        paused: bool,
+        taken: bool,
     ) -> str | None:
         """What the spec asks of us on this reading: cede, requeue, or nothing (None)."""
         if req is None or req.id in self.done:
@@ -499,8 +619,13 @@ class World(RuleBasedStateMachine):
             return None
         until = self.opened.setdefault(req.id, self.now + req.cooldown)
         to = req.to
+        if paused:
+            self.done.add(req.id)  # no failover while paused: dropped by everyone
+            return None
         if leading == req.epoch and req.active == ME:
             if to is None or order[1:2] == (to,):
+                if not taken:
+                    return None  # not ours to honour (yet): read again
                 self.done.add(req.id)
                 return "cede"  # the next in the queue is the one asked for
         elif to not in (None, ME) and ME in order and to in order:

@@ -9,6 +9,7 @@ import pytest
 
 from ha import admin
 from ha.drivers.memory import MemoryCluster, MemoryDriver
+from ha.supervisor.eligibility import Decision, Eligibility
 from ha.supervisor.loops import Wakeup, follow_failover
 
 pytestmark = pytest.mark.anyio
@@ -32,18 +33,19 @@ async def test_a_set_before_the_arm_does_not_wake_the_wait() -> None:
 
 
 async def test_a_request_written_while_following_is_considered(anyio_backend: str) -> None:
-    seen: list[admin.FailoverRequest | None] = []
+    rules = Eligibility(b"x", health_check=False)
+    acted: list[Decision] = []
     read, arrived = anyio.Event(), anyio.Event()
 
-    def consider(request: admin.FailoverRequest | None, epoch: int | None, queue: object) -> None:
-        seen.append(request)
-        (read if request is None else arrived).set()
+    def act(decision: Decision) -> None:
+        acted.append(decision)
+        (arrived if rules.handled else read).set()
 
     async with MemoryDriver(MemoryCluster(f"loops-{anyio_backend}")) as driver:
         wakeup = Wakeup()
         sub = driver.subscribe("/e/failover", lambda _event: wakeup.set())
         async with anyio.create_task_group() as tg:
-            tg.start_soon(follow_failover, driver, "/e", wakeup, consider, lambda: False)
+            tg.start_soon(follow_failover, driver, "/e", wakeup, rules, lambda: None, act)
             with anyio.fail_after(5):
                 await read.wait()  # the first read: no request yet
             request = admin.FailoverRequest("r1", b"a", 7, None, 30.0, 0.0, "test")
@@ -52,4 +54,5 @@ async def test_a_request_written_while_following_is_considered(anyio_backend: st
                 await arrived.wait()
             tg.cancel_scope.cancel()
         sub.close()
-    assert seen == [None, request]
+    # read (nobody in the queue: history), nothing asked of us
+    assert rules.handled == {"r1"} and set(acted) == {Decision()}
