@@ -18,11 +18,14 @@ How the driver model maps onto the file:
   uses about 0.6-0.8 % of a core at the default 100 ms, 1.1-1.4 % at 50 ms, 2-2.5 % at
   20 ms; mostly the loop's wake-up and the hop to a worker thread, paid once per poll.
 
-Clock: ``expires_at`` is on CLOCK_MONOTONIC, one clock for every process of the host.
-``last_contact`` is the reading a renewal took just before its write, mapped onto
-``anyio.current_time()`` (rounded down), which keeps the timing assumption of
-``ha.drivers.base``. Processes in different time namespaces must not share a file, and the
-driver needs a real clock (not trio's MockClock).
+Clock: ``expires_at`` is on the host's CLOCK_MONOTONIC, one clock for every process of the
+host: a process in a time namespace (``unshare --time``, a container restored by CRIU or
+``podman container restore``) corrects its reading by the namespace's offset, read from
+``/proc/self/timens_offsets`` at every reading (``clock``). Without ``/proc``, or in a process
+that made a time namespace for its children only, the driver refuses to start. ``last_contact``
+is the process's own ``time.monotonic()`` read with the renewal's reading, just before its
+write, mapped onto ``anyio.current_time()`` (rounded down), which keeps the timing assumption
+of ``ha.drivers.base``. The driver needs a real clock (not trio's MockClock).
 
 Limits: one host, local file systems only (no NFS: its locks are not reliable).
 
@@ -43,8 +46,9 @@ Limits: one host, local file systems only (no NFS: its locks are not reliable).
 
 Where things are: ``settings`` (URL, options, timings), ``schema`` (the file, its
 transactions, its errors), ``tree`` (the nodes as SQL, the change log, ending sessions),
-``liveness`` (leases and lock files: renew, reap), ``session`` (lifecycle, worker threads, the
-renew and poll loops), and here the driver itself: the node operations and the test hooks.
+``clock`` (the host's CLOCK_MONOTONIC in any time namespace), ``liveness`` (leases and lock
+files: renew, reap), ``session`` (lifecycle, worker threads, the renew and poll loops), and
+here the driver itself: the node operations and the test hooks.
 """
 
 from __future__ import annotations
@@ -141,7 +145,7 @@ class SqliteDriver(FileSession):
         if conn is None:
             raise ConnectionLost(f"{self._path}: not open")
         with writing(conn) as now:
-            tree.expire_lapsed(conn, now)
+            tree.expire_lapsed(conn, now.host)
             return fn(conn, *args)
 
     # --- test hooks: faults a process can meet, for the test harness only -----------------------

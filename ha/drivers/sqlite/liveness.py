@@ -17,10 +17,15 @@ renews (``Liveness.renew``), and a lock file:
   and the owner, which looks at its file at every renewal, makes it again (and logs it), which
   brings the fast detection back; it keeps the locks of the files it made before, which
   pollers that opened them before still watch.
+- Nothing here goes by pid: a kernel lock belongs to an open file, so processes in different
+  PID namespaces (containers sharing the file's directory) see each other die. The pid in a
+  lock file and in a session's row is for people to read.
 
-Clock: ``expires_at`` is on CLOCK_MONOTONIC (``time.monotonic()``), which on Linux is one clock
-for every process of the host: never stepped by NTP, never reset while the host runs. A renewal
-reads it just before its write, and every expiry is decided inside a later write transaction
+Clock: ``expires_at`` is on the host's CLOCK_MONOTONIC: never stepped by NTP, never reset while
+the host runs, and one clock for every process of the host once each corrects its reading by
+its time namespace's offset (``clock``: a namespace ahead would otherwise expire every other
+lease at once, one behind would never see a frozen process's lease run out). A renewal reads
+it just before its write, and every expiry is decided inside a later write transaction
 (SQLite's write lock serializes them) on the table as it is then, against a reading taken just
 before that transaction asked for the lock, so a renewal read at ``t`` can be expired only at
 a ``now > t + session_timeout``; a renewal that finds its lease already run out expires it
@@ -48,6 +53,7 @@ import sqlite3
 import time
 
 from ..base import SessionLease
+from . import clock
 from .schema import os_error, writing
 from .tree import end_session, expire_lapsed
 
@@ -99,15 +105,16 @@ class Liveness:
     def open_session(self, conn: sqlite3.Connection) -> tuple[int, float]:
         """Insert our session row and lock its file before committing.
 
-        Returns the session's id and the CLOCK_MONOTONIC reading its lease counts from.
+        Returns the session's id and the ``time.monotonic()`` its lease counts from.
         """
         lock: SessionLock | None = None
         try:
             with writing(conn) as now:
-                expire_lapsed(conn, now)
+                expire_lapsed(conn, now.host)
+                expires_at = now.host + self.session_timeout
                 sid = conn.execute(
                     "INSERT INTO sessions (expires_at, timeout, pid, created) VALUES (?, ?, ?, ?)",
-                    (now + self.session_timeout, self.session_timeout, os.getpid(), time.time()),
+                    (expires_at, self.session_timeout, os.getpid(), time.time()),
                 ).lastrowid
                 assert sid is not None
                 self._sweep(conn)
@@ -119,10 +126,11 @@ class Liveness:
             raise
         self.lock = lock
         self.dirty = True
-        return sid, now
+        return sid, now.local
 
     def renew(self, conn: sqlite3.Connection, sid: int) -> tuple[bool, float]:
-        """Extend our lease. False: the session is gone (its lock released).
+        """Extend our lease. False: the session is gone (its lock released). Also returns the
+        ``time.monotonic()`` read before the write.
 
         A live lease is extended by one statement outside any explicit transaction: SQLite
         takes the write lock, updates, commits and releases it within one ``sqlite3_step``,
@@ -132,20 +140,20 @@ class Liveness:
         and a SIGSTOP of an idle process almost never leaves it held (see the driver's
         "Limits").
         """
-        now = time.monotonic()  # before the lock: see schema.writing
+        now = clock.now()  # before the lock: see schema.writing
         renewed = conn.execute(
             "UPDATE sessions SET expires_at = ? WHERE id = ? AND expires_at >= ?",
-            (now + self.session_timeout, sid, now),
+            (now.host + self.session_timeout, sid, now.host),
         ).rowcount
         if renewed == 1:
             self._keep_lock(sid)
-            return True, now
+            return True, now.local
         # gone, or lapsed and not reaped yet: a lapsed lease is not renewed but expired
         with writing(conn) as now:
-            expire_lapsed(conn, now)
+            expire_lapsed(conn, now.host)
             updated = conn.execute(
                 "UPDATE sessions SET expires_at = ? WHERE id = ?",
-                (now + self.session_timeout, sid),
+                (now.host + self.session_timeout, sid),
             ).rowcount
         self.dirty = True  # it may have expired others: the poller must look
         if updated != 1:
@@ -154,7 +162,7 @@ class Liveness:
                 lock.release()
         else:
             self._keep_lock(sid)
-        return updated == 1, now
+        return updated == 1, now.local
 
     def _take_lock(self, path: str) -> SessionLock:
         try:
@@ -265,7 +273,7 @@ class Liveness:
         stopped in between (SIGSTOP), after which every lease it read has run out by its clock.
         A free kernel lock (on a file its session made) is taken as seen: it never comes back.
         """
-        now = time.monotonic()
+        now = clock.now().host
         present = {sid for sid, _ in self.sessions}
         for sid in [s for s in self.peer_locks if s not in present]:
             os.close(self.peer_locks.pop(sid))
@@ -274,8 +282,8 @@ class Liveness:
         dead = [sid for sid, _ in others if self.peer_dead(sid)]
         if not lapsed and not dead:
             return False
-        with writing(conn) as now:
-            ended = set(expire_lapsed(conn, now))
+        with writing(conn) as reading:
+            ended = set(expire_lapsed(conn, reading.host))
             for sid in dead:
                 if (
                     sid not in ended
@@ -297,15 +305,16 @@ class Liveness:
 def lease_of(conn: sqlite3.Connection, sid: int) -> SessionLease | None:
     """Session ``sid``'s lease as its row says, or None if the row is gone.
 
-    Exact, not an estimate: a renewal sets ``expires_at`` to its CLOCK_MONOTONIC reading plus
-    the timeout, and that clock is this host's, the only host a file serves. A process that
-    died is still shown until a poller reaps it (at its next poll: its lock file is free).
+    Exact, not an estimate: a renewal sets ``expires_at`` to its reading of the host's
+    CLOCK_MONOTONIC plus the timeout, every process of the host reads that clock (``clock``),
+    and a file serves one host. A process that died is still shown until a poller reaps it
+    (at its next poll: its lock file is free).
     """
     row = conn.execute("SELECT expires_at, timeout FROM sessions WHERE id = ?", (sid,)).fetchone()
     if row is None:
         return None
     expires_at, timeout = float(row[0]), float(row[1])
-    now = time.monotonic()
+    now = clock.now().host
     return SessionLease(now - (expires_at - timeout), expires_at - now, timeout)
 
 

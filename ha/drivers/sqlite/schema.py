@@ -31,6 +31,7 @@ from ...errors import (
     HAError,
     SessionExpired,
 )
+from . import clock
 
 __all__ = (
     "APPLICATION_ID",
@@ -54,7 +55,7 @@ SCHEMA_VERSION = 1
 
 SCHEMA = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value NOT NULL)",
-    # expires_at is time.monotonic() (CLOCK_MONOTONIC): see the driver's docstring
+    # expires_at is on the host's CLOCK_MONOTONIC (clock.py), whatever a process's namespace
     "CREATE TABLE sessions (id INTEGER PRIMARY KEY AUTOINCREMENT, expires_at REAL NOT NULL,"
     " timeout REAL NOT NULL, pid INTEGER NOT NULL, created REAL NOT NULL)",
     "CREATE INDEX sessions_expiry ON sessions (expires_at)",
@@ -220,15 +221,16 @@ def prepare(conn: sqlite3.Connection, path: str) -> str:
 
 
 @contextlib.contextmanager
-def writing(conn: sqlite3.Connection) -> Iterator[float]:
-    """A write transaction; yields CLOCK_MONOTONIC read just before asking for the write lock.
+def writing(conn: sqlite3.Connection) -> Iterator[clock.Reading]:
+    """A write transaction; yields the clock (``clock.now()``) read just before asking for the
+    write lock.
 
     Read before, not once the lock is held: a process stopped between taking the lock and
     reading the clock would otherwise judge leases, on resuming, by a time that includes its
     pause, during which nobody could renew (it held the lock). A reading from before the lock
     can only be early, which delays an expiry and never advances one.
     """
-    now = time.monotonic()
+    now = clock.now()
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield now

@@ -31,7 +31,7 @@ from ..._clock import loop_minus_monotonic
 from ...errors import ConfigurationError, ConnectionLost, HAError, Unavailable
 from .._faults import Injected
 from ..base import ConnectionEvent, ConnectionState, Driver, NodeEvent, NodeEventKind
-from . import tree
+from . import clock, tree
 from .liveness import Liveness
 from .schema import (
     FileReplaced,
@@ -162,7 +162,9 @@ class FileSession(Driver):
         return Unavailable(str(exc)) if isinstance(exc, ConnectionLost) else exc
 
     def _open(self) -> float:
-        """Open the file and a session (worker thread). Returns the session's CLOCK_MONOTONIC."""
+        """Open the file and a session (worker thread). Returns the ``time.monotonic()`` its
+        lease counts from."""
+        clock.check()
         check_file(self._path)
         try:
             self._ops = connect(self._path, self._settings.busy_timeout, self._settings.synchronous)
@@ -229,7 +231,7 @@ class FileSession(Driver):
     # --- session ------------------------------------------------------------------------------
 
     def _open_session(self) -> float:
-        """Open a session on the open file (bg thread); returns its CLOCK_MONOTONIC."""
+        """Open a session on the open file (bg thread); returns its ``time.monotonic()``."""
         assert self._bg is not None and self._live is not None
         sid, now = self._live.open_session(self._bg)
         self._session_id = sid

@@ -16,7 +16,8 @@ sequential create's suffix is the id of its own creation.
 
 Sessions end here too, because ending one is a tree operation: ``end_session`` deletes its
 ephemeral nodes (with anything below them) and its row, in the caller's transaction, and
-``expire_lapsed`` ends those whose lease ran out before a given CLOCK_MONOTONIC reading.
+``expire_lapsed`` ends those whose lease ran out before a given reading of the host's
+CLOCK_MONOTONIC (``clock``).
 """
 
 from __future__ import annotations
@@ -318,7 +319,8 @@ def end_session(conn: sqlite3.Connection, sid: int) -> None:
 
 
 def expire_lapsed(conn: sqlite3.Connection, now: float) -> list[int]:
-    """End every session whose lease ran out before ``now`` (CLOCK_MONOTONIC); their ids."""
+    """End every session whose lease ran out before ``now`` (the host's CLOCK_MONOTONIC); their
+    ids."""
     lapsed = [
         sid for (sid,) in conn.execute("SELECT id FROM sessions WHERE expires_at < ?", (now,))
     ]
