@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from .endpoints import ElectionEndpoints
 from .jobs import serve_job_manager
-from .server import Handler, Response, parse_address, serve
+from .server import Handler, Limits, Response, parse_address, serve
 
 __all__ = (
     "ElectionEndpoints",
     "Handler",
+    "Limits",
     "Response",
     "parse_address",
     "serve",
