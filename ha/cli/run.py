@@ -102,6 +102,16 @@ def _check_executable(what: str, argv: tuple[str, ...]) -> None:
 )
 @click.option("--fence-timeout", type=float, default=30.0, show_default=True, metavar="S")
 @click.option(
+    "--fence-retry-max",
+    type=float,
+    default=30.0,
+    show_default=True,
+    metavar="S",
+    help="A refused fence never ends `ha run`: it is tried again after 0.5s, 1s, 2s... at most"
+    " S seconds apart (a fencing device that is down is not hammered), and said in the log,"
+    " `ha status` and the metrics.",
+)
+@click.option(
     "--require-fence",
     is_flag=True,
     help="Refuse to start without --fence (as Hadoop's ZKFC does): for a COMMAND whose side"
@@ -148,6 +158,7 @@ def run(
     grace: float,
     fence: str | None,
     fence_timeout: float,
+    fence_retry_max: float,
     require_fence: bool,
     health: str | None,
     health_interval: float,
@@ -203,6 +214,7 @@ def run(
             grace=grace,
             fence=fence_argv,
             fence_timeout=fence_timeout,
+            fence_retry_max=fence_retry_max,
             health=health_argv,
             health_interval=health_interval,
             health_timeout=health_timeout,

@@ -69,8 +69,8 @@ class Elector:
         "driver", "path", "identity", "data", "timing", "nodes",
         "_journal_spec", "_reporting", "_rng", "_machine", "_state", "_lease", "_send",
         "_leadership", "_backoff_at", "_closed",
-        "_quit_pending", "_fencing", "_unleft", "_watches", "priority", "_term", "_fenced",
-        "_inbox",
+        "_quit_pending", "_fencing", "_refusal", "_unleft", "_watches", "priority", "_term",
+        "_fenced", "_inbox",
     )  # fmt: skip
 
     def __init__(
@@ -119,8 +119,11 @@ class Elector:
         self._backoff_at: tuple[float, int] | None = None
         self._closed = False
         self._quit_pending: ev.QuitRequested | None = None
-        # the last refused fence: (old active's identity, error); None after success
-        self._fencing: tuple[str, str] | None = None
+        # refused fences as last counted: (old active's identity, refusals in a row, error),
+        # set with the backoff that follows them (one reading for the log, the statistics and
+        # the history); None after a fence that works, or once someone leads
+        self._fencing: tuple[str, int, str] | None = None
+        self._refusal: tuple[str, str] | None = None  # the last refusal, until counted
         # Leaves and Resigns that failed (or waited for contact), retried after a quit
         self._unleft: dict[str, ev.Leave | ev.Resign] = {}
         self._watches = QueueWatches(driver, self.nodes, lambda: self._machine.session, self._feed)
@@ -154,11 +157,11 @@ class Elector:
         """A snapshot of the elector's state, its transition counts and refused fences."""
         fencing = None
         if self._fencing is not None:
-            old, error = self._fencing
+            old, count, error = self._fencing
             retry = None
             if self._backoff_at is not None:
                 retry = max(0.0, self._backoff_at[0] - anyio.current_time())
-            fencing = FencingStatistics(old, self._machine.fence_failures, error, retry)
+            fencing = FencingStatistics(old, count, error, retry)
         return ElectorStatistics(
             self._state,
             self._lease.epoch if self._lease else None,
@@ -369,14 +372,7 @@ class Elector:
                 read = nodes.read_crumbs(driver, session, ticket, token)
                 return await self._op("read breadcrumbs", session, read)
             case ev.FenceOldActive(session, breadcrumb):
-                outcome = await self._fence(contender, session, breadcrumb)
-                if isinstance(outcome, ev.FenceFailed) and self._fencing is not None:
-                    old, error = self._fencing
-                    count = self._machine.fence_failures + 1
-                    failure = FenceFailure(self.identity, old, error, time.time(), count)
-                    refused = record_fence_failure(driver, nodes, failure)
-                    tg.start_soon(self._quietly, "record the refused fence", refused)
-                return outcome
+                return await self._fence(contender, session, breadcrumb)
             case ev.StartActive(session, epoch, node):
                 if not await self._contact_fresh(session):
                     return ev.DeadlineExpired(session)  # P17: no term on stale contact
@@ -412,9 +408,12 @@ class Elector:
                 await self._hook(contender, "enter_neutral")
             case ev.NotifyFatal(error):
                 await self._hook(contender, "on_fatal_error", ElectionFailed(error))
-            case ev.WaitBackoff(attempt, token):
-                delay = self.timing.backoff.delay(attempt, self._rng)
+            case ev.WaitBackoff(attempt, token, fencing):
+                backoff = self.timing.fence_backoff if fencing else self.timing.backoff
+                delay = backoff.delay(attempt, self._rng)
                 self._backoff_at = (anyio.current_time() + delay, token)
+                if fencing:
+                    self._refused(attempt, delay, tg)
             case ev.Report():
                 self._report(effect)
         return None
@@ -553,13 +552,29 @@ class Elector:
         crumb = decode_breadcrumb(breadcrumb)
         old = crumb.identity.decode(errors="replace") if crumb else "an unreadable breadcrumb"
         if error is None:
-            self._fencing = None
+            self._fencing = self._refusal = None
             self._fenced.append(f"fenced {old!r}" if ran else f"took over from {old!r}")
             return ev.FenceSucceeded(session)
-        self._fencing = (old, error)
-        count = self._machine.fence_failures + 1  # the machine counts it on FenceFailed
-        log.warning("%s: fencing %r refused (%d in a row): %s", self.path, old, count, error)
+        self._refusal = (old, error)  # counted by the machine, shown with its backoff
         return ev.FenceFailed(session, error)
+
+    def _refused(self, count: int, delay: float, tg: anyio.abc.TaskGroup) -> None:
+        """The machine counted a refused fence (``count`` in a row) and backs off ``delay``:
+        say it in the log, the statistics (``ha status``'s member note, the metrics) and the
+        election's history, all with the same count."""
+        old, error = self._refusal or ("an unknown old active", "refused")
+        self._fencing = (old, count, error)
+        log.warning(
+            "%s: fencing %r refused (%d in a row): %s; next try in %.3gs",
+            self.path,
+            old,
+            count,
+            error,
+            delay,
+        )
+        failure = FenceFailure(self.identity, old, error, time.time(), count)
+        refused = record_fence_failure(self.driver, self.nodes, failure)
+        tg.start_soon(self._quietly, "record the refused fence", refused)
 
     # --- reporting ----------------------------------------------------------------------------
 

@@ -427,10 +427,12 @@ class NotifyFatal:
 
 @dataclass(frozen=True, slots=True)
 class WaitBackoff:
-    """Arm the rejoin timer: the delay grows with ``attempt``; BackoffElapsed answers."""
+    """Arm the rejoin timer: the delay grows with ``attempt``; BackoffElapsed answers.
+    ``fencing``: after a refused fence, on the fence backoff (``attempt``: refusals in a row)."""
 
     attempt: int
     token: int
+    fencing: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,8 +45,17 @@ P8  Any failure on the way to ACTIVE leaves the queue (node, and breadcrumb if t
     never acted: once it has, only a resign (P13) deletes it, whatever happens after)
     and backs off (exponential, capped, jittered by the runner); consecutive failures past
     ``max_retries`` are fatal (Hadoop's ``NUM_RETRIES``). Progress resets the count, except for
-    refused fences and failing ``become_active``: those count until a fence succeeds or a term
-    ends otherwise (a real STONITH command is not hammered).
+    failing ``become_active``: winning again is no progress for it, only a term that ends
+    otherwise resets it; it stays fatal, for it is this contender's own work failing (each
+    try took the lead and started it), which whoever runs the process should hear of while
+    the others lead. A refused fence is never fatal: until a fence works the old active
+    may still act and nobody may lead, and giving up would leave the service headless for as
+    long as the fencing device is down (ZKFC tries again for ever). It waits a backoff of its
+    own (``WaitBackoff(fencing=True)``: the runner's fence backoff, capped for a STONITH
+    device), whose attempt is the count of refusals of that breadcrumb in a row: at most one
+    fence call per backoff, for a breadcrumb fenced once is not fenced again while another
+    is refused (its ticket never leads again, P3). Another breadcrumb refused (a new incident)
+    counts afresh; a fence of it that works, or every fence done, resets the count.
 P9  Losing authority while ACTIVE (session expired, our node deleted, a fenced write refused)
     -> FENCED: the leadership scope is stopped first, our node is deleted if it lives, our
     breadcrumb stays for the next leader to fence; back off, then join again.
@@ -127,9 +136,9 @@ class Machine:
     __slots__ = (
         "identity", "max_retries", "hold_on_disconnect", "nonce", "phase", "session",
         "connected", "reported", "failures", "active_failures", "fence_failures",
-        "fence_target", "backoff_token", "holder", "epoch", "ticket", "node", "token",
-        "below", "crumb", "crumb_gone", "strays", "departed", "to_fence", "to_clear", "acted",
-        "unleft", "paused", "pause_changes", "pause_asked",
+        "fence_target", "fenced", "backoff_token", "holder", "epoch", "ticket", "node",
+        "token", "below", "crumb", "crumb_gone", "strays", "departed", "to_fence", "to_clear",
+        "acted", "unleft", "paused", "pause_changes", "pause_asked",
     )  # fmt: skip
 
     def __init__(
@@ -152,10 +161,13 @@ class Machine:
         # consecutive terms whose become_active raised: winning again is no progress for
         # these, so only a term that ends otherwise resets them (P8)
         self.active_failures = 0
-        # consecutive refused fences of one breadcrumb: only a fence that works, or another
-        # breadcrumb to fence (a new incident), resets the count
+        # consecutive refused fences of one breadcrumb (P8): never fatal, the fence backoff's
+        # attempt; a fence of it that works, or another breadcrumb refused, resets the count
         self.fence_failures = 0
         self.fence_target: bytes | None = None
+        # breadcrumbs fenced while a takeover was held up by another's refusal: not fenced
+        # again on the next try (only those still read are kept)
+        self.fenced: set[bytes] = set()
         self.backoff_token = 0
         self.holder = b""  # the leader's identity, as last seen
         self.epoch: int | None = None  # our token while leading
@@ -274,19 +286,23 @@ class Machine:
         self.pause_asked = self.pause_changes
         return self._go(phase, cause, [*(effects or []), listing])
 
-    def _fail(self, error: str, *, lost: bool = False) -> list[ev.Effect]:
-        """P8/P9: stop, leave the queue, back off; fatal past the retry bound."""
-        self.failures += 1
+    def _fail(self, error: str, *, lost: bool = False, fencing: bool = False) -> list[ev.Effect]:
+        """P8/P9: stop, leave the queue, back off; fatal past the retry bound, unless a fence
+        was refused (``fencing``: never fatal, its own backoff)."""
         acted = self.phase in LEADING
         effects = self._stop_if_leading(error)
-        attempt = max(self.failures, self.active_failures, self.fence_failures)
-        if attempt > self.max_retries:
-            return self._fatal(error, effects)
+        if fencing:
+            attempt = self.fence_failures
+        else:
+            self.failures += 1
+            attempt = max(self.failures, self.active_failures)
+            if attempt > self.max_retries:
+                return self._fatal(error, effects)
         effects += self._leave(keep_crumb=acted)
         self.backoff_token += 1
         self.epoch = None
         effects = self._go(Phase.FENCED if lost else Phase.BACKOFF, error, effects)
-        effects.append(ev.WaitBackoff(attempt, self.backoff_token))
+        effects.append(ev.WaitBackoff(attempt, self.backoff_token, fencing))
         return effects
 
     def _fatal(self, error: str, effects: list[ev.Effect] | None = None) -> list[ev.Effect]:
@@ -539,12 +555,14 @@ class Machine:
         return self._go(Phase.PAUSED, "paused: " + cause)
 
     def _fence(self, crumbs: list[tuple[str, bytes]]) -> list[ev.Effect]:
-        """P7: fence each breadcrumb that is not ours, oldest first; then act."""
+        """P7: fence each breadcrumb that is not ours, oldest first; then act. One fenced
+        on an earlier try of this takeover is done (P8)."""
         self.to_clear = tuple(ticket for ticket, _ in crumbs)
+        self.fenced &= {raw for _, raw in crumbs}
         self.to_fence = []
         for _, raw in crumbs:
             crumb = decode_breadcrumb(raw)
-            if crumb is None or crumb.identity != self.identity:
+            if (crumb is None or crumb.identity != self.identity) and raw not in self.fenced:
                 self.to_fence.append(raw)
         return self._next_fence()
 
@@ -552,21 +570,25 @@ class Machine:
         if self.paused is not False:
             return self._hold("before fencing")  # P16
         if not self.to_fence:
+            self.fence_target, self.fence_failures, self.fenced = None, 0, set()
             return self._won("won the election")
-        raw = self.to_fence[0]
-        if raw != self.fence_target:  # a new incident: its own count of refusals
-            self.fence_target, self.fence_failures = raw, 0
         assert self.session is not None
+        raw = self.to_fence[0]
         return self._go(Phase.FENCING, "fencing old active", [ev.FenceOldActive(self.session, raw)])
 
     def _on_FenceSucceeded(self, event: ev.FenceSucceeded) -> list[ev.Effect]:
-        self.fence_failures = 0
-        self.to_fence.pop(0)
+        raw = self.to_fence.pop(0)
+        self.fenced.add(raw)
+        if raw == self.fence_target:
+            self.fence_target, self.fence_failures = None, 0
         return self._next_fence()
 
     def _on_FenceFailed(self, event: ev.FenceFailed) -> list[ev.Effect]:
+        raw = self.to_fence[0]
+        if raw != self.fence_target:  # a new incident: its own count of refusals
+            self.fence_target, self.fence_failures = raw, 0
         self.fence_failures += 1
-        return self._fail(f"fencing failed: {event.error}")
+        return self._fail(f"fencing failed: {event.error}", fencing=True)
 
     def _won(self, cause: str, *, announce: bool = True) -> list[ev.Effect]:
         assert self.session is not None and self.node is not None and self.token is not None

@@ -8,6 +8,7 @@ session no earlier than ``session_timeout`` after the last contact) is written o
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -31,8 +32,17 @@ class Backoff:
         if self.multiplier < 1 or not 0 <= self.jitter < 1:
             raise ConfigurationError("backoff needs multiplier >= 1 and 0 <= jitter < 1")
 
+    @classmethod
+    def for_fences(cls, maximum: float = 30.0) -> Backoff:
+        """The wait after a refused fence: 0.5 s doubling to ``maximum`` (``Timing``)."""
+        return cls(initial=min(0.5, maximum), maximum=maximum)
+
     def delay(self, attempt: int, rng: random.Random) -> float:
-        base = min(self.maximum, self.initial * self.multiplier ** max(0, attempt - 1))
+        steps = max(0, attempt - 1)
+        if self.multiplier > 1:  # no further than the cap: refused fences count for ever,
+            # and a float power overflows past about a thousand doublings
+            steps = min(steps, math.ceil(math.log(self.maximum / self.initial, self.multiplier)))
+        base = min(self.maximum, self.initial * self.multiplier**steps)
         return base * (1 - self.jitter * rng.random())
 
 
@@ -45,6 +55,10 @@ class Timing:
     ``hook_timeout``: bound on ``become_standby``, ``enter_neutral``, ``on_fatal_error``.
     ``fence_timeout``: bound on ``fence_old_active``. ``op_timeout``: bound on one backend call
     (default: the session timeout); a join's wait for its turn (``admission.py``) is not counted.
+    ``fence_backoff``: the wait after a refused fence, growing with the refusals in a row; they
+    are never fatal (``machine.py``, P8). Its cap, 30 s, is for a STONITH device (a PDU, a
+    BMC): asked at most every 15-30 s while it refuses, not hammered, and the service leads
+    again within 30 s of the device working again. ``backoff``'s 2 s cap is for the backend.
     """
 
     deadline_ratio: float = 2 / 3
@@ -52,6 +66,7 @@ class Timing:
     fence_timeout: float = 30.0
     op_timeout: float | None = None
     backoff: Backoff = Backoff()
+    fence_backoff: Backoff = Backoff.for_fences()
     max_retries: int = 5
     hold_on_disconnect: bool = False
 

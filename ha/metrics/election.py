@@ -1,9 +1,10 @@
 """An elector's metrics: its state, epoch, transitions, takeovers, fences and last contact.
 
 ``contender = ElectorMetrics(registry).watch(elector, contender)`` before ``elector.run``:
-what the elector already keeps (its public state, its lease, its refused fences, its driver's
-last contact) is read at scrape time, and each transition is counted by a listener
-(``Elector.add_listener``, called synchronously by the elector's reporting: no task, no I/O).
+what the elector already keeps (its public state, its lease, its refused fences and when it
+tries again, its driver's last contact) is read at scrape time, and each transition is counted
+by a listener (``Elector.add_listener``, called synchronously by the elector's reporting: no
+task, no I/O).
 Labels: ``election`` (the path) and ``identity``.
 
 Takeover latency (``ha_elector_takeover_seconds``) is measured by the contender that takes
@@ -108,6 +109,11 @@ class ElectorMetrics:
             "Refused fences of the same old active in a row (0 once one succeeds)",
             labels,
         )
+        self.fence_next_try = registry.gauge(
+            "ha_elector_fence_next_try_seconds",
+            "While fences are refused: seconds until the next try (0: trying now)",
+            labels,
+        )
 
     def watch(self, elector: Elector, contender: object) -> object:
         """Export ``elector``'s metrics from now on; return ``contender`` with its fences
@@ -128,6 +134,7 @@ class ElectorMetrics:
         self.contact_age.set_function(lambda: _age(driver.last_contact), **labels)
         self.connected.set_function(lambda: float(driver.connected), **labels)
         self.fence_in_a_row.set_function(lambda: _refusals(elector), **labels)
+        self.fence_next_try.set_function(lambda: _next_fence(elector), **labels)
         self.fence_attempts.labels(**labels)  # shown as 0 before the first
         self.fence_failures.labels(**labels)
         takeovers = _Takeovers(ElectionNodes(elector.path), self, labels)
@@ -155,6 +162,13 @@ def _age(last_contact: float) -> float | None:
 def _refusals(elector: Elector) -> float:
     fencing = elector.statistics().fencing
     return 0.0 if fencing is None else float(fencing.failures)
+
+
+def _next_fence(elector: Elector) -> float | None:
+    fencing = elector.statistics().fencing
+    if fencing is None:
+        return None  # no sample: nothing refused
+    return fencing.next_try_in or 0.0
 
 
 class _Takeovers:

@@ -54,6 +54,7 @@ from ..election.journal import JournalWriter, Transition
 from ..election.lease import Lease
 from ..election.machine import State
 from ..election.nodes import ElectionNodes
+from ..election.timing import Backoff
 from ..errors import ElectionFailed, HAError
 from ..http import ElectionEndpoints, serve
 from ..metrics import BackendMetrics, ElectorMetrics, Registry
@@ -111,6 +112,7 @@ class Supervisor:
                 driver.renewal_interval,
             ),
             fence_timeout=settings.fence_timeout,
+            fence_backoff=Backoff.for_fences(settings.fence_retry_max),
         )
         # how often the guard's watchdog deadline follows the contact: often enough that a
         # renewal just before the deadline reaches it in time (the span exceeds the driver's
@@ -413,8 +415,9 @@ class Supervisor:
         child = await spawn(self.settings.fence, env)
         code = await child.wait_or_stop(0.0)  # timed out: killed
         if code != 0:
+            # the member note follows once the elector has counted it (refreshed every second
+            # while fences are refused): a poke now would publish the count before this one
             log.warning("fence command %s: takeover refused", describe_exit(code))
-            self._member_poke.set()  # publish the refusal (the elector counts it first)
             raise FenceRefused(f"fence command {self.settings.fence[0]} {describe_exit(code)}")
         return True
 

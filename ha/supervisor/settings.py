@@ -30,6 +30,7 @@ class Settings:
     grace: float = 0.5
     fence: tuple[str, ...] = ()
     fence_timeout: float = 30.0
+    fence_retry_max: float = 30.0  # the longest wait before trying a refused fence again
     health: tuple[str, ...] = ()
     health_interval: float = 2.0
     health_timeout: float = 5.0
@@ -64,7 +65,7 @@ class Settings:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigurationError(f"{name.replace('_', '-')} must be >= 0, got {value}")
-        for name in ("fence_timeout", "health_interval", "health_timeout"):
+        for name in ("fence_timeout", "fence_retry_max", "health_interval", "health_timeout"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ConfigurationError(f"{name.replace('_', '-')} must be > 0, got {value}")

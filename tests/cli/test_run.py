@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -254,6 +255,64 @@ def test_run_status_and_format_on_zookeeper(
         wait_until(lambda: not alive(a_child[0]), "a's COMMAND to die with its supervisor")
         doc = h.settled()  # after ZooKeeper expired a's session
         assert doc["active"] == "b" and doc["epoch"] > epoch_a
+
+
+# A fence command that refuses (exit 1) until its REFUSALS-th call, which waits for the file
+# fence.ok and then lets the takeover go on (exit 0). Each call appends a byte to fence.calls.
+FENCE = r"""
+import os, sys, time
+directory, refusals = sys.argv[1], int(sys.argv[2])
+calls = os.path.join(directory, "fence.calls")
+with open(calls, "a") as f:
+    f.write("x")
+if os.path.getsize(calls) <= refusals:
+    sys.exit(1)
+while not os.path.exists(os.path.join(directory, "fence.ok")):
+    time.sleep(0.05)
+"""
+
+
+def test_a_refused_fence_never_ends_the_standby(hosts: Hosts) -> None:
+    """Issue 26, item 6: with the fence command refusing and the active killed, the standby
+    tried 6 times in 2.4 s and exited ("fencing failed", rc 1), leaving no active and no
+    standby; and `ha status` said 5 in a row where the log said 6. Now it tries again for
+    ever, each wait longer (capped by --fence-retry-max), every count the same in the log and
+    in `ha status` (the member note and the last refused fence), and it leads once the fence
+    works."""
+    refusals = 9  # beyond the old bound: max_retries (5) + 1
+    script = hosts.directory / "fence.py"
+    script.write_text(FENCE)
+    fence = f"{sys.executable} {script} {hosts.directory} {refusals}"
+    hosts.start("a")
+    epoch_a = hosts.settled()["epoch"]
+    hosts.start("b", "--fence", fence, "--fence-retry-max", "0.5", "--fence-timeout", "120")
+    hosts.settled()
+    hosts.procs["a"].kill()
+    calls = hosts.directory / "fence.calls"
+    # the call after the last refusal waits for fence.ok: nothing moves meanwhile
+    wait_until(lambda: calls.exists() and calls.stat().st_size > refusals, "the last fence")
+    assert hosts.procs["b"].poll() is None, hosts.log("b")
+    said = re.findall(
+        r"fencing 'a' refused \((\d+) in a row\).*; next try in ([\d.]+)s", hosts.log("b")
+    )
+    assert [int(n) for n, _ in said] == list(range(1, refusals + 1)), hosts.log("b")
+    assert all(float(delay) <= 0.5 for _, delay in said)  # --fence-retry-max
+
+    def b_note() -> str | None:
+        doc = hosts.status()
+        members = {m["identity"]: m for m in doc["members"]}
+        note: str = members["b"]["note"]
+        return note if f"failed {refusals} times" in note else None
+
+    # refreshed every second while fences are refused
+    assert "fencing 'a' failed" in wait_until(b_note, "b's note to say the last count")
+    doc = hosts.status()
+    assert doc["fence_failure"]["count"] == refusals and doc["fence_failure"]["old"] == "a"
+    assert doc["active"] is None
+    (hosts.directory / "fence.ok").touch()
+    doc = hosts.settled()
+    assert doc["active"] == "b" and doc["epoch"] > epoch_a
+    assert calls.stat().st_size == refusals + 1  # one call per try, none after it worked
 
 
 def test_a_refused_fence_is_shown_by_status_and_backs_off(hosts: Hosts) -> None:

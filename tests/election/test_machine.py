@@ -4,11 +4,14 @@ in test_machine_leading.py, the table and the Hypothesis model in test_machine_t
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from ha.election import events as ev
 from ha.election.machine import Machine, Phase, State
 from ha.election.nodes import ticket_for
+from ha.election.timing import Backoff
 from tests.election.machine_support import (
     L_CRUMB,
     L_TICKET,
@@ -24,6 +27,7 @@ from tests.election.machine_support import (
     OTHER,
     S1,
     S2,
+    THIRD,
     TOKEN,
     active,
     crumb,
@@ -328,7 +332,7 @@ def test_a_refused_fence_leaves_the_queue_and_backs_off() -> None:
         ev.Leave(S1, ticket, node, False),
         ev.Report(State.STANDBY, State.NEUTRAL, None, "fencing failed: refused"),
         ev.NotifyNeutral(),
-        ev.WaitBackoff(1, mach.backoff_token),
+        ev.WaitBackoff(1, mach.backoff_token, fencing=True),
     ]
     assert mach.phase is Phase.BACKOFF and mach.state is State.NEUTRAL and mach.ticket is None
     assert mach.handle(ev.Left(S1, ticket)) == [] and mach.unleft == {}
@@ -399,41 +403,101 @@ def test_become_active_failing_every_term_backs_off_longer_then_is_fatal() -> No
     assert attempts == [1, 2, 3] and mach.phase is Phase.FAILED
 
 
-def refused(mach: Machine, raw: bytes) -> list[ev.Effect]:
+def refused(mach: Machine, *raws: bytes) -> list[ev.Effect]:
+    """First in the queue, the breadcrumbs ``raws`` read; each but the last is fenced, the
+    last one's fence is refused."""
     first(mach)
-    assert mach.handle(ev.CrumbsRead(S1, (("x_1", raw),))) == [ev.FenceOldActive(S1, raw)]
+    crumbs = tuple((f"x_{i}", raw) for i, raw in enumerate(raws))
+    effects = mach.handle(ev.CrumbsRead(S1, crumbs))
+    for raw in raws[:-1]:
+        if effects == [ev.FenceOldActive(S1, raw)]:  # not when fenced on an earlier try
+            effects = mach.handle(ev.FenceSucceeded(S1))
+    assert effects == [ev.FenceOldActive(S1, raws[-1])]
     return mach.handle(ev.FenceFailed(S1, "refused"))
 
 
-def test_refused_fences_back_off_longer_each_time_then_are_fatal() -> None:
-    """Joining again after a refused fence is no progress: the backoff grows (a real STONITH
-    command is not hammered) and max_retries ends it, as Hadoop gives up."""
-    mach = joined(max_retries=3)
+def backoffs(mach: Machine, tries: int, *raws: bytes) -> list[int]:
+    """``tries`` takeovers whose last fence is refused: the fence backoff's attempt of each."""
     attempts: list[int] = []
-    for _ in range(3):
-        [leave, backoff] = refused(mach, OLD_CRUMB)
+    for _ in range(tries):
+        [leave, backoff] = refused(mach, *raws)
         assert isinstance(leave, ev.Leave) and isinstance(backoff, ev.WaitBackoff)
+        assert backoff.fencing
         attempts.append(backoff.attempt)
         mach.handle(ev.Left(S1, leave.ticket))
-        mach.handle(ev.BackoffElapsed(mach.backoff_token))
-    assert attempts == [1, 2, 3]
-    assert kinds(refused(mach, OLD_CRUMB)) == ["Leave", "NotifyFatal", "Finish"]
+        assert kinds(mach.handle(ev.BackoffElapsed(mach.backoff_token))) == ["Join"]
+    return attempts
+
+
+def test_refused_fences_back_off_longer_each_time_and_are_never_fatal() -> None:
+    """P8: joining again after a refused fence is no progress: the fence backoff grows (a
+    real STONITH command is not hammered), and past max_retries it goes on (a fencing device
+    down for minutes must not leave the service without an active for good)."""
+    mach = joined(max_retries=3)
+    assert backoffs(mach, 12, OLD_CRUMB) == list(range(1, 13))
+    assert mach.phase is Phase.JOINING and mach.fence_failures == 12
 
 
 def test_a_fence_that_works_resets_the_refusals() -> None:
     mach = joined(max_retries=2)
-    for _ in range(2):
-        refused(mach, OLD_CRUMB)
-        mach.handle(ev.BackoffElapsed(mach.backoff_token))
+    backoffs(mach, 4, OLD_CRUMB)
     first(mach)
     mach.handle(ev.CrumbsRead(S1, ((OLD_TICKET, OLD_CRUMB),)))
     assert kinds(mach.handle(ev.FenceSucceeded(S1)))[0] == "StartActive"
-    assert mach.fence_failures == 0
+    assert mach.fence_failures == 0 and mach.fence_target is None
 
 
 def test_refused_fences_of_another_breadcrumb_count_afresh() -> None:
-    """Separate incidents (a new breadcrumb to fence) do not add up to a fatal error."""
+    """Separate incidents (a new breadcrumb to fence) each count from 1."""
     mach = joined(max_retries=2)
-    for epoch in (4, 4, 5, 5, 6, 6):
-        assert kinds(refused(mach, crumb(OTHER, epoch)))[-1] == "WaitBackoff"
-        mach.handle(ev.BackoffElapsed(mach.backoff_token))
+    attempts = [backoffs(mach, 1, crumb(OTHER, epoch))[0] for epoch in (4, 4, 5, 5, 6, 6)]
+    assert attempts == [1, 2, 1, 2, 1, 2]
+
+
+def test_a_breadcrumb_fenced_on_an_earlier_try_is_not_fenced_again() -> None:
+    """P8: at most one fence call per backoff. A takeover held up by a refused fence does not
+    fence the older breadcrumbs again on each try (their tickets never lead again, P3), and
+    their fences that work do not reset the count of the one refused."""
+    mach = joined(max_retries=2)
+    older = crumb(THIRD, 3)
+    first(mach)
+    assert mach.handle(ev.CrumbsRead(S1, (("t_1", older), ("o_2", OLD_CRUMB)))) == [
+        ev.FenceOldActive(S1, older)
+    ]
+    assert mach.handle(ev.FenceSucceeded(S1)) == [ev.FenceOldActive(S1, OLD_CRUMB)]
+    [leave, _] = mach.handle(ev.FenceFailed(S1, "refused"))
+    assert isinstance(leave, ev.Leave) and mach.handle(ev.Left(S1, leave.ticket)) == []
+    mach.handle(ev.BackoffElapsed(mach.backoff_token))
+    # the next tries fence only the one refused: one call each, its count going on
+    assert backoffs(mach, 3, older, OLD_CRUMB) == [2, 3, 4]
+    first(mach)
+    crumbs = (("t_1", older), ("o_2", OLD_CRUMB))
+    assert mach.handle(ev.CrumbsRead(S1, crumbs)) == [ev.FenceOldActive(S1, OLD_CRUMB)]
+    assert kinds(mach.handle(ev.FenceSucceeded(S1)))[0] == "StartActive"
+    assert mach.fenced == set()  # a takeover done: nothing carried over to the next
+
+
+def test_only_breadcrumbs_still_read_are_remembered_as_fenced() -> None:
+    """What the machine remembers of earlier fences stays bounded by the breadcrumbs left: a
+    breadcrumb gone (another leader cleared it) is forgotten, and fenced again should it be
+    read again."""
+    mach = joined()
+    older = crumb(THIRD, 3)
+    backoffs(mach, 1, older, OLD_CRUMB)
+    assert mach.fenced == {older}
+    backoffs(mach, 1, OLD_CRUMB)
+    assert mach.fenced == set()
+    assert backoffs(mach, 1, older, OLD_CRUMB) == [3]  # fenced again, then refused again
+
+
+@pytest.mark.parametrize(
+    "backoff", [Backoff(0.5, 30.0), Backoff(0.05, 2.0, 10.0), Backoff(1, 1, 1)]
+)
+def test_the_backoff_of_any_attempt_stays_within_its_cap(backoff: Backoff) -> None:
+    """Refused fences count for ever (P8): the runner's delay for the ten-thousandth refusal
+    (three days of a device down, at 30 s) is the cap's, not a float overflow."""
+    rng = random.Random(1)
+    for attempt in (1, 2, 7, 1100, 10_000, 10**9):
+        delay = backoff.delay(attempt, rng)
+        assert backoff.initial * (1 - backoff.jitter) <= delay <= backoff.maximum
+    assert backoff.delay(10**9, random.Random(1)) == backoff.delay(10**4, random.Random(1))

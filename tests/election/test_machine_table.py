@@ -143,7 +143,8 @@ class MachineModel(RuleBasedStateMachine):
       last ReadCrumbs or Watch(first=True) effect since the last Join, ListQueue or loss of
       contact (there must be one). After a ReadCrumbs, the machine acted on a CrumbsRead
       answer, and every breadcrumb in it that does not name our identity was handed to
-      FenceOldActive and a FenceSucceeded came back, before the StartActive. After a
+      FenceOldActive and a FenceSucceeded came back, before the StartActive (on this try
+      or an earlier one: a breadcrumb fenced once stays fenced, P8). After a
       Watch(first=True) of node L, the machine acted on a Watching(L) answer saying no
       strays, and either L's breadcrumb was seen gone (that answer's crumb None, or a
       CrumbDeleted of L's ticket acted on) or the breadcrumb read was ours or was fenced;
@@ -169,6 +170,9 @@ class MachineModel(RuleBasedStateMachine):
         self.scope_ticket: str | None = None
         self.owed: dict[str, ev.Leave] = {}  # by ticket: the Leaves sent again until answered
         self.finished = False
+        # breadcrumbs whose fence worked, on any try: they stay fenced (their tickets never
+        # lead again, P3), so a later takeover may skip them (P8)
+        self.fenced: set[bytes] = set()
         self.forget()
 
     def forget(self) -> None:
@@ -177,7 +181,6 @@ class MachineModel(RuleBasedStateMachine):
         self.strays: bool | None = None
         self.watched: bytes | None = None
         self.gone = False
-        self.fenced: set[bytes] = set()
         self.fencing: bytes | None = None
 
     @initialize(hold=st.booleans())

@@ -3,7 +3,9 @@ sqlite and ZooKeeper measured through a handover and a failover (asyncio and tri
 
 from __future__ import annotations
 
+import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -11,7 +13,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ha.election.elector import Elector
+from ha.election.history import read_history
 from ha.election.machine import Phase, State
+from ha.election.nodes import ElectionNodes
+from ha.election.reporting import FencingStatistics
+from ha.election.timing import Backoff, Timing
 from ha.metrics import BackendMetrics, ElectorMetrics, JobManagerMetrics, Registry, cause_label
 from ha.testing import History, Recorder, check_history, faults
 from tests.support.harness import wait_for
@@ -129,14 +135,17 @@ def real_backend(request: pytest.FixtureRequest) -> Any:
 class Member:
     """One elector with its own driver, registry and metrics."""
 
-    def __init__(self, driver: Any, name: str, history: History) -> None:
+    def __init__(
+        self, driver: Any, name: str, history: History, timing: Timing | None = None
+    ) -> None:
         self.driver = driver
         self.registry = Registry()
         self.metrics = ElectorMetrics(self.registry)
         BackendMetrics(self.registry).measure(driver)
-        self.elector = Elector(driver, "/metrics", name)
+        self.elector = Elector(driver, "/metrics", name, timing=timing)
         self.elector.add_listener(history.transition)  # the safety verdict, from outside
-        self.contender = self.metrics.watch(self.elector, Recorder(name, history))
+        self.recorder = Recorder(name, history)
+        self.contender = self.metrics.watch(self.elector, self.recorder)
         self.scope = anyio.CancelScope()
 
     async def run(self) -> None:
@@ -219,3 +228,92 @@ async def test_failover_and_handover_are_measured_by_the_successor(real_backend:
             assert lease_c.epoch > lease_b.epoch
             c.elector.quit()
     check_history(history)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refused fence as the log said it, and what the statistics and metrics said then."""
+
+    count: int  # "refused (N in a row)"
+    delay: float  # "next try in S"
+    statistics: FencingStatistics | None
+    in_a_row: float
+    next_try: float
+
+
+class Refusals(logging.Handler):
+    """Reads ``member``'s statistics and metrics at the moment its elector logs a refusal."""
+
+    def __init__(self, member: Member) -> None:
+        super().__init__()
+        self.member = member
+        self.seen: list[Refusal] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "refused" not in record.msg or not isinstance(record.args, tuple):
+            return
+        _path, _old, count, _error, delay = record.args
+        labels = {"election": "/metrics", "identity": self.member.elector.identity.decode()}
+        statistics = self.member.elector.statistics().fencing
+        s = self.member.samples()
+        self.seen.append(
+            Refusal(
+                int(count),
+                float(delay),
+                statistics,
+                value(s, "ha_elector_fence_refusals_in_a_row", **labels),
+                value(s, "ha_elector_fence_next_try_seconds", **labels),
+            )
+        )
+
+
+async def test_refused_fences_go_on_past_max_retries_shown_alike_everywhere(
+    real_backend: Any,
+) -> None:
+    """Issue 26, item 6: refused fences never end the election (the standby gave up after
+    max_retries, leaving no active and no standby); each is tried again after the fence
+    backoff, which grows to its cap; and the count and the next try are the same in the log,
+    the statistics (ha status' member note), the metrics and the history (the log said one
+    more than ha status)."""
+    history = History()
+    backoff = Backoff(initial=0.02, maximum=0.08)
+    timing = Timing(fence_backoff=backoff, max_retries=2)
+    refusals = 8  # the old bound: max_retries + 1 = 3 refusals, then fatal
+    async with real_backend.driver() as da, real_backend.driver() as db:
+        a, b = Member(da, "a", history), Member(db, "b", history, timing)
+        handler = Refusals(b)
+        logger = logging.getLogger("ha.elector")
+        logger.addHandler(handler)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(a.run)
+                await a.elector.wait_active()
+                tg.start_soon(b.run)
+                await b.elector.wait_state(State.STANDBY)
+                b.recorder.refuse_fence = refusals
+                history.add("a", "crash")
+                await faults(da).crash()
+                a.scope.cancel()
+                await b.elector.wait_active()
+                s = b.samples()
+                record = await read_history(db, ElectionNodes("/metrics"))
+                b.elector.quit()
+        finally:
+            logger.removeHandler(handler)
+    check_history(history)
+    assert [r.count for r in handler.seen] == list(range(1, refusals + 1))
+    for r in handler.seen:
+        assert r.statistics is not None and r.statistics.failures == r.count == r.in_a_row
+        assert r.statistics.next_try_in is not None
+        assert r.next_try <= r.statistics.next_try_in <= r.delay  # read in that order
+        # the fence backoff's delay for this count: doubling, capped, jittered downwards
+        base = min(backoff.maximum, backoff.initial * backoff.multiplier ** (r.count - 1))
+        assert base * (1 - backoff.jitter) <= r.delay <= base
+    labels = {"election": "/metrics", "identity": "b"}
+    assert value(s, "ha_elector_fence_attempts_total", **labels) == refusals + 1
+    assert value(s, "ha_elector_fence_failures_total", **labels) == refusals
+    assert value(s, "ha_elector_fence_refusals_in_a_row", **labels) == 0
+    next_try = ("ha_elector_fence_next_try_seconds", tuple(sorted(labels.items())))
+    assert next_try not in s  # nothing refused any more
+    assert record is not None and record[0].fence_failure is not None
+    assert record[0].fence_failure.count == refusals
