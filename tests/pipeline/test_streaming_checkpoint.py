@@ -1,10 +1,13 @@
-"""``trim_source_logs`` on checkpoints laid out as Spark 4 writes them (files copied from a real
-query's checkpoint, trimmed to what is read): no Spark needed."""
+"""``trim_source_logs`` and ``term_checkpoint`` on checkpoints laid out as Spark 4 writes them
+(files copied from a real query's checkpoint, trimmed to what is read): no Spark needed. A copy
+made while a JVM writes on: ``test_checkpoint_copy``."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
 
 from ha.pipeline.spark_checkpoint import term_checkpoint, trim_source_logs
 
@@ -68,3 +71,64 @@ def test_each_term_runs_on_a_trimmed_copy_of_the_newest_earlier_one(tmp_path: Pa
     assert term_checkpoint(tmp_path, 9) == (second, [])  # the term's query restarted
     third, _ = term_checkpoint(tmp_path, 12)
     assert _names(tmp_path) == [second.name, third.name]  # older copies go
+
+
+def _commit(root: Path, batch: int) -> None:
+    d = root / "commits"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+@pytest.mark.parametrize(
+    ("sources", "offsets", "commits", "newest"),
+    [
+        # as the walk in listing order tore it on tmpfs: sources/ copied before offsets/
+        ([0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 3], 2),
+        # on ext4: offsets/ copied before commits/, which took one more commit
+        ([0, 1, 2], [0, 1, 2], [0, 1, 2, 3], 2),
+        # an offset log entry missing below the newest: Spark's "batch 2 doesn't exist"
+        ([0, 1, 2, 3], [0, 1, 3], [0, 1], 1),
+        # nothing Spark can restart at: the copy starts the stream again
+        ([1], [1], [1], -1),
+    ],
+)
+def test_a_copy_torn_when_it_was_made_is_rolled_back_to_its_newest_whole_batch(
+    tmp_path: Path, sources: list[int], offsets: list[int], commits: list[int], newest: int
+) -> None:
+    first, _ = term_checkpoint(tmp_path, 1)  # an older, whole copy
+    torn = tmp_path / "checkpoint-e000000000000003"  # made by an ha that walked in any order
+    for n in sources:
+        _source(torn, n)
+    for n in offsets:
+        _offsets(torn, n, n)
+    for n in commits:
+        _commit(torn, n)
+    before = sorted(str(p.relative_to(torn)) for p in torn.rglob("*"))
+    copy, removed = term_checkpoint(tmp_path, 5)
+    kept = [n for n in offsets if n <= newest]
+    assert _names(copy / "offsets") == [str(n) for n in kept]
+    assert _names(copy / "commits") == [str(n) for n in commits if n <= newest]
+    assert _names(copy / "sources" / "0") == [str(n) for n in sources if n <= newest]
+    beyond = [n for log in (sources, offsets, commits) for n in log if n > newest]
+    assert sorted(p.name for p in removed) == sorted(str(n) for n in beyond)
+    assert sorted(str(p.relative_to(torn)) for p in torn.rglob("*")) == before  # untouched
+    assert _names(tmp_path) == [torn.name, copy.name] and not first.exists()
+
+
+def test_a_compacted_source_log_is_whole(tmp_path: Path) -> None:
+    # Spark compacts a file source's log every 10 entries (9.compact holds 0..9) and deletes the
+    # entries below, like the offset log entries below minBatchesToRetain.
+    earlier = tmp_path / "checkpoint-e000000000000001"
+    d = earlier / "sources" / "0"
+    d.mkdir(parents=True)
+    (d / "9.compact").write_text(
+        "v1\n" + "\n".join(f'{{"path":"file:///in/{n}.json","batchId":{n}}}' for n in range(10))
+    )
+    for n in (10, 11):
+        _source(earlier, n)
+        _offsets(earlier, n, n)
+    _commit(earlier, 10)
+    copy, removed = term_checkpoint(tmp_path, 2)
+    assert removed == []
+    assert _names(copy / "sources" / "0") == ["10", "11", "9.compact"]
+    assert _names(copy / "offsets") == ["10", "11"] and _names(copy / "commits") == ["10"]
