@@ -2,11 +2,12 @@
 
 No real kube-apiserver can run on these machines: every test here talks HTTP to the fake of
 tests/support/kubeapi, a process of its own that follows the API server's semantics for
-ConfigMaps and Leases (resourceVersion conflicts, 404/409/410/422, watches and their
-resumption) and injects faults the way client-go's fake clientset reactors do. What the
-driver shares with every backend is in test_contract.py and test_faults.py; here: its errors
-in one line, 409 storms, a watch resumed past the server's history (410), peers reaping a
-silent session, a renewal refused, writes whose answer is lost, and a restart of the server.
+ConfigMaps and Leases (resourceVersion and uid preconditions, a Lease created by a PUT,
+404/409/410/422, watches and their resumption) and injects faults the way client-go's fake
+clientset reactors do. What the driver shares with every backend is in test_contract.py and
+test_faults.py; here: its errors in one line, 409 storms, a watch resumed past the server's
+history (410), peers reaping a silent session, a late renewal after the reap, a renewal
+refused, writes whose answer is lost, and a restart of the server.
 """
 
 from __future__ import annotations
