@@ -2,20 +2,23 @@
 
 No real kube-apiserver can run on these machines: every test here talks HTTP to the fake of
 tests/support/kubeapi, a process of its own that follows the API server's semantics for
-ConfigMaps and Leases (resourceVersion conflicts, 404/409/410/422, watches and their
-resumption) and injects faults the way client-go's fake clientset reactors do. What the
-driver shares with every backend is in test_contract.py and test_faults.py; here: its errors
-in one line, 409 storms, a watch resumed past the server's history (410), peers reaping a
-silent session, a renewal refused, writes whose answer is lost, and a restart of the server.
+ConfigMaps and Leases (resourceVersion and uid preconditions, a Lease created by a PUT,
+404/409/410/422, watches and their resumption) and injects faults the way client-go's fake
+clientset reactors do. What the driver shares with every backend is in test_contract.py and
+test_faults.py; here: its errors in one line, 409 storms, a watch resumed past the server's
+history (410), peers reaping a silent session, a late renewal after the reap, a renewal
+refused, writes whose answer is lost, and a restart of the server.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+import ha
 import ha.drivers
 from ha.drivers.base import ConnectionState, NodeEvent, NodeEventKind
 from ha.drivers.kubernetes import KubernetesDriver
@@ -29,7 +32,9 @@ from ha.errors import (
     Unavailable,
 )
 from ha.testing import faults
-from tests.support.backends.kubernetes import KubernetesBackend, write_kubeconfig
+from tests.support.backends.kubernetes import KubernetesBackend, KubernetesNet, write_kubeconfig
+from tests.support.harness import cluster, wait_for
+from tests.support.kubeapi.process import FakeKubeApi
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -381,6 +386,69 @@ async def test_a_renewal_whose_answer_was_lost_keeps_the_session(
         before = driver.last_contact
         await wait_until(lambda: driver.last_contact > before + driver.session_timeout)
         assert driver.session_id == session and S.EXPIRED not in seen
+
+
+async def test_a_late_renewal_never_brings_back_a_reaped_session(
+    kubernetes_backend: KubernetesBackend,
+) -> None:
+    """Issue 27: a holder cut off past its session (a partition, or a pause: its renewals go
+    unanswered) is reaped by a peer, its Lease deleted and its session struck off the tree.
+    Back, its late renewal reaches a server that creates a missing Lease on a PUT (Leases
+    allow create on update): the renewal's uid precondition must refuse it (409), and the
+    holder must see EXPIRED and open a new session, never RECONNECTED to the struck-off one.
+    (Before the fix the renewal re-created the Lease, 201, and the next one reconnected.)"""
+    backend = kubernetes_backend
+    async with backend.driver(session_timeout=1.0) as observer:
+        async with backend.driver(session_timeout=1.0) as holder:
+            seen = states(holder)
+            old = holder.session_id
+            await holder.create("/e", ephemeral=True)
+            path = lease_path(backend, holder)
+            faults(holder).partition()
+            await wait_until(lambda: observer.reaped >= 1)
+            assert backend.server.request("GET", path)[0] == 404
+            assert old not in (await observer._read_tree()).sessions
+            faults(holder).heal()
+            await wait_until(lambda: S.CONNECTED in seen or S.RECONNECTED in seen)
+            assert seen == [S.DISCONNECTED, S.EXPIRED, S.CONNECTED]
+            assert holder.session_id not in (None, old)
+            assert backend.server.request("GET", path)[0] == 404  # never created anew
+            await holder.create("/e", ephemeral=True)  # in the new session
+            stat = await observer.exists("/e")
+            assert stat is not None and stat.ephemeral_owner == holder.session_id
+
+
+async def test_an_active_whose_renewals_were_refused_until_reaped_rejoins(
+    private_kube_api: FakeKubeApi, tmp_path: Path
+) -> None:
+    """Issue 27, through the elector: the fake refuses the active's renewals (503, its fault
+    hooks) until a peer has reaped its session and leads, then lets them through. The late
+    renewal must not re-create the reaped Lease: the old active sees EXPIRED, opens a new
+    session and rejoins as a standby. Before the fix ``Elector.run`` raised "the Kubernetes
+    session is gone" (a reconnection to the session struck off the tree)."""
+    net = KubernetesNet(private_kube_api, tmp_path)
+    async with cluster(net) as c:
+        a = await c.add("a")
+        await wait_for(c.settled)
+        b = await c.add("b")
+        await wait_for(lambda: b.state is ha.State.STANDBY)
+        seen = states(a.driver)
+        old = a.driver.session_id
+        path = lease_path(net.backend, a.driver)
+        private_kube_api.fail(None, 503, verb="update", path=path.split("/namespaces/")[1])
+        try:
+            await wait_for(lambda: b.state is ha.State.ACTIVE, within=WAIT)
+            assert private_kube_api.request("GET", path)[0] == 404  # reaped
+        finally:
+            private_kube_api.reset_faults()
+
+        def rejoined() -> bool:
+            return a.state is ha.State.STANDBY and a.driver.session_id != old
+
+        await wait_for(lambda: rejoined() or a.done.is_set(), within=WAIT)
+        assert a.error is None and rejoined()
+        assert S.EXPIRED in seen and S.RECONNECTED not in seen
+        assert [n.name for n in c.active()] == ["b"]
 
 
 async def test_closing_deletes_the_lease_and_the_ephemeral_nodes(

@@ -261,6 +261,29 @@ async def test_a_stale_ex_leader_never_overwrites_a_newer_holder(
             assert lease is not None and lease["spec"]["leaseTransitions"] == 9
 
 
+async def test_a_release_never_creates_a_deleted_lease_anew(backend: KubernetesBackend) -> None:
+    """A Lease is created by a PUT when there is none (the Lease strategy allows create on
+    update), so a release written after someone deleted the Lease would bring it back, empty.
+    Every write carries the uid of the Lease it read or wrote: the server refuses it (409)
+    and the deleted Lease stays deleted."""
+    server = backend.server
+    name = lease_name(backend.root, PATH)
+    url = _url(backend).removeprefix(server.url)
+    with anyio.fail_after(20):
+        async with backend.driver(session_timeout=1.0) as driver:  # no elector: writes only
+            driver.show_leader(PATH, b"pod-a", 3)
+            await shown(backend, "pod-a")
+            server.fail(None, 503, verb="update", path=name)  # the release cannot land yet
+            try:
+                driver.hide_leader(PATH, 3)
+                assert server.request("DELETE", url)[0] == 200  # a user deletes the Lease
+            finally:
+                server.reset_faults()
+            while PATH in driver._terms:  # released: tried again until done
+                await anyio.sleep(0.05)
+            assert await read_lease(backend) is None
+
+
 async def test_writing_the_lease_never_holds_up_the_election(
     backend: KubernetesBackend, caplog: pytest.LogCaptureFixture
 ) -> None:

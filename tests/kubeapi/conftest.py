@@ -46,10 +46,14 @@ async def http(kube_api: FakeKubeApi) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture(scope="session")
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKubeApi]:
-    """3 events of history, bookmarks every 0.2 s, and 0.5 s of waiting for a future
-    resourceVersion (instead of 1000, 60 s and 3 s)."""
+    """3 events of history per resource, bookmarks every 0.2 s, and 0.5 s of waiting for a
+    future resourceVersion (instead of 100 to 1000, 60 s and 3 s)."""
     server = FakeKubeApi(
-        tmp_path_factory.mktemp("kubeapi-tuned"), history=3, bookmark_interval=0.2, fresh_wait=0.5
+        tmp_path_factory.mktemp("kubeapi-tuned"),
+        history=3,
+        history_max=3,
+        bookmark_interval=0.2,
+        fresh_wait=0.5,
     )
     server.start()
     try:

@@ -48,19 +48,20 @@ async def test_create_existing_is_409_already_exists(
 async def test_missing_object_is_404_for_get_put_patch_delete(
     http: httpx.AsyncClient, kube_namespace: str
 ) -> None:
-    url = f"{leases(kube_namespace)}/ghost"
+    # a ConfigMap is not created by a PUT (a Lease is: test_updates.py)
+    url = f"{config_maps(kube_namespace)}/ghost"
     answers = [
         await http.get(url),
-        await http.put(url, json=lease("ghost")),
+        await http.put(url, json={"metadata": {"name": "ghost"}}),
         await http.patch(
-            url, json={"spec": {}}, headers={"Content-Type": "application/merge-patch+json"}
+            url, json={"data": {}}, headers={"Content-Type": "application/merge-patch+json"}
         ),
         await http.delete(url),
     ]
     for answer in answers:
         assert answer.status_code == 404
         assert answer.json()["reason"] == "NotFound"
-        assert answer.json()["message"] == 'leases.coordination.k8s.io "ghost" not found'
+        assert answer.json()["message"] == 'configmaps "ghost" not found'
 
 
 async def test_put_with_stale_resource_version_is_409_conflict(
@@ -82,15 +83,16 @@ async def test_put_with_stale_resource_version_is_409_conflict(
     assert got["spec"]["holderIdentity"] == "b"
 
 
-async def test_put_without_resource_version_overwrites_unconditionally(
+async def test_put_without_resource_version_overwrites_a_config_map(
     http: httpx.AsyncClient, kube_namespace: str
 ) -> None:
-    await http.post(leases(kube_namespace), json=lease("l"))
-    await http.put(f"{leases(kube_namespace)}/l", json=lease("l", holderIdentity="b"))
-    # the real server takes a PUT without resourceVersion as "overwrite whatever is there"
-    blind = await http.put(f"{leases(kube_namespace)}/l", json=lease("l", holderIdentity="c"))
+    # ConfigMaps allow unconditional updates (Leases do not: test_updates.py)
+    url = f"{config_maps(kube_namespace)}/c"
+    await http.post(config_maps(kube_namespace), json={"metadata": {"name": "c"}})
+    await http.put(url, json={"metadata": {"name": "c"}, "data": {"k": "b"}})
+    blind = await http.put(url, json={"metadata": {"name": "c"}, "data": {"k": "c"}})
     assert blind.status_code == 200
-    assert blind.json()["spec"]["holderIdentity"] == "c"
+    assert blind.json()["data"] == {"k": "c"}
 
 
 async def test_update_that_changes_nothing_keeps_the_resource_version(

@@ -32,12 +32,24 @@ async def test_good_names(http: httpx.AsyncClient, kube_namespace: str) -> None:
     for name in ("a", "a.b-c", "0x", "a" * 253):
         answer = await http.post(config_maps(kube_namespace), json={"metadata": {"name": name}})
         assert answer.status_code == 201, answer.text
-    generated = await http.post(
-        config_maps(kube_namespace), json={"metadata": {"generateName": "g-"}}
-    )
-    assert generated.status_code == 201 and generated.json()["metadata"]["name"].startswith("g-")
     nameless = await http.post(config_maps(kube_namespace), json={"metadata": {}})
     assert await invalid(nameless) == ["metadata.name"]
+
+
+async def test_generate_name_appends_five_characters_to_at_most_58(
+    http: httpx.AsyncClient, kube_namespace: str
+) -> None:
+    """apiserver/pkg/storage/names/generate.go ``simpleNameGenerator``: the prefix cut to
+    63 - 5 characters, then apimachinery util/rand ``String(5)``, drawn from
+    "bcdfghjklmnpqrstvwxz2456789" (no vowels, no 0, 1 or 3)."""
+    for prefix in ("g-", "p" * 70):
+        body = {"metadata": {"generateName": prefix}}
+        answer = await http.post(config_maps(kube_namespace), json=body)
+        assert answer.status_code == 201, answer.text
+        name = answer.json()["metadata"]["name"]
+        kept = prefix[:58]
+        assert name.startswith(kept) and len(name) == len(kept) + 5
+        assert set(name[len(kept) :]) <= set("bcdfghjklmnpqrstvwxz2456789")
 
 
 async def test_config_map_keys_size_and_duplicates(
@@ -52,9 +64,13 @@ async def test_config_map_keys_size_and_duplicates(
         "data": {"k": "v"},
         "binaryData": {"k": base64.b64encode(b"v").decode()},
     }
-    assert await invalid(await http.post(config_maps(kube_namespace), json=both)) == [
-        "binaryData[k]"
-    ]
+    # pkg/apis/core/validation/validation.go ValidateConfigMap reports it on data[k]; so does
+    # a real server: 'data[myname]: Invalid value: "myname": duplicate of key present in
+    # binaryData'
+    answer = await http.post(config_maps(kube_namespace), json=both)
+    assert await invalid(answer) == ["data[k]"]
+    message = answer.json()["message"]
+    assert 'data[k]: Invalid value: "k": duplicate of key present in binaryData' in message
     half = 512 * 1024
     at_limit = {
         "metadata": {"name": "full"},
@@ -68,6 +84,24 @@ async def test_config_map_keys_size_and_duplicates(
     assert "must have at most 1048576 bytes" in answer.json()["message"]
     not_base64 = {"metadata": {"name": "c"}, "binaryData": {"k": "%%%"}}
     assert (await http.post(config_maps(kube_namespace), json=not_base64)).status_code == 400
+
+
+async def test_the_one_mebibyte_counts_values_only(
+    http: httpx.AsyncClient, kube_namespace: str
+) -> None:
+    """ValidateConfigMap adds up ``len(value)`` of data and binaryData (the decoded bytes),
+    never the keys, against ``core.MaxSecretSize`` (1 MiB): a ConfigMap whose values fill it
+    to the byte is accepted however long its keys; one byte more is 422 on the whole object
+    ("[]: Too long: must have at most 1048576 bytes", as real servers word it)."""
+    keys = [f"{index:03d}." + "k" * 249 for index in range(64)]  # 253 characters each
+    share = 1024 * 1024 // len(keys)
+    full = {"metadata": {"name": "full"}, "data": dict.fromkeys(keys, "v" * share)}
+    answer = await http.post(config_maps(kube_namespace), json=full)
+    assert answer.status_code == 201, answer.text[:200]
+    over = dict(full, metadata={"name": "over"}, data={**full["data"], "one": "x"})
+    answer = await http.post(config_maps(kube_namespace), json=over)
+    assert await invalid(answer) == ["[]"]
+    assert answer.json()["message"].endswith("[]: Too long: must have at most 1048576 bytes")
 
 
 async def test_lease_spec(http: httpx.AsyncClient, kube_namespace: str) -> None:

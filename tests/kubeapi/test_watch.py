@@ -144,49 +144,69 @@ async def test_watch_from_a_compacted_version_gets_410_expired(tuned: FakeKubeAp
             assert summary(await take(events, 1)) == [("ADDED", "c")]
 
 
-async def test_history_limit_expires_old_versions(tuned: FakeKubeApi) -> None:
-    tuned.create_namespace("h")
+async def test_each_resource_keeps_its_own_history_and_410s_past_it(tuned: FakeKubeApi) -> None:
+    """One watch cache per resource (storage/cacher/watch_cache.go), so Lease writes never
+    push the ConfigMaps' events out. Past a resource's window, ``getAllEventsSinceLocked``:
+    a watch from ``rv < oldest - 1`` gets 410 "too old resource version: rv (oldest-1)";
+    from ``oldest - 1`` it gets every event kept. (The tuned server keeps 3 per resource.)"""
+    namespace = f"h-{uuid.uuid4().hex[:8]}"
+    tuned.create_namespace(namespace)
     async with httpx.AsyncClient(base_url=tuned.url) as http:
-        old = (await http.post(config_maps("h"), json={"metadata": {"generateName": "a"}})).json()
-        for _ in range(4):  # the tuned server keeps 3 events
-            await http.post(config_maps("h"), json={"metadata": {"generateName": "b"}})
-        version = old["metadata"]["resourceVersion"]
-        async with watching(http, config_maps("h"), resourceVersion=version) as events:
-            assert (await take(events, 1))[0]["object"]["code"] == 410
+
+        async def write(path: str, name: str) -> int:
+            body = lease(name) if "leases" in path else {"metadata": {"name": name}}
+            created = (await http.post(path, json=body)).json()
+            return int(created["metadata"]["resourceVersion"])
+
+        first = await write(config_maps(namespace), "a")
+        for index in range(4):  # more Lease events than the window holds
+            await write(leases(namespace), f"l{index}")
+        async with watching(http, config_maps(namespace), resourceVersion=str(first)) as events:
+            await write(config_maps(namespace), "b")
+            assert summary(await take(events, 1)) == [("ADDED", "b")]
+        kept = [await write(config_maps(namespace), name) for name in "cde"]  # a, b dropped
+        oldest = kept[0]
+        since = str(oldest - 1)
+        async with watching(http, config_maps(namespace), resourceVersion=since) as events:
+            assert summary(await take(events, 3)) == [
+                ("ADDED", "c"),
+                ("ADDED", "d"),
+                ("ADDED", "e"),
+            ]
+        too_old = str(oldest - 2)
+        async with watching(http, config_maps(namespace), resourceVersion=too_old) as events:
+            (error,) = await take(events, 1)
+        assert error["type"] == "ERROR" and error["object"]["code"] == 410
+        assert error["object"]["message"] == f"too old resource version: {too_old} ({since})"
 
 
-async def test_watch_from_a_future_version_waits_for_it_then_504(tuned: FakeKubeApi) -> None:
+async def test_a_watch_from_a_future_version_is_accepted_a_list_waits_then_504(
+    tuned: FakeKubeApi,
+) -> None:
+    """storage/cacher/cacher.go ``waitUntilWatchCacheFreshAndForceAllEvents``: only a
+    ``sendInitialEvents`` watch waits for the cache to reach its version; a plain watch is
+    accepted at once and sent the events after its version (cache_watcher.go sends only
+    newer ones). A LIST from a future version waits (watch_cache.go
+    ``waitUntilFreshAndBlock``, 3 s; the tuned server 0.5 s), then gets 504 "Too large
+    resource version"."""
     async with httpx.AsyncClient(base_url=tuned.url) as http:
         listed = (await http.get(config_maps("default"))).json()
-        future = str(int(listed["metadata"]["resourceVersion"]) + 1000)
-        params = {"watch": "true", "resourceVersion": future}
-        too_large = await http.get(config_maps("default"), params=params)
+        current = int(listed["metadata"]["resourceVersion"])
+        future = {"resourceVersion": str(current + 1000)}
+        too_large = await http.get(config_maps("default"), params=future)
         assert too_large.status_code == 504
         assert too_large.json()["reason"] == "Timeout"
         assert too_large.json()["message"].startswith("Timeout: Too large resource version")
         cause = too_large.json()["details"]["causes"][0]
         assert cause["reason"] == "ResourceVersionTooLarge"
-        # one version ahead: the watch waits for the write that reaches it, then streams
-        # what comes after it
-        nearly = str(int(listed["metadata"]["resourceVersion"]) + 1)
-        got: list[dict[str, Any]] = []
-
-        async def watch() -> None:
-            async with watching(http, config_maps("default"), resourceVersion=nearly) as events:
-                got.extend(await take(events, 1))
-
-        watches = tuned.stats()["requests"].get("watch", 0)
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(watch)
-            with anyio.fail_after(10):
-                while tuned.stats()["requests"].get("watch", 0) == watches:
-                    await anyio.sleep(0.01)  # until the server holds the watch
+        nearly = str(current + 1)  # the next write's version: not sent, the one after is
+        async with watching(http, config_maps("default"), resourceVersion=nearly) as events:
             reached = await http.post(
                 config_maps("default"), json={"metadata": {"generateName": "g-"}}
             )
             assert reached.json()["metadata"]["resourceVersion"] == nearly
             await http.post(config_maps("default"), json={"metadata": {"generateName": "h-"}})
-        ((kind, name),) = summary(got)
+            ((kind, name),) = summary(await take(events, 1))
         assert kind == "ADDED" and name.startswith("h-")
 
 

@@ -33,7 +33,9 @@ election's layout (``ha/election/nodes.py``) into a driver, and the queue's firs
 one *about* to lead (it fences first), not the active.
 
 **A stale ex-leader never overwrites a newer holder.** Every write carries the resourceVersion
-read or last written (409 if anyone wrote since), and a Lease is taken over only if its
+read or last written (409 if anyone wrote since) and the Lease's uid (409 if the Lease was
+deleted meanwhile: a PUT without it would create the Lease anew, as Leases allow create on
+update), and a Lease is taken over only if its
 ``leaseTransitions`` is below our epoch (epochs strictly increase from one active to the
 next): a deposed active that still believes it leads re-reads, finds a higher epoch, and
 stops writing. A release (the term's end) clears the holder with the version of our own last
@@ -99,6 +101,7 @@ class _Term:
     acquired: str  # MicroTime: when it became active
     active: bool = True  # False: ended, the Lease to release
     version: str = ""  # the Lease's resourceVersion as we last read or wrote it
+    uid: str = ""  # and its uid
     failing: bool = False  # a failure was logged: quiet until a write succeeds
 
 
@@ -188,7 +191,7 @@ class LeaderLeases(FaultHooks):
                     body = self._lease(path, name, term)
                     status, reply = await self._request("POST", self.leases_url, body, own=True)
                     if status == 201:
-                        term.version = _version(reply)
+                        term.version, term.uid = _version(reply), _uid(reply)
                         return False
                     if status == 409:  # someone made it first: read it
                         continue
@@ -199,14 +202,14 @@ class LeaderLeases(FaultHooks):
                 if why is not None:
                     log.info("not showing %s as the leader of %s: %s", term.identity, path, why)
                     return True
-                term.version = _version(current)
+                term.version, term.uid = _version(current), _uid(current)
             status, reply = await self._request("PUT", url, self._lease(path, name, term), own=True)
             if status == 200:
                 term.version = _version(reply)
                 return False
             if status not in (404, 409):
                 raise failure(status, reply, "PUT", "leases", self.where)
-            term.version = ""  # written or deleted by someone else: read it again
+            term.version = term.uid = ""  # written or deleted by someone else: read it again
         return False
 
     async def _release(self, path: str, name: str, term: _Term) -> bool:
@@ -240,6 +243,7 @@ class LeaderLeases(FaultHooks):
         }
         if term.version:
             metadata["resourceVersion"] = term.version
+            metadata["uid"] = term.uid
         spec: dict[str, Any] = {
             "leaseDurationSeconds": duration,
             "acquireTime": term.acquired,
@@ -258,6 +262,10 @@ class LeaderLeases(FaultHooks):
 
 def _version(body: dict[str, Any]) -> str:
     return str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _uid(body: dict[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("uid") or "")
 
 
 def _seconds(micro: str) -> str:

@@ -5,8 +5,13 @@ session id (63 random bits, in hex), ``leaseDurationSeconds`` the session timeou
 seconds (rounded up). ``start`` makes sure the tree's ConfigMap exists, creates the Lease,
 then registers the session in the tree (``tree``: only registered sessions create ephemeral
 nodes). A background loop renews the Lease every third of its duration: a PUT carrying the
-resourceVersion last written, so that it fails (409) if anyone else touched the Lease, and
-404 if a peer reaped it.
+Lease's uid and the resourceVersion last written, so that it fails (409) if anyone else
+touched the Lease or if a peer reaped it. The uid is what refuses a reaped Lease: the API
+server lets a PUT create a Lease that does not exist (the Lease strategy's
+``AllowCreateOnUpdate``), ignoring its resourceVersion then, and checks a ``metadata.uid``
+before anything else, against no uid at all when there is no Lease. Without it, a paused or
+partitioned holder's late renewal would create its reaped Lease anew and bring back a session
+its peers had struck off the tree.
 
 Timing: nothing on the server expires a Lease. Peers do (``liveness``), from the moment they
 *see* a renewal, which is after it was sent, for the duration the Lease itself states.
@@ -14,9 +19,10 @@ Timing: nothing on the server expires a Lease. Peers do (``liveness``), from the
 never later than any peer's view of it, which is the timing assumption of ``ha.drivers.base``.
 
 States: a renewal that gets no answer -> DISCONNECTED (retried every tenth of the duration);
-the next one that succeeds -> RECONNECTED. A 404, or a 409 after which the Lease is not ours
--> EXPIRED: the old session's remains are cleared (struck off the tree with its ephemeral
-nodes, its Lease deleted), and a new session opens (CONNECTED with the new id). ``aclose``
+the next one that succeeds -> RECONNECTED. A 409 after which a read finds no Lease, or one
+with another uid or holder (or a 404) -> EXPIRED, never a reconnection: the old session's
+remains are cleared (struck off the tree with its ephemeral nodes, its Lease deleted if it is
+still the one it created), and a new session opens (CONNECTED with the new id). ``aclose``
 clears the session the same way, so its ephemeral nodes go at once.
 """
 
@@ -68,6 +74,7 @@ class KubernetesSession(Driver):
                 settings.lease_seconds,
             )
         self._lease_version = ""  # our Lease's resourceVersion, as last written
+        self._lease_uid = ""  # and its uid, as the server gave it when we created it
         self._acquired = ""  # when our Lease was created (MicroTime)
         self._started = False  # between start and the end of aclose: requests may go
         self._known = Tree()  # the tree as the watch last saw it (watches.py)
@@ -237,7 +244,7 @@ class KubernetesSession(Driver):
             try:
                 with anyio.CancelScope(shield=True):
                     await self._clear({session})
-                    await self._request("DELETE", self.lease_url(session), own=True)
+                    await self._drop_lease(session, self._lease_uid)
             except DriverError as exc:
                 log.warning("could not clear the Kubernetes session %x: %s", session, exc)
         self._started = False
@@ -271,8 +278,9 @@ class KubernetesSession(Driver):
             "namespace": self.namespace,
             "labels": {**MANAGED, "ha.io/root": self.settings.name},
         }
-        if self._lease_version:
+        if self._lease_version:  # a renewal: of this very Lease (uid), unchanged since
             metadata["resourceVersion"] = self._lease_version
+            metadata["uid"] = self._lease_uid
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -289,7 +297,7 @@ class KubernetesSession(Driver):
     async def _open(self) -> None:
         """Open a session: create its Lease, then register it (CONNECTED is the caller's)."""
         session = secrets.randbits(63) or 1
-        self._lease_version, self._acquired = "", micro_time()
+        self._lease_version, self._lease_uid, self._acquired = "", "", micro_time()
         sent = anyio.current_time()
         body = self._lease_body(session, self._acquired)
         status, reply = await self._request("POST", self.leases_url, body, own=True)
@@ -298,12 +306,13 @@ class KubernetesSession(Driver):
         if status != 201:
             raise failure(status, reply, "POST", "leases", self.where)
         self._lease_version = str(reply["metadata"]["resourceVersion"])
+        self._lease_uid = str(reply["metadata"]["uid"])
         try:
             await self._update(lambda tree: _registered(tree, session), own=True)
         except BaseException:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.settings.op_timeout):
                 try:
-                    await self._request("DELETE", self.lease_url(session), own=True)
+                    await self._drop_lease(session, self._lease_uid)
                 except DriverError:
                     pass  # left for peers to reap
             raise
@@ -339,18 +348,19 @@ class KubernetesSession(Driver):
             status, reply = await self._request("PUT", url, body, within=within, own=True)
             if status == 409:  # ours still, if a renewal that timed out landed after all
                 status, reply = await self._request("GET", url, within=within, own=True)
-                holder = (reply.get("spec") or {}).get("holderIdentity")
-                if status == 200 and holder == f"{session:016x}":
+                if status == 200 and self._ours(reply, session):
                     self._lease_version = str(reply["metadata"]["resourceVersion"])
                     self._wake.set()  # renew with it now; this one proves nothing
                     return
-                status = 404
+                status = 404  # reaped, or taken: this session is over
         except DriverError:
             self._lost_contact()
             return
         if session != self._session_id:
             return
-        if status == 404:
+        # (201: a server that ignored the uid created the Lease anew; the session is gone
+        # all the same, and the new Lease, never registered, is left to the reapers)
+        if status in (201, 404):
             await self._expired(session)
             return
         if status != 200:
@@ -364,13 +374,26 @@ class KubernetesSession(Driver):
             self._emit(ConnectionEvent(ConnectionState.RECONNECTED, session))
             self._restart_watch()
 
+    def _ours(self, lease: dict[str, Any], session: int) -> bool:
+        """Whether ``lease`` is the very Lease this session created, still held by it."""
+        uid = (lease.get("metadata") or {}).get("uid")
+        holder = (lease.get("spec") or {}).get("holderIdentity")
+        return uid == self._lease_uid and holder == f"{session:016x}"
+
+    async def _drop_lease(self, session: int, uid: str) -> None:
+        """Delete the session's Lease if it is the one created with ``uid`` (another one of
+        that name is not this session's to delete: the server answers 409)."""
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        await self._request("DELETE", self.lease_url(session), options if uid else None, own=True)
+
     async def _expired(self, session: int) -> None:
         """The Lease was taken away: the session is over; clear what is left of it."""
+        uid = self._lease_uid
         self._session_id, self._connected = None, False
         self._emit(ConnectionEvent(ConnectionState.EXPIRED, session))
         try:
             await self._clear({session})
-            await self._request("DELETE", self.lease_url(session), own=True)
+            await self._drop_lease(session, uid)
         except DriverError as exc:  # peers clear it: a registered session without a Lease
             log.debug("could not clear the expired session %x: %s", session, exc)
         self._wake.set()  # a new session at once

@@ -29,7 +29,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--state-file", type=Path, help="keep objects here across restarts")
     parser.add_argument("--port-file", type=Path, help="write the port here when ready")
-    parser.add_argument("--history", type=int, default=1000, help="watch events kept (older: 410)")
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=100,
+        help="watch events kept per resource at least (older: 410; the watch cache's 100)",
+    )
+    parser.add_argument(
+        "--history-max",
+        type=int,
+        default=1000,
+        help="and at most, while they are fresh (a real server's: 102400)",
+    )
+    parser.add_argument(
+        "--event-fresh",
+        type=float,
+        default=75.0,
+        help="a history whose events are younger than this grows (the watch cache's 75 s)",
+    )
     parser.add_argument(
         "--min-request-timeout",
         type=float,
@@ -41,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         "--fresh-wait",
         type=float,
         default=3.0,
-        help="a watch from a future resourceVersion waits this long, then gets 504",
+        help="a read from a future resourceVersion waits this long, then gets 504",
     )
     parser.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate")
     parser.add_argument("--tls-key", type=Path, help="and this key")
@@ -53,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.history < 1:
         parser.error("--history must be at least 1")
     try:
-        store = Store(args.state_file, history=args.history)
+        store = Store(args.state_file, args.history, args.history_max, args.event_fresh)
     except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
         print(f"cannot use the state file {args.state_file}: {error}", file=sys.stderr)
         return 1

@@ -16,8 +16,9 @@ Tests set them over the admin endpoint (``/_fake/...``, never itself subject to 
   requests are answered that much later (after being carried out); ``count`` null = until reset.
 - ``POST /_fake/close-watches`` ``{"abrupt": false}``: end every open watch, with the final
   chunk or (abrupt) by dropping the connection.
-- ``POST /_fake/compact`` ``{"resourceVersion": null}``: forget the history up to there (default
-  all); a watch from an older resourceVersion then gets 410 Expired.
+- ``POST /_fake/compact`` ``{"resourceVersion": null}``: forget every resource's history up to
+  there (default all), as a watch cache that re-lists does; a watch from an older
+  resourceVersion then gets 410 Expired.
 - ``POST /_fake/reset``: drop every fail and delay rule.
 - ``GET /_fake/stats``: resourceVersion, compacted, open watches, objects, requests per verb.
 """

@@ -40,7 +40,9 @@ class FakeKubeApi:
         self,
         directory: Path | None = None,
         *,
-        history: int = 1000,
+        history: int = 100,
+        history_max: int = 1000,
+        event_fresh: float = 75.0,
         min_request_timeout: float = 1800.0,
         bookmark_interval: float = 60.0,
         fresh_wait: float = 3.0,
@@ -57,6 +59,8 @@ class FakeKubeApi:
         self.log = self.directory / "kubeapi.log"
         self.options = [
             *("--history", str(history)),
+            *("--history-max", str(history_max)),
+            *("--event-fresh", str(event_fresh)),
             *("--min-request-timeout", str(min_request_timeout)),
             *("--bookmark-interval", str(bookmark_interval)),
             *("--fresh-wait", str(fresh_wait)),

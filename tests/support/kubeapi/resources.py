@@ -2,8 +2,21 @@
 (coordination.k8s.io/v1), and Events (core v1, so that ``kubectl describe`` finds none).
 
 One ``Resource`` per kind says where it lives in the URL space, whether it is namespaced and
-what discovery advertises for it. Everything else (storage, validation, routing) looks kinds up
-here, so serving another kind starts with one row.
+what discovery advertises for it, and the two update rules its registry strategy sets in
+kube-apiserver (``AllowCreateOnUpdate``, ``AllowUnconditionalUpdate``, read by
+staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go ``Store.Update``):
+
+============  ==================  ========================  ==========================================
+kind          create on update    update without version    strategy (kubernetes/kubernetes)
+============  ==================  ========================  ==========================================
+Namespace     no                  yes                       pkg/registry/core/namespace/strategy.go
+ConfigMap     no                  yes                       pkg/registry/core/configmap/strategy.go
+Event         yes                 yes                       pkg/registry/core/event/strategy.go
+Lease         **yes**             **no** (422)              pkg/registry/coordination/lease/strategy.go
+============  ==================  ========================  ==========================================
+
+Everything else (storage, validation, routing) looks kinds up here, so serving another kind
+starts with one row.
 """
 
 from __future__ import annotations
@@ -26,6 +39,11 @@ class Resource:
     short_names: tuple[str, ...] = ()
     # fields a fieldSelector may name beyond metadata.name and metadata.namespace
     fields: tuple[str, ...] = ()
+    # the strategy's AllowCreateOnUpdate: a PUT to a missing name creates the object (201)
+    create_on_update: bool = False
+    # the strategy's AllowUnconditionalUpdate: a PUT without metadata.resourceVersion
+    # overwrites; where False it is 422 ("must be specified for an update")
+    unconditional_update: bool = True
 
     @property
     def api_version(self) -> str:
@@ -65,8 +83,18 @@ RESOURCES: tuple[Resource, ...] = (
             "source",
             "type",
         ),
+        create_on_update=True,
     ),
-    Resource("coordination.k8s.io", "v1", "leases", "lease", "Lease", True),
+    Resource(
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "lease",
+        "Lease",
+        True,
+        create_on_update=True,
+        unconditional_update=False,
+    ),
 )
 
 

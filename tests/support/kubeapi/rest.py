@@ -1,16 +1,35 @@
 """The REST verbs on one kind: list, get, create, update (PUT), patch, delete.
 
-The rules kube-apiserver applies, which the driver and every client rely on:
+The rules kube-apiserver applies, which the driver and every client rely on. Each names where
+kubernetes/kubernetes implements it; tests/kubeapi/test_updates.py and test_objects.py pin them.
 
 - create of an existing name: 409 AlreadyExists; in a missing namespace: 404 (namespaces
-  "x" not found); with ``metadata.resourceVersion`` set: 500, as the real storage layer says;
-- get, update, patch or delete of a missing object: 404 NotFound (ConfigMaps and Leases do
-  not create on update);
-- update or patch whose object carries a ``resourceVersion`` other than the stored one: 409
-  Conflict. **Without one, the update is an unconditional overwrite**, as on the real server;
+  "x" not found); with ``metadata.resourceVersion`` set: 500, as the real storage layer says.
+  ``generateName``: at most 58 characters of it, then 5 random characters of
+  ``bcdfghjklmnpqrstvwxz2456789``, drawn again up to 8 times if the name is taken
+  (apiserver/pkg/storage/names/generate.go ``simpleNameGenerator``, apimachinery
+  util/rand ``String``, registry/store.go ``createWithGenerateNameRetry``);
+- get, patch or delete of a missing object: 404 NotFound. A PATCH never creates
+  (endpoints/handlers/patch.go: ``createNewObject`` of a merge or JSON patch is NotFound);
+- update (PUT), as registry/store.go ``Store.Update`` does it, in this order:
+  1. a ``metadata.uid`` in the body is a precondition (rest/update.go
+     ``defaultUpdatedObjectInfo.Preconditions``), checked against the stored object before
+     anything else (storage/etcd3/store.go ``GuaranteedUpdate`` → ``Preconditions.Check``):
+     409 Conflict "Precondition failed: UID in precondition". A missing object has no uid,
+     so a PUT carrying one never creates anything;
+  2. a missing object: 404 NotFound, unless the kind allows create on update
+     (``resources.py``: Leases and Events do). Then the PUT **creates** it, answered 201,
+     and the body's resourceVersion is ignored (the create branch of ``Store.Update`` never
+     compares it);
+  3. no ``metadata.resourceVersion`` in the body: an unconditional overwrite where the kind
+     allows it (ConfigMaps), else 422 "metadata.resourceVersion: Invalid value: 0x0: must be
+     specified for an update" (Leases);
+  4. a resourceVersion other than the stored one: 409 Conflict "the object has been modified";
 - a body whose name or namespace differs from the URL: 400 BadRequest;
 - an update that changes nothing writes nothing: the resourceVersion stays, no watch event;
-- delete with ``preconditions.resourceVersion`` or ``.uid`` that do not match: 409 Conflict.
+- delete with ``preconditions.uid`` or ``.resourceVersion`` (DeleteOptions) that do not
+  match: 409 Conflict, the uid first, with ``rest/delete.go`` ``BeforeDelete``'s messages
+  (which name the Kind, not the resource: "Lease.coordination.k8s.io").
 
 The caller (the HTTP layer) holds the store's lock around each call.
 """
@@ -21,7 +40,6 @@ import base64
 import copy
 import json
 import secrets
-import string
 from typing import Any
 
 from tests.support.kubeapi.patch import apply_patch
@@ -32,6 +50,7 @@ from tests.support.kubeapi.status import (
     already_exists,
     bad_request,
     conflict,
+    invalid,
     not_found,
     success,
 )
@@ -44,6 +63,9 @@ NAMESPACES = next(r for r in RESOURCES if r.plural == "namespaces")
 MODIFIED = (
     "the object has been modified; please apply your changes to the latest version and try again"
 )
+GENERATED = 63 - 5  # names.simpleNameGenerator: room for the 5 random characters
+RANDOM = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery util/rand: no vowels, no 0, 1, 3
+NAME_ATTEMPTS = 8  # registry/store.go maxNameGenerationCreateAttempts
 
 
 def _namespace_object(name: str) -> dict[str, Any]:
@@ -129,10 +151,7 @@ class Rest:
         self._check_identity(resource, namespace, obj, None)
         metadata = obj["metadata"]
         if not metadata.get("name") and metadata.get("generateName"):
-            alphabet = string.ascii_lowercase + string.digits
-            metadata["name"] = metadata["generateName"] + "".join(
-                secrets.choice(alphabet) for _ in range(5)
-            )
+            metadata["name"] = self._generated_name(resource, namespace, metadata["generateName"])
         if not metadata.get("name"):
             raise ApiError(
                 422,
@@ -156,11 +175,33 @@ class Rest:
                 "InternalError",
                 "Internal error occurred: resourceVersion should not be set on objects to be created",
             )
-        if resource.namespaced and self.store.get((NAMESPACES.key, "", namespace or "")) is None:
-            raise not_found("", "namespaces", namespace or "")
+        self._check_namespace(resource, namespace)
         key = self._key(resource, namespace, metadata["name"])
         if self.store.get(key) is not None:
             raise already_exists(resource.group, resource.plural, metadata["name"])
+        return self._insert(resource, key, obj)
+
+    def _check_namespace(self, resource: Resource, namespace: str | None) -> None:
+        if resource.namespaced and self.store.get((NAMESPACES.key, "", namespace or "")) is None:
+            raise not_found("", "namespaces", namespace or "")
+
+    def _generated_name(self, resource: Resource, namespace: str | None, base: str) -> str:
+        """``base`` (cut to 58 characters) and 5 random ones, a name not taken yet."""
+        for _ in range(NAME_ATTEMPTS):
+            name = base[:GENERATED] + "".join(secrets.choice(RANDOM) for _ in range(5))
+            if self.store.get(self._key(resource, namespace, name)) is None:
+                return name
+        raise ApiError(  # apimachinery errors.NewGenerateNameConflict
+            409,
+            "AlreadyExists",
+            f'{_qualified(resource.group, resource.plural)} "{name}" already exists, the server'
+            " was not able to generate a unique name for the object",
+            {**_details(resource, name), "retryAfterSeconds": 1},
+        )
+
+    def _insert(self, resource: Resource, key: Key, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store a new object: its uid and creation time are the server's."""
+        metadata = obj["metadata"]
         for field in ("uid", "creationTimestamp", "deletionTimestamp"):
             metadata.pop(field, None)
         if resource.kind == "Namespace":
@@ -170,6 +211,21 @@ class Rest:
             ]
         return self.store.create(key, obj)
 
+    def _check_version(self, resource: Resource, obj: dict[str, Any], old: dict[str, Any]) -> None:
+        """The resourceVersion rules of ``Store.Update`` for an existing object."""
+        name = old["metadata"]["name"]
+        sent = obj["metadata"].get("resourceVersion")
+        if not sent and not resource.unconditional_update:
+            # registry/store.go: NewInvalid(GroupKind{group, resource}, ...), hence "leases"
+            cause = {
+                "reason": "FieldValueInvalid",
+                "message": "Invalid value: 0x0: must be specified for an update",
+                "field": "metadata.resourceVersion",
+            }
+            raise invalid(resource.group, resource.plural, name, [cause])
+        if sent and sent != old["metadata"]["resourceVersion"]:
+            raise conflict(resource.group, resource.plural, name, MODIFIED)
+
     def _write(
         self,
         resource: Resource,
@@ -178,20 +234,8 @@ class Rest:
         obj: dict[str, Any],
         old: dict[str, Any],
     ) -> dict[str, Any]:
-        """The shared tail of update and patch: preconditions, validation, the write."""
-        self._check_identity(resource, namespace, obj, name)
+        """The shared tail of update and patch: validation, the write."""
         metadata = obj["metadata"]
-        metadata["name"] = name
-        sent = metadata.get("resourceVersion")
-        if sent and sent != old["metadata"]["resourceVersion"]:
-            raise conflict(resource.group, resource.plural, name, MODIFIED)
-        if metadata.get("uid") and metadata["uid"] != old["metadata"]["uid"]:
-            raise conflict(
-                resource.group,
-                resource.plural,
-                name,
-                f"Precondition failed: UID in precondition: {metadata['uid']}, UID in object meta: {old['metadata']['uid']}",
-            )
         validate(resource, obj)
         if resource.kind == "ConfigMap" and old.get("immutable"):
             for field in ("data", "binaryData", "immutable"):
@@ -220,17 +264,55 @@ class Rest:
 
     def update(
         self, resource: Resource, namespace: str | None, name: str, body: Any
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], bool]:
+        """A PUT: the object written, and True if the PUT created it (the answer is 201)."""
         obj = decode(resource, body)
-        old = self._existing(resource, namespace, name)
-        return self._write(resource, namespace, name, obj, old)
+        self._check_identity(resource, namespace, obj, name)
+        metadata = obj["metadata"]
+        metadata["name"] = name
+        key = self._key(resource, namespace, name)
+        old = self.store.get(key)
+        uid = metadata.get("uid")
+        stored = old["metadata"]["uid"] if old is not None else ""
+        if uid and uid != stored:
+            raise conflict(
+                resource.group,
+                resource.plural,
+                name,
+                _invalid_object(
+                    resource,
+                    namespace,
+                    name,
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: {stored}",
+                ),
+            )
+        if old is None:
+            if not resource.create_on_update:
+                raise not_found(resource.group, resource.plural, name)
+            metadata.pop("resourceVersion", None)  # the create branch never looks at it
+            self._check_namespace(resource, namespace)
+            validate(resource, obj)
+            return self._insert(resource, key, obj), True
+        self._check_version(resource, obj, old)
+        return self._write(resource, namespace, name, obj, old), False
 
     def patch(
         self, resource: Resource, namespace: str | None, name: str, media_type: str, body: Any
     ) -> dict[str, Any]:
-        old = self._existing(resource, namespace, name)
+        old = self._existing(resource, namespace, name)  # a patch never creates
         patched = apply_patch(media_type, copy.deepcopy(old), body)
         obj = decode(resource, patched)
+        self._check_identity(resource, namespace, obj, name)
+        obj["metadata"]["name"] = name
+        uid = obj["metadata"].get("uid")
+        if uid and uid != old["metadata"]["uid"]:  # ValidateObjectMetaUpdate
+            cause = {
+                "reason": "FieldValueInvalid",
+                "message": f'Invalid value: "{uid}": field is immutable',
+                "field": "metadata.uid",
+            }
+            raise invalid(resource.group, resource.kind, name, [cause])
+        self._check_version(resource, obj, old)
         return self._write(resource, namespace, name, obj, old)
 
     def delete(
@@ -239,17 +321,20 @@ class Rest:
         old = self._existing(resource, namespace, name)
         preconditions = (body or {}).get("preconditions") or {} if isinstance(body, dict) else {}
         want_rv, want_uid = preconditions.get("resourceVersion"), preconditions.get("uid")
+        # rest/delete.go BeforeDelete: the uid first, and the Kind in the message
         if want_uid and want_uid != old["metadata"]["uid"]:
             raise conflict(
                 resource.group,
-                resource.plural,
+                resource.kind,
                 name,
-                f"Precondition failed: UID in precondition: {want_uid}, UID in object meta: {old['metadata']['uid']}",
+                f"the UID in the precondition ({want_uid}) does not match the UID in record"
+                f" ({old['metadata']['uid']}). The object might have been deleted and then"
+                " recreated",
             )
         if want_rv and want_rv != old["metadata"]["resourceVersion"]:
             raise conflict(
                 resource.group,
-                resource.plural,
+                resource.kind,
                 name,
                 f"the ResourceVersion in the precondition ({want_rv}) does not match the"
                 f" ResourceVersion in record ({old['metadata']['resourceVersion']}). The object"
@@ -282,3 +367,19 @@ class Rest:
 
 def _order(obj: dict[str, Any]) -> tuple[str, str]:
     return (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+
+
+def _qualified(group: str, plural: str) -> str:
+    return f"{plural}.{group}" if group else plural
+
+
+def _details(resource: Resource, name: str) -> dict[str, Any]:
+    group = {"group": resource.group} if resource.group else {}
+    return {"name": name, **group, "kind": resource.plural}
+
+
+def _invalid_object(resource: Resource, namespace: str | None, name: str, why: str) -> str:
+    """How the storage layer words a failed precondition (storage/errors.go
+    ``NewInvalidObjError``), keyed by the object's etcd key."""
+    key = "/".join(part for part in ("/registry", resource.plural, namespace, name) if part)
+    return f"StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: {why}"

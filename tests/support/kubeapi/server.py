@@ -291,16 +291,18 @@ class Handler(BaseHTTPRequestHandler):
             if target.name is not None:  # legacy /watch/.../name: a watch on one object
                 query = {**query, "fieldSelector": f"metadata.name={target.name}"}
             # 400 for a bad version or selector before the stream starts
-            version = parse_version(query.get("resourceVersion"))
+            parse_version(query.get("resourceVersion"))
             float(query.get("timeoutSeconds") or 0)
-            if version is not None:
-                wait_fresh(self.server.store, version, self.server.settings.fresh_wait)
             matcher(resource, query.get("labelSelector"), query.get("fieldSelector"))
             time.sleep(delay)
             self.serve_watch(target, query)
             return
         code, answer = 200, None
         rest, store = self.server.rest, self.server.store
+        if method == "GET":  # a read from a version the store has not reached waits for it
+            version = parse_version(query.get("resourceVersion"))
+            if version is not None:
+                wait_fresh(store, version, self.server.settings.fresh_wait)
         with store.cond:
             if method == "GET" and target.name is None:
                 answer = rest.list(resource, target.namespace, query)
@@ -309,7 +311,8 @@ class Handler(BaseHTTPRequestHandler):
             elif method == "POST" and target.name is None:
                 answer, code = rest.create(resource, target.namespace, body), 201
             elif method == "PUT" and target.name is not None:
-                answer = rest.update(resource, target.namespace, target.name, body)
+                answer, created = rest.update(resource, target.namespace, target.name, body)
+                code = 201 if created else 200
             elif method == "PATCH" and target.name is not None:
                 media_type = self.headers.get("Content-Type", "").split(";")[0].strip()
                 answer = rest.patch(resource, target.namespace, target.name, media_type, body)

@@ -7,8 +7,10 @@ count). The real server answers those with 400 BadRequest "... cannot be handled
 
 Validation runs on a decoded object and answers 422 Invalid, one ``cause`` per broken field:
 names are DNS-1123 subdomains of at most 253 characters (namespaces: labels of at most 63),
-ConfigMap keys match ``[-._a-zA-Z0-9]+``, ``data`` plus ``binaryData`` hold at most 1 MiB and
-share no key, a Lease's ``leaseDurationSeconds`` is > 0 (why client-go's release writes 1,
+ConfigMap keys match ``[-._a-zA-Z0-9]+``, the values of ``data`` plus ``binaryData`` (their
+bytes; keys are not counted) hold at most 1 MiB and the two share no key (the duplicate is
+reported on ``data[key]``: pkg/apis/core/validation/validation.go ``ValidateConfigMap``,
+``core.MaxSecretSize``), a Lease's ``leaseDurationSeconds`` is > 0 (why client-go's release writes 1,
 kubernetes/kubernetes#88194) and its ``leaseTransitions`` >= 0.
 """
 
@@ -177,8 +179,9 @@ def _config_map_causes(obj: dict[str, Any]) -> list[dict[str, str]]:
                 causes.append(_cause(where, key, KEY_MESSAGE))
             elif key in (".", ".."):
                 causes.append(_cause(where, key, f"must not be '{key}'"))
-            if field == "binaryData" and key in data:
-                causes.append(_cause(where, key, "duplicate of key present in data"))
+            if field == "data" and key in binary:
+                causes.append(_cause(where, key, "duplicate of key present in binaryData"))
+            # the values' bytes only, never the keys (ValidateConfigMap's totalSize)
             size += len(value.encode()) if field == "data" else len(base64.b64decode(value))
     if size > MAX_CONFIG_BYTES:
         causes.append(

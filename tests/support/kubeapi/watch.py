@@ -4,10 +4,14 @@ What kube-apiserver does, and so the fake:
 
 - without a ``resourceVersion`` (or with "0"), the stream starts with a synthetic ADDED event
   per current object, then goes on with changes;
-- with one, it sends every change after it; if that version is older than the kept history
-  the stream is a single ERROR event carrying a 410 Expired Status (HTTP status 200); if it
-  is newer than the store, the request waits up to 3 s for it, then gets 504 "Too large
-  resource version";
+- with one, it sends every change after it; if that version is older than the resource's
+  kept history (store.py) the stream is a single ERROR event carrying a 410 Expired Status
+  (HTTP status 200: once the version parsed, the real cacher reports errors as watch events,
+  storage/cacher/cacher.go ``Watch``); if it is newer than the store, the watch is accepted
+  at once and sends what comes after that version (cacher.go
+  ``waitUntilWatchCacheFreshAndForceAllEvents`` waits only for ``sendInitialEvents``
+  watches). A LIST or GET from a future version waits up to 3 s for it, then gets 504 "Too
+  large resource version" (watch_cache.go ``waitUntilFreshAndBlock``, ``blockTimeout``);
 - selectors apply to both sides of a change: an object that stops matching is sent as
   DELETED, one that starts matching as ADDED;
 - the server ends each watch after ``timeoutSeconds``, or by default after a random time
@@ -40,7 +44,7 @@ __all__ = ("Abort", "WatchSettings", "parse_version", "serve_watch", "wait_fresh
 class WatchSettings:
     min_request_timeout: float = 1800.0
     bookmark_interval: float = 60.0
-    fresh_wait: float = 3.0  # how long a watch from a future version waits for it
+    fresh_wait: float = 3.0  # how long a read from a future version waits for it
 
 
 def wait_fresh(store: Store, version: int, wait: float) -> None:
@@ -120,8 +124,7 @@ def serve_watch(
     next_bookmark = time.monotonic() + settings.bookmark_interval
 
     def wanted(event: Event) -> bool:
-        res, ns, _ = event.key
-        return res == resource.key and (namespace is None or ns == namespace)
+        return namespace is None or event.key[1] == namespace
 
     with store.cond:
         if start is None:
@@ -130,7 +133,7 @@ def serve_watch(
         else:
             initial, cursor = [], start
             try:
-                store.since(cursor)
+                store.since(resource.key, cursor)
             except TooOld as too_old:
                 send({"type": "ERROR", "object": expired(too_old.requested, too_old.oldest)})
                 return
@@ -146,14 +149,16 @@ def serve_watch(
                 if state == "graceful" or now >= deadline:
                     return
                 try:
-                    events = store.since(cursor)
+                    events = store.since(resource.key, cursor)
                 except TooOld as too_old:
                     events = None
                     error = expired(too_old.requested, too_old.oldest)
                     break
-                if events or (bookmarks and now >= next_bookmark):
+                # a watch from a future version hears nothing until the store reaches it
+                marking = bookmarks and store.rv >= cursor
+                if events or (marking and now >= next_bookmark):
                     break
-                wake = min(deadline, next_bookmark) if bookmarks else deadline
+                wake = min(deadline, next_bookmark) if marking else deadline
                 store.cond.wait(max(0.0, min(wake - now, 1.0)))
             rv = store.rv
         if events is None:
@@ -164,7 +169,7 @@ def serve_watch(
             kind = _translate(event, match) if wanted(event) else None
             if kind is not None:
                 send({"type": kind, "object": event.object})
-        if bookmarks and time.monotonic() >= next_bookmark:
+        if bookmarks and time.monotonic() >= next_bookmark and rv >= cursor:
             next_bookmark = time.monotonic() + settings.bookmark_interval
             send(
                 {
@@ -172,7 +177,7 @@ def serve_watch(
                     "object": {
                         "kind": resource.kind,
                         "apiVersion": resource.api_version,
-                        "metadata": {"resourceVersion": str(max(rv, cursor))},
+                        "metadata": {"resourceVersion": str(rv)},
                     },
                 }
             )
