@@ -10,7 +10,8 @@ leadership found (``report``); 130 interrupted.
 
 The commands live by subject: ``run``, ``election`` (status, history, pause, resume, watch,
 failover, format), ``jobs``, ``report``, ``demo``; ``_run`` is how each one runs and fails,
-``_show`` what it prints, ``_watch`` how watch survives outages, ``_dns`` the early lookup.
+``_show`` what it prints, ``_watch`` how watch survives outages, ``_dns`` the early lookup,
+``_reach`` how ``ha run`` waits for a backend that is down at start.
 """
 
 from __future__ import annotations

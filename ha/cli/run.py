@@ -17,12 +17,13 @@ from typing import Any
 
 import click
 
-from ..drivers.base import Driver
 from ..election.preference import MAX_PRIORITY
 from ..errors import ConfigurationError
 from ..http import parse_address
 from ..supervisor.exits import OnExit
-from ._run import Failure, Options, UsageFailure, http_option, run_as, with_driver
+from ._reach import reach_driver
+from ._run import Failure, Options, UsageFailure, http_option, run_as
+from ._run import run as run_async
 
 __all__ = ("run",)
 
@@ -179,7 +180,8 @@ def run(
     dies, even by SIGKILL, a guard process kills COMMAND's whole tree, daemons that left its
     process group included (Linux). An --id already running is refused. COMMAND gets
     HA_ELECTION, HA_IDENTITY and HA_EPOCH (a fencing token). SIGINT/SIGTERM stop COMMAND and leave the election
-    without fencing; `ha failover` asks the active to hand over gracefully.
+    without fencing; `ha failover` asks the active to hand over gracefully. A backend that
+    cannot be reached at start is tried again, with one log line per try, until it can.
 
     \b
     Examples:
@@ -231,11 +233,14 @@ def run(
 
     run_as(identity)
 
-    async def go(driver: Driver) -> int | None:
-        supervisor = Supervisor(driver, settings, handle_signals=True)
-        await supervisor.run()
-        return supervisor.exit_status
+    async def go() -> int | None:
+        async with reach_driver(opts) as driver:  # waits for a backend that is down
+            if driver is None:
+                return None  # stopped (SIGINT, SIGTERM) before it could be reached
+            supervisor = Supervisor(driver, settings, handle_signals=True)
+            await supervisor.run()
+            return supervisor.exit_status
 
-    failed = with_driver(opts, go)
+    failed = run_async(opts, go)
     if failed is not None:  # --on-exit fail: COMMAND's status (logged with the reason)
         sys.exit(failed)

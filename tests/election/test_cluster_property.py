@@ -108,6 +108,7 @@ async def heal_all(c: Cluster) -> None:
 
 TIMING = ha.Timing(
     backoff=ha.Backoff(initial=0.005, maximum=0.05),
+    fence_backoff=ha.Backoff(initial=0.005, maximum=0.05),  # liveness: within the same bound
     hook_timeout=0.2,
     max_retries=50,
 )

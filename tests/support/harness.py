@@ -56,7 +56,11 @@ from ha.election.lease import Lease
 from ha.errors import Unavailable
 from ha.testing import History, Recorder, check_history, faults
 
-FAST = ha.Timing(backoff=ha.Backoff(initial=0.005, maximum=0.05), hook_timeout=0.5)
+FAST = ha.Timing(
+    backoff=ha.Backoff(initial=0.005, maximum=0.05),
+    fence_backoff=ha.Backoff(initial=0.005, maximum=0.05),
+    hook_timeout=0.5,
+)
 TIMEOUT = 0.3  # the memory backend's session timeout (kept for the tests that import it)
 
 _ids = itertools.count()
