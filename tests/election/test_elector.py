@@ -504,8 +504,10 @@ async def test_sqlite_crash_is_seen_through_the_kernel_lock_before_the_lease_end
         await wait_for(lambda: b.state is ha.State.STANDBY)
         sid = a.driver.session_id
         assert sid is not None
+        # read before the crash: once the kernel lock is free, b's next poll may reap the
+        # row at once (a renewal since would only move the end later)
+        expires = _lease_end(net, sid)
         await c.crash(a)
-        expires = _lease_end(net, sid)  # nobody renews it now; the row is still there
         await wait_for(lambda: bool(b.rec.leases))
         [started] = [e for e in c.history.events if e.kind == "start" and e.identity == "b"]
         assert started.t < expires
