@@ -20,6 +20,7 @@ from typing import NoReturn
 
 import click
 
+from .._install import DISTRIBUTION
 from . import demo, election, jobs, report, run
 from ._logs import LOG_FORMATS, LOG_LEVELS
 from ._run import CONTEXT, Failure, Options, add_global_options
@@ -60,7 +61,7 @@ __all__ = ("cli", "main")
     help="Level of ha's logs (env HA_LOG_LEVEL). Default: warnings, and the story of"
     " `ha run` and job managers at info.",
 )
-@click.version_option(package_name="ha", prog_name="ha")
+@click.version_option(package_name=DISTRIBUTION, prog_name="ha")
 @click.pass_context
 def cli(
     ctx: click.Context, url: str | None, debug: bool, log_format: str, log_level: str | None
@@ -72,7 +73,7 @@ def cli(
       ha demo                                  # see failover happen, no server needed
       ha run /myapp --id host-a -- ./serve.sh  # run serve.sh only while active
       ha status /myapp
-      ha demo --pipeline                       # the PySpark job manager (ha[spark])
+      ha demo --pipeline                       # the PySpark job manager (ha-elector[spark])
     """
     source = ctx.get_parameter_source("url")
     ctx.obj = Options(url, source is click.core.ParameterSource.COMMANDLINE, debug)
