@@ -9,6 +9,7 @@ the rules of ``ha/supervisor/exits.py`` (``--on-exit``, ``--max-restarts``) and
 
 from __future__ import annotations
 
+import faulthandler
 import shlex
 import shutil
 import sys
@@ -191,6 +192,7 @@ def run(
     """
     from ..supervisor import Settings, Supervisor
     from ..supervisor.exits import OnExit
+    from ..supervisor.systemd import Notifier
 
     if command and command[0] == "--":
         command = command[1:]
@@ -231,11 +233,16 @@ def run(
 
     run_as(identity)
 
-    async def go(driver: Driver) -> int | None:
-        supervisor = Supervisor(driver, settings, handle_signals=True)
-        await supervisor.run()
-        return supervisor.exit_status
+    # under systemd (Type=notify): readiness, status and the watchdog's keep-alive
+    with Notifier.from_environ() as systemd:
+        if systemd.watchdog is not None:
+            faulthandler.enable()  # killed by the watchdog (SIGABRT): the journal shows where
 
-    failed = with_driver(opts, go)
+        async def go(driver: Driver) -> int | None:
+            supervisor = Supervisor(driver, settings, handle_signals=True, systemd=systemd)
+            await supervisor.run()
+            return supervisor.exit_status
+
+        failed = with_driver(opts, go)
     if failed is not None:  # --on-exit fail: COMMAND's status (logged with the reason)
         sys.exit(failed)
