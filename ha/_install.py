@@ -9,7 +9,9 @@ tests/packaging/test_distribution_name.py checks this name against pyproject.tom
 
 from __future__ import annotations
 
-__all__ = ("DISTRIBUTION", "install_hint")
+from importlib import metadata
+
+__all__ = ("DISTRIBUTION", "install_hint", "version")
 
 DISTRIBUTION = "ha-elector"
 
@@ -17,3 +19,12 @@ DISTRIBUTION = "ha-elector"
 def install_hint(extra: str) -> str:
     """The command that installs ``extra`` (a ``[project.optional-dependencies]`` key)."""
     return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
+def version() -> str:
+    """The installed distribution's version (``ha --version``), or why there is none: run
+    from a source tree that was never installed, or beside an older install of another name."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return f"unknown ({DISTRIBUTION} is not installed)"

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,17 @@ def test_the_package_spells_pip_install_in_one_place() -> None:
         if "pip install" in path.read_text()
     ]
     assert spelled == ["ha/_install.py"]
+
+
+def test_the_version_is_this_distribution_s_or_says_it_is_not_installed(tmp_path: Path) -> None:
+    # this checkout's `ha` may run beside an install of another name (a venv made before the
+    # rename) or none at all: a line either way, never a traceback
+    try:
+        expected = metadata.version(NAME)
+    except metadata.PackageNotFoundError:
+        expected = f"unknown ({NAME} is not installed)"
+    shown = ha("--version", env=ha_env(tmp_path))
+    assert (shown.returncode, shown.stdout, shown.stderr) == (0, f"ha, version {expected}\n", "")
 
 
 @pytest.mark.parametrize(
