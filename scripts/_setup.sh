@@ -40,3 +40,15 @@ make_venv() {
     python3 -m venv .venv
   fi
 }
+
+# The project's distribution was named `ha` before (on the package index that name is another
+# project, with a top-level package `ha` too): a .venv made then still holds it, and it would
+# own the `ha` command and package beside ha-elector. Removed before ha-elector is installed,
+# with the metadata its editable install left in the checkout (found there on the path entry).
+drop_old_name() {
+  if .venv/bin/python -m pip show -q ha >/dev/null 2>&1; then
+    echo "== removing the distribution 'ha' (now named ha-elector)"
+    .venv/bin/python -m pip uninstall -q -y ha
+  fi
+  rm -rf ha.egg-info
+}

@@ -21,12 +21,20 @@ from typing import NoReturn
 
 import click
 
+from .._install import version
 from . import demo, election, jobs, report, run
 from ._logs import LOG_FORMATS, LOG_LEVELS
 from ._run import CONTEXT, Failure, Options, add_global_options
 from .config import ConfiguredGroup
 
 __all__ = ("cli", "main")
+
+
+def _show_version(ctx: click.Context, _param: click.Parameter, asked: bool) -> None:
+    # looked up when asked (not at every start), and a line even when nothing is installed
+    if asked and not ctx.resilient_parsing:
+        click.echo(f"ha, version {version()}")
+        ctx.exit()
 
 
 @click.group(cls=ConfiguredGroup, context_settings=CONTEXT)
@@ -61,7 +69,14 @@ __all__ = ("cli", "main")
     help="Level of ha's logs (env HA_LOG_LEVEL). Default: warnings, and the story of"
     " `ha run` and job managers at info.",
 )
-@click.version_option(package_name="ha", prog_name="ha")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version and exit.",
+)
 @click.pass_context
 def cli(
     ctx: click.Context, url: str | None, debug: bool, log_format: str, log_level: str | None
@@ -73,7 +88,7 @@ def cli(
       ha demo                                  # see failover happen, no server needed
       ha run /myapp --id host-a -- ./serve.sh  # run serve.sh only while active
       ha status /myapp
-      ha demo --pipeline                       # the PySpark job manager (ha[spark])
+      ha demo --pipeline                       # the PySpark job manager (ha-elector[spark])
     """
     source = ctx.get_parameter_source("url")
     ctx.obj = Options(url, source is click.core.ParameterSource.COMMANDLINE, debug)

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.to_thread
 
+from ..drivers import driver_class
 from ..errors import ConfigurationError
 
 __all__ = ("check_hosts_resolve",)
@@ -31,6 +32,7 @@ async def check_hosts_resolve(url: str) -> None:
     resolves; otherwise return (at once for other backends)."""
     if urlsplit(url).scheme != "zk":
         return
+    driver_class(url)  # kazoo missing: the one line that says what to install, raised here
     from ..drivers.zookeeper.settings import parse_hosts, parse_url
 
     hosts = [_host(a) for a in parse_hosts(parse_url(url, {})[0]).split(",")]

@@ -28,6 +28,7 @@ from urllib.parse import quote, urlsplit
 import anyio
 import click
 
+from .._install import install_hint
 from ..drivers import connect
 from ..drivers.base import Driver
 from ..errors import ConfigurationError, HAError
@@ -117,9 +118,9 @@ def _one_line(exc: BaseException) -> str:
 
 # --- Spark: what to install, and its errors in one line -----------------------------------------
 
-# what `pip install 'ha[spark]'` brings: a missing one is an installation problem, said so
+# what the spark extra brings: a missing one is an installation problem, said so
 SPARK_MODULES = frozenset({"pyspark", "py4j", "pandas", "pyarrow", "numpy", "matplotlib"})
-SPARK_HINT = "install ha[spark] (pip install 'ha[spark]')"
+SPARK_HINT = install_hint("spark")
 
 
 def need_spark(what: str) -> None:

@@ -36,7 +36,7 @@ __all__ = ("demo",)
     "--pipeline",
     "pipeline_demo",
     is_flag=True,
-    help="The PySpark job manager demo instead (needs ha[spark] and Java).",
+    help="The PySpark job manager demo instead (needs ha-elector[spark] and Java).",
 )
 @click.option(
     "--workdir",

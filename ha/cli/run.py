@@ -9,6 +9,7 @@ the rules of ``ha/supervisor/exits.py`` (``--on-exit``, ``--max-restarts``) and
 
 from __future__ import annotations
 
+import faulthandler
 import shlex
 import shutil
 import sys
@@ -191,8 +192,11 @@ def run(
       ha --url 'sqlite:///var/lib/myapp/ha.db?session_timeout=10' \\
          run /myapp --id host-c --grace 5 --health './check.sh' -- ./serve.sh
     """
+    import anyio
+
     from ..supervisor import Settings, Supervisor
     from ..supervisor.exits import OnExit
+    from ..supervisor.systemd import Notifier
 
     if command and command[0] == "--":
         command = command[1:]
@@ -233,14 +237,29 @@ def run(
 
     run_as(identity)
 
-    async def go() -> int | None:
-        async with reach_driver(opts) as driver:  # waits for a backend that is down
-            if driver is None:
-                return None  # stopped (SIGINT, SIGTERM) before it could be reached
-            supervisor = Supervisor(driver, settings, handle_signals=True)
-            await supervisor.run()
-            return supervisor.exit_status
+    # under systemd (Type=notify): readiness, status and the watchdog's keep-alive
+    with Notifier.from_environ() as systemd:
+        if systemd.watchdog is not None:
+            faulthandler.enable()  # killed by the watchdog (SIGABRT): the journal shows where
 
-    failed = run_async(opts, go)
+        async def go() -> int | None:
+            async with anyio.create_task_group() as tg:
+                waiting = anyio.CancelScope()  # the keep-alive while the backend is down
+
+                async def keep_alive() -> None:
+                    with waiting:
+                        await systemd.keep_alive()
+
+                tg.start_soon(keep_alive)
+                async with reach_driver(opts) as driver:  # waits for a backend that is down
+                    waiting.cancel()  # the supervisor sends it from now on
+                    if driver is None:
+                        return None  # stopped (SIGINT, SIGTERM) before it could be reached
+                    supervisor = Supervisor(driver, settings, handle_signals=True, systemd=systemd)
+                    await supervisor.run()
+                    return supervisor.exit_status
+            return None  # not reached: the block returns
+
+        failed = run_async(opts, go)
     if failed is not None:  # --on-exit fail: COMMAND's status (logged with the reason)
         sys.exit(failed)

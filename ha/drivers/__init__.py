@@ -10,6 +10,7 @@ import importlib
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._install import install_hint
 from ..errors import ConfigurationError
 from .base import Driver
 
@@ -40,7 +41,7 @@ def driver_class(url: str) -> type[Driver]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        hint = f": pip install 'ha[{extra}]'" if extra else ""
+        hint = f": {install_hint(extra)}" if extra else ""
         raise ConfigurationError(f"the {scheme}:// backend is not available ({exc}){hint}") from exc
     cls: type[Driver] = getattr(module, class_name)
     return cls

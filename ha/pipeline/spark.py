@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio.to_thread
 
+from .._install import install_hint
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
         from pyspark.sql import SparkSession
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ConfigurationError(
-            f"PySpark is not installed ({exc}): pip install 'ha[spark]'"
+            f"PySpark is not installed ({exc}): {install_hint('spark')}"
         ) from exc
     builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
     for key, value in settings.spark_conf().items():

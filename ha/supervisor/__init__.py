@@ -67,6 +67,7 @@ from .paused import PauseWatch
 from .preferred import HandBack
 from .process import Child, describe_exit, spawn
 from .settings import Settings, timing_for
+from .systemd import Notifier
 
 # the package's API: the supervisor, what it is asked to do, and the child processes it runs
 __all__ = ("Child", "FenceRefused", "Settings", "Supervisor", "spawn", "timing_for")
@@ -85,6 +86,7 @@ class Supervisor:
     with ``handle_signals``) once COMMAND is stopped and the election quit; it raises
     ``ElectionFailed`` on a fatal election error. ``registry``: where its metrics go (made
     when ``settings.http`` asks for the endpoint, which serves them at ``/metrics``).
+    ``systemd``: what it tells systemd (readiness, status, watchdog: ``systemd.py``).
     """
 
     def __init__(
@@ -94,8 +96,10 @@ class Supervisor:
         *,
         handle_signals: bool = False,
         registry: Registry | None = None,
+        systemd: Notifier | None = None,
     ):
         self.driver = driver
+        self._systemd = systemd if systemd is not None else Notifier()
         self.settings = settings
         if registry is None and settings.http is not None:
             registry = Registry()
@@ -152,6 +156,7 @@ class Supervisor:
         """Stop COMMAND, leave the election (without fencing) and make ``run`` return."""
         if not self._stopping:
             log.info("stopping")
+            self._systemd.stopping()
         self._stopping = True
         self._quit()
         self._poke()
@@ -211,6 +216,7 @@ class Supervisor:
                     tg.start_soon(self._health_loop)
                 if self._handle_signals:
                     tg.start_soon(self._signal_loop)
+                tg.start_soon(self._systemd.keep_alive)  # only while this loop runs
                 while await self._wait_eligible():
                     await self._take_part()
             finally:
@@ -495,6 +501,7 @@ class Supervisor:
     def _set_state(self, state: str) -> None:
         self._state = state
         self._member_poke.set()
+        self._systemd.state(self.settings.path, state, self._epoch, self._out_reason())
 
     def _fencing_note(self) -> str | None:
         return None if self._elector is None else self._elector.fencing_note()

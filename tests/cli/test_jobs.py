@@ -21,7 +21,7 @@ import pytest
 from tests.cli.helpers import ha, ha_env, one_error_line, popen_ha, wait_until
 
 SPARK = importlib.util.find_spec("pyspark") is not None
-needs_pyspark = pytest.mark.skipif(not SPARK, reason="PySpark is not installed (ha[spark])")
+needs_pyspark = pytest.mark.skipif(not SPARK, reason="PySpark is not installed (ha-elector[spark])")
 
 COMMANDS = [
     ["jobs"],
@@ -246,7 +246,7 @@ def test_spark_commands_without_pyspark_say_what_to_install(tmp_path: Path) -> N
         result = ha(*args, env=env)
         line = one_error_line(result)
         assert result.returncode == 1
-        assert "needs PySpark" in line and "install ha[spark]" in line, line
+        assert "needs PySpark" in line and "pip install 'ha-elector[spark]'" in line, line
     assert not (tmp_path / "r.html").exists()
 
 

@@ -103,7 +103,7 @@ def test_click_exit_passes_through() -> None:
 def test_spark_errors_are_one_line_only_for_spark_work() -> None:
     missing = ModuleNotFoundError("No module named 'pyarrow'", name="pyarrow")
     assert failure(raises(missing), spark=True).message == (
-        "No module named 'pyarrow': install ha[spark] (pip install 'ha[spark]')"
+        "No module named 'pyarrow': pip install 'ha-elector[spark]'"
     )
     assert failure(raises(missing)).message.startswith("unexpected ModuleNotFoundError")
 

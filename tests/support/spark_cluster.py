@@ -73,7 +73,7 @@ def missing_reason() -> str | None:
     """Why a standalone cluster cannot run here, or None if it can."""
     home = _spark_home()
     if home is None:
-        return "PySpark is not installed (pip install 'ha[spark]')"
+        return "PySpark is not installed (pip install 'ha-elector[spark]')"
     if not (home / "bin" / "spark-class").exists():
         return f"{home}/bin/spark-class is missing (PySpark's launcher)"
     if _java_home() is None:
