@@ -68,6 +68,16 @@ def commands(beats: list[dict[str, Any]]) -> list[Command]:
     return sorted(found, key=lambda c: (c.first, c.identity, c.pid))
 
 
+def most_alive(runs: list[Command]) -> int:
+    """The most COMMANDs alive at once (from first to last reading): 1 in a healthy round."""
+    events = sorted([(r.first, 1) for r in runs] + [(r.last, -1) for r in runs])
+    alive = most = 0
+    for _, step in events:  # at a tie the end comes first: readings equal are not judged
+        alive += step
+        most = max(most, alive)
+    return most
+
+
 def check(
     beats: list[dict[str, Any]],
     *,

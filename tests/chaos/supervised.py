@@ -46,7 +46,7 @@ from ha.election.preference import MAX_PRIORITY
 from ha.errors import ConfigurationError
 from ha.supervisor import Settings, Supervisor
 from tests.chaos import SUPERVISED, Fault, RoundResult
-from tests.chaos.containment import check, read_beats
+from tests.chaos.containment import check, commands, most_alive, read_beats
 from tests.chaos.contender import ELECTION
 from tests.chaos.procs import REPO, Env, Fleet, Proc, Tail
 from tests.support.witness import Violation
@@ -385,6 +385,8 @@ async def supervised_round(
         survivors = await _survivors(fleet.file)
     beats = read_beats(fleet.file)
     r.violations = check(beats, healed_at=healed, live_within=live_within)
+    runs = commands(beats)
+    r.note(f"{len(runs)} COMMANDs ran, at most {most_alive(runs)} at once")
     if survivors is not None:
         r.violations.append(survivors)
     r.figures.acts = len(beats)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.containment import check, commands, read_beats
+from tests.chaos.containment import check, commands, most_alive, read_beats
 
 
 def run(identity: str, epoch: int, pid: int, start: float, end: float) -> list[dict[str, Any]]:
@@ -121,3 +121,10 @@ def test_commands_and_the_file(tmp_path: Path) -> None:
     )
     [c] = commands(read_beats(path))
     assert (c.identity, c.epoch, c.pid, c.first, c.last, c.beats) == ("a", 3, 100, 1.0, 1.5, 2)
+
+
+def test_most_alive() -> None:
+    handover = run("a", 3, 100, 1.0, 2.0) + run("b", 5, 200, 2.0, 3.0)
+    assert most_alive(commands(handover)) == 1
+    leaked = run("a", 3, 100, 1.0, 4.0) + run("a", 3, 101, 2.0, 4.0) + run("b", 5, 200, 3.0, 4.0)
+    assert most_alive(commands(leaked)) == 3
