@@ -21,9 +21,14 @@ round heals (SIGCONT, links back, ``ha resume``, dead slots started again), a CO
 again, then every supervisor is stopped and no COMMAND may outlive them. The heartbeats are
 judged by ``containment.check``.
 
-Not drawn: ``freeze_tree`` (the supervisor and its guard frozen together, as a frozen cgroup or
-VM): nothing on the host can stop COMMAND then, which is what ``--fence`` is for; the harness's
-self-test uses it to show that the check catches the overlap that follows.
+Left out on purpose: a guard frozen together with its supervisor or its COMMAND (a frozen
+cgroup or VM): nothing on the host can stop COMMAND then, which is what ``--fence`` is for (the
+README's ``ha run`` section). Two freezes that would overlap so are not applied (the log says
+"left ... running"); ``freeze_tree`` does it on purpose, for the harness's self-test.
+
+Replay: ``python -m tests.chaos --supervised --backend KIND --seed N --rounds 1 --loop LOOP``
+draws the same plan and schedule (with the same code: the draw asks the validation); which
+process a draw hits depends on who leads at that moment, as in the contender rounds.
 """
 
 from __future__ import annotations
