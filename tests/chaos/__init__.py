@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 from tests.support.witness import Figures, Violation
 
 SPAN = 3.0  # seconds of faults per round
+SUPERVISED = (
+    "supervised-"  # the prefix of a backend's supervised rounds (tests/chaos/supervised.py)
+)
 FAULTS = 5  # faults per round
 LENGTHS = (0.3, 0.7, 1.5)  # a fault's length in session timeouts: within the lease, or past it
 # twice as long: a cut follower serves its clients until syncLimit (5 s) runs out, a cut-off
@@ -133,6 +136,7 @@ class RoundResult:
     seed: int
     loop: str
     schedule: list[Fault]
+    setup: list[str] = field(default_factory=list)  # what the seed drew besides the faults
     log: list[str] = field(default_factory=list)
     applied: Counter[str] = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
@@ -144,8 +148,10 @@ class RoundResult:
         self.log.append(f"{time.monotonic() - self.started:7.3f} {what}")
 
     def replay(self) -> str:
+        kind = self.backend.removeprefix(SUPERVISED)
+        flag = "--supervised " if kind != self.backend else ""
         return (
-            f"python -m tests.chaos --backend {self.backend} --seed {self.seed} "
+            f"python -m tests.chaos {flag}--backend {kind} --seed {self.seed} "
             f"--rounds 1 --loop {self.loop}"
         )
 
@@ -153,6 +159,7 @@ class RoundResult:
         lines = [
             f"{self.backend} round, seed {self.seed}, {self.loop}: "
             f"{len(self.violations)} violation(s); replay: {self.replay()}",
+            *self.setup,
             "schedule:",
         ]
         lines += [f"  {f}" for f in self.schedule]

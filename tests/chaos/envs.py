@@ -32,6 +32,7 @@ class SqliteEnv:
     kind = "sqlite"
     kinds = ("busy", "lockfiles")
     live_within = 6.0
+    session = SESSION  # the contenders' session timeout (a supervised round draws its own)
 
     def __init__(self) -> None:
         self.file = Path()
@@ -42,7 +43,11 @@ class SqliteEnv:
         self._release = threading.Event()
 
     def url(self, identity: str = "") -> str:
-        return f"sqlite://{quote(str(self.file))}?session_timeout={SESSION}&poll_interval=0.02"
+        return self.direct_url(self.session)
+
+    def direct_url(self, session: float) -> str:
+        """A URL that reaches the backend without a fault proxy, with this session timeout."""
+        return f"sqlite://{quote(str(self.file))}?session_timeout={session}&poll_interval=0.02"
 
     def observer_url(self) -> str:
         return self.url()
@@ -56,7 +61,7 @@ class SqliteEnv:
             except FileNotFoundError:
                 return None
             return f"removed {len(names)} session lock files"
-        length = fault.length * SESSION
+        length = fault.length * self.session
         tg.start_soon(anyio.to_thread.run_sync, self._hold, length)
         return f"busy: write lock held {length:.2f}s"
 
@@ -82,6 +87,7 @@ class ZooKeeperEnv:
     kind = "zookeeper"
     kinds = ("link_pause", "link_drop")
     live_within = 6.0
+    session = SESSION
 
     def __init__(self, workdir: Path) -> None:
         from tests.support.backends.zookeeper import ZooKeeperServer
@@ -100,10 +106,13 @@ class ZooKeeperEnv:
 
     def url(self, identity: str) -> str:
         link = self.links[identity] = self.proxy.link(("127.0.0.1", self.server.port))
-        return f"zk://{link.hosts}{self.chroot}?session_timeout={SESSION}"
+        return f"zk://{link.hosts}{self.chroot}?session_timeout={self.session}"
+
+    def direct_url(self, session: float) -> str:
+        return f"zk://{self.server.hosts}{self.chroot}?session_timeout={session}"
 
     def observer_url(self) -> str:
-        return f"zk://{self.server.hosts}{self.chroot}?session_timeout=5"
+        return self.direct_url(5)
 
     async def apply(self, fault: Fault, fleet: Fleet, tg: anyio.abc.TaskGroup) -> str | None:
         proc = fleet.target(fault.pick)
@@ -114,7 +123,7 @@ class ZooKeeperEnv:
             link.drop()
             return f"drop the link of {proc.identity}"
         link.pause()
-        length = fault.length * SESSION
+        length = fault.length * self.session
 
         async def later() -> None:
             await anyio.sleep(length)
@@ -139,6 +148,7 @@ class EnsembleEnv:
     kind = "ensemble"
     kinds = ("server_restart", "follower_cut", "leader_isolated")
     live_within = 8.0
+    session = SESSION
 
     def __init__(self, workdir: Path) -> None:
         from tests.support.backends.zookeeper import ZooKeeperEnsemble
@@ -158,13 +168,16 @@ class EnsembleEnv:
         self.chroot = f"/chaos-{seed}-{uuid.uuid4().hex[:6]}"
 
     def url(self, identity: str = "") -> str:
-        return f"{self.ensemble.url(self.chroot)}?session_timeout={SESSION}"
+        return self.direct_url(self.session)
+
+    def direct_url(self, session: float) -> str:
+        return f"{self.ensemble.url(self.chroot)}?session_timeout={session}"
 
     def observer_url(self) -> str:
-        return f"{self.ensemble.url(self.chroot)}?session_timeout=5"
+        return self.direct_url(5)
 
     async def apply(self, fault: Fault, fleet: Fleet, tg: anyio.abc.TaskGroup) -> str | None:
-        length = fault.length * SESSION
+        length = fault.length * self.session
         if fault.kind == "server_restart":
             member = int(choose(fault.pick, [0, 1, 2]))  # type: ignore[call-overload]
             async with self._starting:  # not while it is being started again

@@ -53,6 +53,7 @@ class EtcdEnv:
     kind = "etcd"
     kinds = ("member_kill", "member_pause", "member_cut", "link_pause", "link_drop", "expire")
     live_within = 8.0  # a new raft leader (500 ms timers), a session, backoff: on 2 busy cores
+    session = SESSION  # the contenders' session timeout (a supervised round draws its own)
 
     def __init__(self, workdir: Path) -> None:
         from tests.support.backends.etcd import EtcdCluster
@@ -79,13 +80,16 @@ class EtcdEnv:
         links = [self.proxy.link(("127.0.0.1", s.port)) for s in self.cluster.servers]
         self.links[identity] = links
         hosts = ",".join(link.hosts for link in links)
-        return f"etcd://{hosts}{self.prefix}?session_timeout={SESSION}"
+        return f"etcd://{hosts}{self.prefix}?session_timeout={self.session}"
+
+    def direct_url(self, session: float) -> str:
+        return f"etcd://{self.cluster.hosts}{self.prefix}?session_timeout={session}"
 
     def observer_url(self) -> str:
-        return f"etcd://{self.cluster.hosts}{self.prefix}?session_timeout=5"
+        return self.direct_url(5)
 
     async def apply(self, fault: Fault, fleet: Fleet, tg: anyio.abc.TaskGroup) -> str | None:
-        length = fault.length * SESSION
+        length = fault.length * self.session
         if fault.kind in ("member_kill", "member_pause", "member_cut"):
             return await self._member(fault, length, tg)
         if fault.kind == "expire":

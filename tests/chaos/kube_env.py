@@ -54,6 +54,7 @@ class KubernetesEnv:
         "link_drop",
     )
     live_within = 8.0  # a restarted server, a session expired by its peers, backoff: 2 busy cores
+    session = SESSION  # the contenders' session timeout (a supervised round draws its own)
 
     def __init__(self, workdir: Path) -> None:
         from tests.support.faultproxy import FaultProxy
@@ -103,14 +104,17 @@ class KubernetesEnv:
         assert self.server.port is not None
         proxy = self.proxies[identity] = self._proxy()
         link = self.links[identity] = proxy.link(("127.0.0.1", self.server.port))
-        return self._url(f"http://{link.hosts}", SESSION)
+        return self._url(f"http://{link.hosts}", self.session)
+
+    def direct_url(self, session: float) -> str:
+        return self._url(self.server.url, session)
 
     def observer_url(self) -> str:
         # a long connect timeout: on a loaded machine the fake may take seconds to answer
         return self._url(self.server.url, 5) + "&connect_timeout=30"
 
     async def apply(self, fault: Fault, fleet: Fleet, tg: anyio.abc.TaskGroup) -> str | None:
-        length = fault.length * SESSION
+        length = fault.length * self.session
         async with self._lock:
             if self.state != "up":
                 return None  # the server is paused or down: that fault is under way

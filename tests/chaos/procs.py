@@ -36,9 +36,11 @@ class Env(Protocol):
     kind: str
     kinds: tuple[str, ...]  # the faults it applies itself
     live_within: float
+    session: float  # the contenders' session timeout; fault lengths are counted in it
 
     async def begin(self, seed: int, workdir: Path) -> None: ...
     def url(self, identity: str) -> str: ...
+    def direct_url(self, session: float) -> str: ...
     def observer_url(self) -> str: ...
     async def apply(self, fault: Fault, fleet: Fleet, tg: anyio.abc.TaskGroup) -> str | None: ...
     async def heal(self) -> None: ...
@@ -88,6 +90,7 @@ class Fleet:
         self.expiries: list[tuple[str, float]] = []  # (identity, time) of every forced expiry
         self.epochs: list[tuple[float, int]] = []
         self.background: list[anyio.abc.Process] = []
+        self.environ: dict[str, str] = {}  # for every process started, beside HA_URL
 
     # --- processes ---------------------------------------------------------------------------
 
@@ -95,9 +98,28 @@ class Fleet:
         n = self.incarnations.get(slot, 0)
         self.incarnations[slot] = n + 1
         identity = slot if n == 0 else f"{slot}{n}"
-        url, loop = self.env.url(identity), self.r.loop
+        url = self.env.url(identity)
+        argv = self.argv(slot, identity, url)
+        log = open(self.workdir / f"{self.r.backend}-{self.r.seed}-{identity}.log", "wb")  # noqa: ASYNC230
+        try:
+            process = await anyio.open_process(
+                argv,
+                env={**os.environ, "PYTHONPATH": str(REPO), "HA_URL": url, **self.environ},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+        finally:
+            log.close()
+        proc = Proc(slot, identity, process)
+        self.procs.append(proc)
+        self.r.note(f"start {identity} pid {process.pid}")
+        return proc
+
+    def argv(self, slot: str, identity: str, url: str) -> list[str]:
+        """How to start the process of ``slot`` (its incarnation ``identity``, on ``url``)."""
         if self.supervised:
-            argv = [
+            return [
                 sys.executable,
                 "-m",
                 "ha",
@@ -111,33 +133,17 @@ class Fleet:
                 sys.executable,
                 str(COMMAND),
                 str(self.file),
-                loop,
+                self.r.loop,
             ]
-        else:
-            argv = [
-                sys.executable,
-                str(CONTENDER),
-                url,
-                identity,
-                str(self.file),
-                loop,
-                str(self.r.seed),
-            ]
-        log = open(self.workdir / f"{self.r.seed}-{identity}.log", "wb")  # noqa: ASYNC230
-        try:
-            process = await anyio.open_process(
-                argv,
-                env={**os.environ, "PYTHONPATH": str(REPO), "HA_URL": url},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-            )
-        finally:
-            log.close()
-        proc = Proc(slot, identity, process)
-        self.procs.append(proc)
-        self.r.note(f"start {identity} pid {process.pid}")
-        return proc
+        return [
+            sys.executable,
+            str(CONTENDER),
+            url,
+            identity,
+            str(self.file),
+            self.r.loop,
+            str(self.r.seed),
+        ]
 
     def live(self) -> list[Proc]:
         return [p for p in self.procs if p.alive]
@@ -190,7 +196,7 @@ class Fleet:
     # --- faults ------------------------------------------------------------------------------
 
     async def apply(self, fault: Fault, tg: anyio.abc.TaskGroup) -> None:
-        r, length = self.r, fault.length * SESSION
+        r, length = self.r, fault.length * self.env.session
         done: str | None = None
         if fault.kind in self.env.kinds:
             done = await self.env.apply(fault, self, tg)

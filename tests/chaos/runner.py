@@ -1,4 +1,9 @@
-"""Runs rounds of one backend: the environment (servers) lives across its rounds."""
+"""Runs rounds of one backend: the environment (servers) lives across its rounds.
+
+A backend is one of ``BACKENDS`` (contender rounds, and ``supervised``: ``ha run`` on sqlite
+judged by the acts of ``command.py``), or ``supervised-<kind>`` for each kind of
+``tests/chaos/supervised.py`` (``ha run`` attacked itself, judged by the COMMANDs' heartbeats).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,13 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.chaos import RoundResult
+from tests.chaos import SUPERVISED, RoundResult
 from tests.chaos.memory import memory_round
 from tests.chaos.procs import process_round
+from tests.chaos.supervised import KINDS, supervised_round
 
 BACKENDS = ("memory", "sqlite", "supervised", "zookeeper", "ensemble", "etcd", "kubernetes")
+SUPERVISED_BACKENDS = tuple(f"{SUPERVISED}{kind}" for kind in KINDS)
 
 
 def zookeeper_missing() -> str | None:
@@ -21,6 +28,7 @@ def zookeeper_missing() -> str | None:
 
 def server_missing(backend: str) -> str | None:
     """Why ``backend``'s server cannot run here (None: it can, or it needs none)."""
+    backend = backend.removeprefix(SUPERVISED)
     if backend in ("zookeeper", "ensemble"):
         return zookeeper_missing()
     if backend == "etcd":
@@ -67,6 +75,7 @@ async def _run_rounds(
     from tests.chaos.etcd_env import EtcdEnv
     from tests.chaos.kube_env import KubernetesEnv
 
+    kind = backend.removeprefix(SUPERVISED)
     env = {
         "sqlite": SqliteEnv,
         "supervised": SqliteEnv,
@@ -74,13 +83,16 @@ async def _run_rounds(
         "ensemble": lambda: EnsembleEnv(workdir),
         "etcd": lambda: EtcdEnv(workdir),
         "kubernetes": lambda: KubernetesEnv(workdir),
-    }[backend]()
+    }[kind]()
     try:
         for seed in seeds:
-            results.append(
-                await process_round(env, seed, workdir, loop, supervised=backend == "supervised")
-            )
-            on_round(results[-1])
+            if kind != backend:
+                result = await supervised_round(env, seed, workdir, loop)
+            else:
+                supervised = backend == "supervised"
+                result = await process_round(env, seed, workdir, loop, supervised=supervised)
+            results.append(result)
+            on_round(result)
     finally:
         close = getattr(env, "close", None)
         if close is not None:

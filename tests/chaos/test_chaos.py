@@ -5,6 +5,11 @@ CI runs ``CI_ROUNDS`` rounds per backend and event loop (about two minutes in al
 ``HA_CHAOS_SEED`` moves the seeds. The long run: ``HA_CHAOS_ROUNDS=1000 pytest -m slow
 tests/chaos/test_chaos.py`` or ``python -m tests.chaos --rounds 1000``. A failure prints each bad
 round's seed, schedule, violations and the command that replays it.
+
+The supervised rounds (``ha run`` attacked itself on every backend, tests/chaos/supervised.py):
+``SUPERVISED_ROUNDS`` per backend; the soak: ``HA_CHAOS_ROUNDS=1000 pytest -m slow
+tests/chaos/test_chaos.py -k supervised_long`` or ``python -m tests.chaos --supervised --backend
+etcd --rounds 1000``.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ import pytest
 import ha
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.testing import faults
-from tests.chaos import RoundResult, table
+from tests.chaos import Fault, RoundResult, table
+from tests.chaos.envs import SqliteEnv
 from tests.chaos.memory import memory_round
-from tests.chaos.runner import BACKENDS, run_backend, server_missing
+from tests.chaos.runner import BACKENDS, SUPERVISED_BACKENDS, run_backend, server_missing
+from tests.chaos.supervised import Options, Plan, supervised_round
 from tests.support.witness import verdict
 
 SEED = int(os.environ.get("HA_CHAOS_SEED", "0"))
@@ -40,6 +47,13 @@ CI_ROUNDS = {
 # the FAKE API server (tests/chaos/kube_env.py): a round takes 8-20 s of the fake on 2 busy
 # cores and the default suite is over its 20 min budget, so these rounds run with -m slow
 SLOW_ROUNDS = ("kubernetes",)
+# issue 26: the supervised rounds find the breaks of `ha run` on 55177d0 (a frozen supervisor's
+# COMMAND beside the next one, a term started on stale contact, a cancelled start's COMMAND
+# leaked, accepted timings that flap), so they stay out of the default run until the fixes are
+# merged: HA_SLOW=1 (or -m slow) runs them. To make them part of CI: HELD = ()
+HELD = (pytest.mark.slow,)
+SUPERVISED_ROUNDS = 1  # per backend: a round is 10-25 s on 2 cores
+LOOPS = ("asyncio", "trio")
 RESULTS: list[RoundResult] = []
 
 
@@ -258,3 +272,44 @@ async def rounds(backend: str, count: int, loop: str, workdir: Path) -> None:
     RESULTS.extend(results)
     bad = [r for r in results if r.violations]
     assert not bad, "\n\n".join(r.report() for r in bad)
+
+
+# --- supervised rounds: ha run attacked itself, judged by its COMMANDs' heartbeats -----------------
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(120)
+async def test_the_supervised_rounds_catch_a_command_that_outlives_its_term(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    """The harness can fail: the active's supervisor and guard frozen together past the session
+    (a frozen cgroup or VM, which no process on the host can undo) leave its COMMAND running,
+    the standby takes over, and the check must see the old epoch beat after the new one began."""
+    options = Options(grace=0.2, hold=0.0, priority=0, settle=10.0, linger=0.0)
+    drawn = Plan(1.0, dict.fromkeys("abc", options), [Fault(0.2, "freeze_tree", 0.0, 3.0)], 3.5)
+    r = await supervised_round(SqliteEnv(), SEED, tmp_path, anyio_backend, drawn)
+    RESULTS.append(r)
+    assert "freeze_tree" in r.applied, r.report()
+    assert "older epoch" in {v.kind for v in r.violations}, r.report()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", [pytest.param(b, marks=HELD) for b in SUPERVISED_BACKENDS])
+def test_supervised_rounds(backend: str, tmp_path: Path) -> None:
+    """``SUPERVISED_ROUNDS`` per backend; the event loop (the harness's and the supervisors')
+    alternates over the backends and the seeds, so that CI sees asyncio and trio in its time."""
+    loop = LOOPS[(SEED + SUPERVISED_BACKENDS.index(backend)) % 2]
+    anyio.run(rounds, backend, SUPERVISED_ROUNDS, loop, tmp_path, backend=loop)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+@pytest.mark.timeout(0)
+@pytest.mark.parametrize("backend", SUPERVISED_BACKENDS)
+async def test_supervised_long(
+    backend: str, anyio_backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    count = os.environ.get("HA_CHAOS_ROUNDS")
+    if not count and "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("the long run: select with -m slow or HA_CHAOS_ROUNDS=N")
+    await rounds(backend, int(count or 1000), anyio_backend, tmp_path)
