@@ -40,13 +40,14 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anyio
 import anyio.abc
 
 import ha
+from ha.drivers.base import Driver
 from ha.election.preference import MAX_PRIORITY
 from ha.errors import ConfigurationError
 from ha.supervisor import Settings, Supervisor
@@ -121,15 +122,18 @@ class Plan:
     options: dict[str, Options]  # by slot
     faults: list[Fault]  # ``at`` in seconds, ``length`` in session timeouts
     span: float  # seconds of faults
+    granted: float  # the session timeout the backend granted (the options were checked with)
 
     def describe(self) -> list[str]:
-        lines = [f"session timeout {self.session:g}s"]
+        granted = f" (granted {self.granted:g}s)" if self.granted != self.session else ""
+        lines = [f"session timeout {self.session:g}s{granted}"]
         return lines + [f"  {slot}: ha run {o}" for slot, o in self.options.items()]
 
 
-def accepts(url: str, options: Options) -> bool:
-    """Whether ``ha run`` takes these options on this backend: built as ``ha run`` builds its
-    supervisor (``Settings``, then ``Supervisor``, whose timing refuses what is unsafe)."""
+def accepts(driver: Driver, options: Options) -> bool:
+    """Whether ``ha run`` takes these options on this (started) driver: built as ``ha run``
+    builds its supervisor once connected (``Settings``, then ``Supervisor``, whose timing
+    refuses what is unsafe for the session timeout the backend granted)."""
     try:
         settings = Settings(
             ELECTION,
@@ -140,7 +144,7 @@ def accepts(url: str, options: Options) -> bool:
             settle=options.settle,
             hold_on_disconnect=options.hold,
         )
-        Supervisor(ha.connect(url), settings)
+        Supervisor(driver, settings)
     except ConfigurationError:
         return False
     return True
@@ -174,51 +178,47 @@ def _pick(rng: random.Random, values: list[float]) -> float:
     return rng.choice(values)
 
 
-def draw_options(rng: random.Random, url: str, session: float) -> Options:
+def draw_options(rng: random.Random, driver: Driver) -> Options:
+    session = driver.session_timeout
     priority = rng.choice([0, 0, 1, 2, MAX_PRIORITY])
     settle = round(rng.choice([0.0, rng.uniform(0, 3 * session)]), 3)
     base = Options(0.0, 0.0, priority, settle, 0.0)
-    graces = accepted(0, session, lambda g: accepts(url, _with(base, grace=g)))
-    grace = _pick(rng, graces)
+    graces = accepted(0, session, lambda g: accepts(driver, replace(base, grace=g)))
+    base = replace(base, grace=_pick(rng, graces))
     holds = [0.0]
     if rng.random() < 0.5:
-        holds = accepted(0, session, lambda h: accepts(url, _with(base, grace=grace, hold=h)))
+        holds = accepted(0, session, lambda h: accepts(driver, replace(base, hold=h)))
         holds = [h for h in holds if h > 0] or [0.0]
-    hold = _pick(rng, holds)
-    linger = rng.choice([0.0, 0.0, round(rng.uniform(0, 2 * grace + 0.1), 3)])
-    options = Options(grace, hold, priority, settle, linger)
-    assert accepts(url, options), options
+    options = replace(base, hold=_pick(rng, holds))
+    linger = rng.choice([0.0, 0.0, round(rng.uniform(0, 2 * options.grace + 0.1), 3)])
+    options = replace(options, linger=linger)
+    assert accepts(driver, options), options
     return options
 
 
-def _with(o: Options, grace: float | None = None, hold: float | None = None) -> Options:
-    return Options(
-        o.grace if grace is None else grace,
-        o.hold if hold is None else hold,
-        o.priority,
-        o.settle,
-        o.linger,
-    )
+async def plan(kind: str, seed: int, env: Env) -> Plan:
+    """The round ``seed`` of supervised rounds on ``kind``: everything the seed decides.
 
-
-def plan(kind: str, seed: int, env: Env) -> Plan:
-    """The round ``seed`` of supervised rounds on ``kind``: everything the seed decides."""
+    The options are checked against a driver connected with the round's URL, as ``ha run``
+    checks them: a backend may grant another session timeout than the URL asks for (etcd
+    rounds a lease's TTL up to whole seconds)."""
     rng = random.Random(f"{SUPERVISED}{kind}-{seed}")
     while True:
         session = round(rng.uniform(*SESSIONS), 1)
         try:
-            ha.connect(env.direct_url(session))
+            driver = ha.connect(env.direct_url(session))
             break
         except ConfigurationError:  # the backend refuses this session timeout: draw again
             continue
-    url = env.direct_url(session)
-    options = {slot: draw_options(rng, url, session) for slot in SLOTS}
+    async with driver:
+        options = {slot: draw_options(rng, driver) for slot in SLOTS}
+        granted = driver.session_timeout
     weights = {**SUPERVISOR_KINDS, **ENV_KINDS[kind]}
     faults = []
     for at in sorted(rng.uniform(0, SPAN * session) for _ in range(FAULTS)):
         what = rng.choices(list(weights), list(weights.values()))[0]
         faults.append(Fault(round(at, 3), what, round(rng.random(), 3), rng.choice(LENGTHS)))
-    return Plan(session, options, faults, SPAN * session)
+    return Plan(session, options, faults, SPAN * session, granted)
 
 
 # --- the fleet of supervisors -----------------------------------------------------------------
@@ -390,7 +390,7 @@ async def supervised_round(
 ) -> RoundResult:
     """One round: the plan of ``seed``, or ``drawn`` (the harness's self-test)."""
     await env.begin(seed, workdir)
-    drawn = drawn or plan(env.kind, seed, env)
+    drawn = drawn or await plan(env.kind, seed, env)
     env.session = drawn.session
     r = RoundResult(f"{SUPERVISED}{env.kind}", seed, loop, drawn.faults, drawn.describe())
     fleet = Supervisors(env, r, workdir, drawn)
