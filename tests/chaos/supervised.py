@@ -19,7 +19,8 @@ takes to stop after SIGTERM, and the faults:
 Lengths are 0.3 to 3 session timeouts: within the session and past it. After the faults the
 round heals (SIGCONT, links back, ``ha resume``, dead slots started again), a COMMAND must beat
 again, then every supervisor is stopped and no COMMAND may outlive them. The heartbeats are
-judged by ``containment.check``.
+judged by ``containment.check``; a supervisor that exits by itself (``ha run`` gives up, on a
+refused fence, a backend down at its start, a fatal error) fails the round too.
 
 Left out on purpose: a guard frozen together with its supervisor or its COMMAND (a frozen
 cgroup or VM): nothing on the host can stop COMMAND then, which is what ``--fence`` is for (the
@@ -395,6 +396,7 @@ async def supervised_round(
     r = RoundResult(f"{SUPERVISED}{env.kind}", seed, loop, drawn.faults, drawn.describe())
     fleet = Supervisors(env, r, workdir, drawn)
     healed = None
+    ended: list[str] = []
     live_within = env.live_within + 2 * drawn.session
     try:
         async with anyio.create_task_group() as tg:
@@ -409,10 +411,9 @@ async def supervised_round(
                 await anyio.sleep_until(t0 + fault.at)
                 await fleet.apply(fault, tg)
             await anyio.sleep_until(t0 + drawn.span)
-            ended = fleet.exits()
             await fleet.heal()
             healed = time.monotonic()
-            r.note("healed" + (f"; ended by themselves: {', '.join(ended)}" if ended else ""))
+            r.note("healed")
             with anyio.move_on_after(live_within + 1):
                 while not any(b["t"] >= healed for b in fleet.tail.read()[-50:]):
                     await fleet.restart_dead()  # a supervisor may end on a fatal error
@@ -421,6 +422,7 @@ async def supervised_round(
                 await fleet.command("status", ELECTION)  # for the report
                 r.note(f"backend: {await env.describe()}")
             await anyio.sleep(0.2)
+            ended = fleet.exits()  # before they are stopped
             await fleet.close()
             tg.cancel_scope.cancel()
     finally:
@@ -432,6 +434,8 @@ async def supervised_round(
     r.note(f"{len(runs)} COMMANDs ran, at most {most_alive(runs)} at once")
     if survivors is not None:
         r.violations.append(survivors)
+    for exit in ended:  # a daemon that gives up leaves the service headless (issue 26, 6 and 7)
+        r.violations.append(Violation("supervisor exit", f"{exit} without being stopped"))
     r.figures.acts = len(beats)
     r.figures.epochs = len({b["epoch"] for b in beats})
     r.figures.identities = {b["id"] for b in beats}
