@@ -47,11 +47,11 @@ CI_ROUNDS = {
 # the FAKE API server (tests/chaos/kube_env.py): a round takes 8-20 s of the fake on 2 busy
 # cores and the default suite is over its 20 min budget, so these rounds run with -m slow
 SLOW_ROUNDS = ("kubernetes",)
-# issue 26: the supervised rounds find the breaks of `ha run` on 55177d0 (a frozen supervisor's
+# issue 26: the supervised rounds found the breaks of `ha run` on 55177d0 (a frozen supervisor's
 # COMMAND beside the next one, a term started on stale contact, a cancelled start's COMMAND
-# leaked, accepted timings that flap), so they stay out of the default run until the fixes are
-# merged: HA_SLOW=1 (or -m slow) runs them. To make them part of CI: HELD = ()
-HELD = (pytest.mark.slow,)
+# leaked, accepted timings that flap); with the fixes merged they run in CI (HELD: marks to
+# hold them back again)
+HELD: tuple[pytest.MarkDecorator, ...] = ()
 SUPERVISED_ROUNDS = 1  # per backend: a round is 10-25 s on 2 cores
 LOOPS = ("asyncio", "trio")
 RESULTS: list[RoundResult] = []
