@@ -25,16 +25,17 @@ Why nothing lands twice or from a deposed driver:
 The log compacts, so that it holds at most ``window + 1`` records however old the stream is
 (a Kubernetes root is one ConfigMap of 1 MiB, full after about 5,000 records): the
 transaction that records batch ``N`` also deletes the records older than ``N - window``
-(``COMPACT`` at most at a time, so a lowered window shrinks the log over a few batches). It
-is the same fenced transaction, so a deposed driver deletes nothing either. What a new active
-reads stays true: its position is the newest record's batch plus one (``count_commits``, one
-listing of at most ``window + 1`` names, the cost of a takeover whatever the stream's age), and
-the batch it redoes is the newest or the next, whose predecessor's record is kept (window >= 1).
-A batch older than every record kept (a Spark checkpoint restored from long ago) was
-shown: a later batch has a record, and Spark starts a batch only once the one before returned
-from ``foreachBatch``, after its rename. Its redo records nothing; its rename, behind a
-transaction of the fence alone, finds the same bytes in view, as it did before compaction. A finished job's log goes with its result
-(``remove_commits``, when the result's retention ends it: ``term``).
+(``COMPACT`` at most at a time, so a lowered window or an old full log shrinks over a few
+batches). It is the same fenced transaction, so a deposed driver deletes nothing either. What
+a new active reads stays true: its position is the newest record's batch plus one
+(``count_commits``: one listing of at most ``window + 1`` names, whatever the stream's age),
+and the batch it redoes is the newest or the next, whose predecessor's record is kept
+(window >= 1). A batch older than every record kept (a Spark checkpoint restored from long
+ago) was shown: a later batch has a record, and Spark starts a batch only once the one before
+returned from ``foreachBatch``, after its rename. Its redo records nothing; its rename, behind
+a transaction of the fence alone, finds the same bytes in view, as it did before compaction.
+A finished job's log stays with its result and goes when the result's retention ends
+(``remove_commits``, called by ``term``).
 """
 
 from __future__ import annotations
