@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from ..drivers.base import Driver, SessionLease, Subscription, validate_path
+from ..drivers.base import Driver, SessionLease, Subscription, TreeSize, validate_path
 from ..election.history import FenceFailure, Term, read_history
 from ..election.nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, parse_entry
 from ..election.preference import priority_of
@@ -147,6 +147,7 @@ class ElectionStatus:
     fence_failure: FenceFailure | None = None  # the last refused fence the history recorded
     member_leases: tuple[SessionLease | None, ...] = ()  # the members' sessions', in order
     leases_told: bool = False  # leases were read and the backend tells them (``leases.py``)
+    tree: TreeSize | None = None  # the backend's one object holding the tree, if it has a limit
 
     @property
     def active_lease(self) -> SessionLease | None:
@@ -192,6 +193,7 @@ class ElectionStatus:
             "failover": None if self.failover is None else self.failover.to_json(),
             "failover_pending": self.failover_pending,
             "problems": list(self.problems),
+            "tree": _tree_json(self.tree),
         } | (self._more_json() if self.exists else {})
 
     def _more_json(self) -> dict[str, Any]:
@@ -221,6 +223,12 @@ class ElectionStatus:
         }
 
 
+def _tree_json(size: TreeSize | None) -> dict[str, Any] | None:
+    if size is None:
+        return None
+    return {"where": size.where, "bytes": size.used, "limit": size.limit, "nodes": size.nodes}
+
+
 async def read_node(driver: Driver, path: str) -> tuple[bytes, float, int] | None:
     """(data, mtime, version) or None."""
     try:
@@ -237,9 +245,13 @@ async def _names(driver: Driver, path: str) -> list[str]:
         return []
 
 
-async def election_status(driver: Driver, path: str, *, leases: bool = False) -> ElectionStatus:
+async def election_status(
+    driver: Driver, path: str, *, leases: bool = False, tree_size: bool = False
+) -> ElectionStatus:
     """Read the election at ``path``. Never raises for odd contents: they land in ``problems``.
     ``leases``: read the contenders' and members' session leases too (``leases.py``).
+    ``tree_size``: read how full the backend's one object holding the tree is, where the
+    backend limits it (``Driver.tree_size``: a Kubernetes ConfigMap; one more read there).
 
     The nodes are read one by one; if the queue changed meanwhile, they are read again (a few
     times), so a reading is consistent unless the election is changing very fast.
@@ -251,6 +263,8 @@ async def election_status(driver: Driver, path: str, *, leases: bool = False) ->
         status = await _read_status(driver, path, before, leases)
         if await _names(driver, queue) == before:
             break
+    if tree_size:
+        status = replace(status, tree=await driver.tree_size())
     return status
 
 

@@ -19,7 +19,7 @@ import click
 
 from .. import admin
 from ..admin.leases import NOT_TOLD
-from ..drivers.base import SessionLease
+from ..drivers.base import SessionLease, TreeSize
 from ..election.history import FenceFailure, Term
 
 __all__ = (
@@ -36,8 +36,11 @@ __all__ = (
     "print_status",
     "stamp",
     "status_json",
+    "tree_line",
     "when",
 )
+
+TREE_WARNING = 0.8  # of its limit: past this, a tree's size is shown as a warning
 
 
 # --- times --------------------------------------------------------------------------------------
@@ -153,6 +156,8 @@ def print_status(status: admin.ElectionStatus, url: str) -> None:
         console.print(f"  [red]last refused fence[/]: {_refused(status.fence_failure)}")
     for problem in status.problems:
         console.print(f"  [red]problem[/]: {problem}")
+    if status.tree is not None:
+        console.print(f"  {tree_line(status.tree)}")
     if status.members:
         table = Table(box=None, padding=(0, 1), show_edge=False)
         columns = ("member", "state", "epoch", "host", "pid", "process", "renewed", "since", "note")
@@ -218,8 +223,22 @@ def _process(member: admin.Member) -> str:
     return "running"
 
 
+def tree_line(size: TreeSize, *, markup: bool = True) -> str:
+    """``tree 24 KiB of 1024 KiB (2%), 131 nodes (ConfigMap ns/name-ha)``; past
+    ``TREE_WARNING`` of the limit, a warning (in red: ``markup``, rich's) that says what
+    happens at the limit."""
+    text = (
+        f"{size.used / 1024:.0f} KiB of {size.limit / 1024:.0f} KiB ({size.fraction:.0%}),"
+        f" {size.nodes} nodes ({size.where})"
+    )
+    if size.fraction < TREE_WARNING:
+        return f"tree {text}"
+    warning = "[red]tree nearly full[/]" if markup else "tree nearly full"
+    return f"{warning}: {text}; a write past the limit is refused"
+
+
 def print_elections(found: Sequence[admin.ElectionStatus], prefix: str, url: str) -> None:
-    """``ha status PREFIX``: one line per election."""
+    """``ha status PREFIX``: one line per election (and the tree's size, once)."""
     if not found:
         click.echo(f"no election under {prefix}  ({url})")
     for status in found:
@@ -235,6 +254,8 @@ def print_elections(found: Sequence[admin.ElectionStatus], prefix: str, url: str
         else:
             state = "no active"
         click.echo(f"{status.path}  {state}  {standbys}{pause}")
+    if found and found[0].tree is not None:
+        click.echo(tree_line(found[0].tree, markup=False))
 
 
 def print_history(path: str, terms: Sequence[Term], failed: FenceFailure | None) -> None:

@@ -49,8 +49,9 @@ def status(opts: Options, path: str, as_json: bool) -> None:
     the standbys in the order they would take over), leftover breadcrumbs, members, the pause,
     the last term and the last refused fence. Each member's session shows how long ago the
     backend last renewed it, the active's when it expires unless renewed (n/a on ZooKeeper,
-    which does not tell). PATH that holds no election but elections below it (a PREFIX, or /)
-    lists each of them on one line.
+    which does not tell). Where the backend keeps the whole tree in one object of limited size
+    (Kubernetes: one ConfigMap, 1 MiB), it shows how full that is. PATH that holds no election
+    but elections below it (a PREFIX, or /) lists each of them on one line.
 
     Exit code 0 when an active exists (under a PREFIX: in every election), 3 when not.
 
@@ -83,8 +84,8 @@ async def _status_or_all(
     if not paths or paths == [path] or path in paths:
         if path == "/":
             return []
-        return await admin.election_status(driver, path, leases=True)
-    return [await admin.election_status(driver, p, leases=True) for p in paths]
+        return await admin.election_status(driver, path, leases=True, tree_size=True)
+    return [await admin.election_status(driver, p, leases=True, tree_size=True) for p in paths]
 
 
 @click.command()

@@ -72,6 +72,7 @@ __all__ = (
     "SetData",
     "Stat",
     "Subscription",
+    "TreeSize",
     "post_order",
     "validate_path",
 )
@@ -211,6 +212,22 @@ class SessionLease:
     duration: float  # the lease's length: the session timeout the backend applies
 
 
+@dataclass(frozen=True, slots=True)
+class TreeSize:
+    """How full the one backend object that holds a driver's whole tree is, where the backend
+    limits that object's size (a Kubernetes ConfigMap: 1 MiB), for display (``ha status``,
+    the metrics): a write that would pass ``limit`` is refused, and the election with it."""
+
+    used: int  # bytes, counted as the backend counts them
+    limit: int  # bytes the backend accepts in the object
+    nodes: int
+    where: str  # the object, e.g. "ConfigMap default/ha-ha"
+
+    @property
+    def fraction(self) -> float:
+        return self.used / self.limit
+
+
 class Subscription:
     """A registered callback; ``close()`` (or leaving ``with``) removes it. Idempotent."""
 
@@ -317,6 +334,17 @@ class Driver(ABC):
         node's ``Stat.ephemeral_owner``), and when it expires it; None when the session is
         not known (ended), or when the backend cannot tell (the default: see
         ``capabilities.session_leases``). Raises ``ConnectionLost`` like a read."""
+        return None
+
+    async def tree_size(self) -> TreeSize | None:
+        """How full the object holding the tree is now (one read), or None when the backend
+        keeps no tree in one object of limited size (the default). Raises ``ConnectionLost``
+        like a read."""
+        return None
+
+    def known_tree_size(self) -> TreeSize | None:
+        """``tree_size`` as of the driver's last look (no I/O, for a metric read at scrape
+        time); None when the backend has no such limit or the driver has not looked yet."""
         return None
 
     # --- nodes ------------------------------------------------------------------------------

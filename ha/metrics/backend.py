@@ -11,6 +11,11 @@ subscribers to ``callback`` too, without subscribing to anything more (which cou
 backend set up watches): the elector's metrics see the leader's node and breadcrumb go through
 it (``election.py``). Both wrap the instance's methods once; nothing is done per call but a
 clock reading and a dict lookup.
+
+Where the backend keeps the whole tree in one object of limited size (a Kubernetes ConfigMap:
+1 MiB), ``ha_backend_tree_bytes`` and ``ha_backend_tree_limit_bytes`` show how full it is, as
+the driver last saw it (``Driver.known_tree_size``, read at scrape time, no request): alert on
+their ratio well before 1, where every write, the election's included, is refused.
 """
 
 from __future__ import annotations
@@ -48,6 +53,16 @@ class BackendMetrics:
             "Backend operations that raised, by operation and error type",
             ("backend", "op", "error"),
         )
+        self.tree_bytes = registry.gauge(
+            "ha_backend_tree_bytes",
+            "Bytes of the one backend object holding the tree, where its size is limited",
+            ("backend",),
+        )
+        self.tree_limit = registry.gauge(
+            "ha_backend_tree_limit_bytes",
+            "The most bytes that object may hold (a write past it is refused)",
+            ("backend",),
+        )
 
     def measure(self, driver: Driver) -> Driver:
         """Time ``driver``'s operations from now on (once per driver); returns it."""
@@ -57,6 +72,17 @@ class BackendMetrics:
         for op in OPERATIONS:
             setattr(driver, op, self._timed(backend, op, getattr(driver, op)))
         setattr(driver, _MEASURED, True)
+
+        def used() -> float | None:
+            size = driver.known_tree_size()
+            return None if size is None else size.used
+
+        def limit() -> float | None:
+            size = driver.known_tree_size()
+            return None if size is None else size.limit
+
+        self.tree_bytes.set_function(used, backend=backend)
+        self.tree_limit.set_function(limit, backend=backend)
         return driver
 
     def _timed(

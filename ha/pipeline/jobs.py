@@ -28,12 +28,14 @@ from ..stores import BlobStore, RunStatus, Stores
 from ..stores.layout import check_name
 from .layout import JobLayout, read_failures
 from .plan import JobPlan
+from .stream_commit import count_commits
 from .streaming import is_stream_plan
 
 __all__ = (
     "JobState",
     "JobStatus",
     "cancel_job",
+    "count_commits",
     "job_status",
     "list_jobs",
     "progress_lines",
@@ -202,13 +204,6 @@ async def children(driver: Driver, path: str) -> list[str]:
         return await driver.children(path)
     except NoNode:
         return []
-
-
-async def count_commits(driver: Driver, layout: JobLayout, job_id: str) -> int:
-    """How many micro-batches the stream job has committed: one listing, no record read, so
-    what a takeover pays does not grow with the stream's age (a day at a batch a second:
-    86,400 records)."""
-    return len(await children(driver, layout.stream_commits(job_id)))
 
 
 async def failure_count(driver: Driver, layout: JobLayout, job_id: str) -> int:

@@ -16,7 +16,8 @@ the execution plan store. Nodes of one cluster (``<prefix>/<cluster_id>/``, the 
                                         has not ended, and job managers that died running
                                         the job (fenced; ``attempts``)
     pipeline/streams/<job_id>/batch-N   a streaming job's commit record of micro-batch N
-                                        (fenced; kept as the job's commit log, ``stream_commit``)
+                                        (fenced; the newest and a window before it are kept
+                                        as the job's commit log, ``stream_commit``)
 
 ``JobLayout`` is a ``stores.Layout``, so one object names both these nodes and the stores'.
 The inbox, cancel and doorbell nodes are written by clients, unfenced; only the failure and

@@ -39,6 +39,7 @@ from .jobs import children
 from .plan import JobPlan
 from .registry import Pipeline, get_pipeline
 from .spark import run_in_thread
+from .stream_commit import remove_commits
 from .stream_run import StreamRun
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ class _Term:
             await self._cleanup(result.job_id)
             await self.stores.job_results.mark_clean(result.job_id)
             self.jm.emit("cleanup_finished", job=result.job_id)
+        await self._expire_results()
         for job_id in await self.stores.execution_plans.job_ids():
             if await self.stores.job_results.has_entry(job_id):
                 await self._cleanup(job_id)  # a finished job's leftovers
@@ -341,6 +343,14 @@ class _Term:
             pass  # recorded before a failover; finish its cleanup
         await self._cleanup(job_id)
         await self.stores.job_results.mark_clean(job_id)
+        await self._expire_results()
+
+    async def _expire_results(self) -> None:
+        """Remove the clean results past their retention (``JobResultStore``), each after
+        what its job kept beside it for audit: a stream's commit log."""
+        for job_id in await self.stores.job_results.expired():
+            await remove_commits(self.writer, self.layout, job_id)
+            await self.stores.job_results.remove(job_id)
 
     async def _finish(self, plan: JobPlan, outcome: JobOutcome, detail: dict[str, Any]) -> None:
         await self.stores.running_jobs.set_done(plan.job_id)

@@ -24,7 +24,8 @@ State handles point (``->``) to blob keys. Blobs live outside the backend, in a 
 (``FileBlobStore(<blob_dir>/<cluster_id>)`` by default); a state handle node holds only the
 blob's key, size and SHA-256.
 
-``Stores(driver, cluster_id, blobs=..., lease=...)`` opens all of them for one leadership term;
+``Stores(driver, cluster_id, blobs=..., lease=...)`` opens all of them for one leadership term
+(``max_retained_job_results``, ``job_result_max_age``: how long clean job results stay);
 ``close()`` releases this instance's locks and keeps every byte; ``close_and_cleanup_all_data()``
 removes the stores' subtrees (fenced, children first) and then the blobs their pointers named.
 """
@@ -42,7 +43,7 @@ from .blobs import BlobRef, BlobStore, FileBlobStore, MemoryBlobStore
 from .checkpoints import CheckpointIdCounter, CheckpointStore, CompletedCheckpoint
 from .execution_plans import ExecutionPlanStore
 from .fencing import PossiblyInconsistent, Writer
-from .job_results import JobOutcome, JobResult, JobResultEntry, JobResultStore
+from .job_results import MAX_RETAINED, JobOutcome, JobResult, JobResultEntry, JobResultStore
 from .layout import STORE_DIRS, Layout
 from .running_jobs import RunningJobsRegistry, RunStatus
 from .state_handles import StateHandle, StateHandleStore, pointer_blob
@@ -90,6 +91,8 @@ class Stores:
         lease: Lease | None = None,
         prefix: str = "/ha",
         max_retained_checkpoints: int = 1,
+        max_retained_job_results: int | None = MAX_RETAINED,
+        job_result_max_age: float | None = None,
         lock_owner: str | None = None,
     ) -> None:
         self.layout = Layout(cluster_id, prefix)
@@ -100,7 +103,13 @@ class Stores:
             blobs = FileBlobStore(Path(blobs) / cluster_id)
         self.blobs: BlobStore = blobs
         self.max_retained_checkpoints = max_retained_checkpoints
-        self.job_results = JobResultStore(driver, self.layout, lease=lease)
+        self.job_results = JobResultStore(
+            driver,
+            self.layout,
+            lease=lease,
+            max_retained=max_retained_job_results,
+            max_age=job_result_max_age,
+        )
         self.running_jobs = RunningJobsRegistry(driver, self.layout, lease=lease)
         self.execution_plans = ExecutionPlanStore(
             driver, self.layout, self.blobs, lease=lease, lock_owner=self.lock_owner

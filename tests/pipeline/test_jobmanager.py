@@ -453,3 +453,30 @@ async def test_raised_and_handed_over_attempts_are_no_deaths_and_progress_restar
     assert [(w, f["deaths"]) for w, f in cluster.seen("attempt_died")] == [(third, 1), ("d", 1)]
     assert [w for w, _ in cluster.seen("job_started")] == ["a", second, third, "d"]
     assert output_digest(out) == await _reference(cluster.tmp)
+
+
+async def test_results_past_their_retention_go_with_what_their_job_kept(cluster: Cluster) -> None:
+    """The newest 100 clean results stay (``JobResultStore``'s default); an older one is
+    removed once a job finishes, after its stream's commit log (kept until then for audit)."""
+    from ha.pipeline.layout import JobLayout
+    from ha.pipeline.stream_commit import CommitRecord
+    from ha.stores import codec
+
+    layout = JobLayout("c1")
+    async with cluster.client() as d:  # 100 results of an earlier time, the oldest a stream's
+        for n in range(100):
+            doc = {"job_id": f"old-{n:03d}", "state": "clean", "outcome": "succeeded"}
+            doc |= {"detail": {}, "finished_at": 1000.0 + n}
+            data = codec.encode("ha.job-result", doc)
+            await d.create(f"{layout.job_results}/old-{n:03d}", data, makepath=True)
+        record = CommitRecord(7, 1, "a", "0" * 64).to_bytes()
+        await d.create(layout.stream_commit("old-000", 7), record, makepath=True)
+    await cluster.add("a")
+    await cluster.active()
+    await cluster.submit("job-1")
+    assert (await cluster.wait("job-1")).state == "succeeded"
+    await cluster.wait_event("job_finished", job="job-1")  # recorded, cleaned, expired
+    async with cluster.client() as d:
+        kept = await d.children(layout.job_results)
+        assert sorted(kept) == sorted([f"old-{n:03d}" for n in range(1, 100)] + ["job-1"])
+        assert await d.exists(layout.stream_commits("old-000")) is None

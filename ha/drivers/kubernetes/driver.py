@@ -28,8 +28,10 @@ from ..base import (
     SessionKind,
     SetData,
     Stat,
+    TreeSize,
     validate_path,
 )
+from . import tree as _tree
 from .leaders import LeaderLeases
 from .settings import Settings, parse_url
 from .tree import Plan, Tree, apply
@@ -89,6 +91,17 @@ class KubernetesDriver(LeaderLeases):
         if tree.node(path) is None:
             raise NoNode(path)
         return tree.children(path)
+
+    async def tree_size(self) -> TreeSize:
+        return self._size_of(await self._tree())
+
+    def known_tree_size(self) -> TreeSize | None:
+        # the tree as the watch last saw it (no version: not seen yet)
+        return self._size_of(self._known) if self._known.version else None
+
+    def _size_of(self, tree: Tree) -> TreeSize:
+        where = f"ConfigMap {self.namespace}/{self.settings.tree}"
+        return TreeSize(tree.size(), _tree.LIMIT, len(tree.nodes), where)
 
     # --- writes -----------------------------------------------------------------------------
 

@@ -182,9 +182,14 @@ class Tree:
 
     # --- the ConfigMap --------------------------------------------------------------------
 
-    def encode(self, namespace: str, name: str, root: str) -> dict[str, Any]:
-        """The ConfigMap holding this tree (with its resourceVersion, if read); TooLarge."""
-        meta = {
+    def size(self) -> int:
+        """The bytes of the ConfigMap holding this tree, as the API server counts them (its
+        ``data`` and ``binaryData``, keys and values), which must stay within ``LIMIT``."""
+        values = {key_of(p): _value_of(e) for p, e in self.nodes.items()}
+        return _size({"meta": json.dumps(self._meta(), separators=(",", ":"))}, values)
+
+    def _meta(self) -> dict[str, Any]:
+        return {
             "format": FORMAT,
             "txn": self.txn,
             "seq": self.seq,
@@ -192,10 +197,12 @@ class Tree:
             "log": [[txn, paths] for txn, paths in self.log],
             "sessions": [f"{s:x}" for s in sorted(self.sessions)],
         }
-        data = {"meta": json.dumps(meta, separators=(",", ":"))}
+
+    def encode(self, namespace: str, name: str, root: str) -> dict[str, Any]:
+        """The ConfigMap holding this tree (with its resourceVersion, if read); TooLarge."""
+        data = {"meta": json.dumps(self._meta(), separators=(",", ":"))}
         values = {key_of(p): _value_of(e) for p, e in self.nodes.items()}
-        size = sum(len(k) + _raw_size(v) for k, v in values.items())
-        size += len("meta") + len(data["meta"])
+        size = _size(data, values)
         if size > LIMIT:
             raise TooLarge(
                 f"the ha tree would hold {size} bytes, over the 1 MiB a Kubernetes ConfigMap"
@@ -261,6 +268,13 @@ def _entry_of(path: str, value: str) -> Entry:
     except ValueError:
         raise CorruptData(path, "the ConfigMap entry is not base64") from None
     return Entry.decode(path, raw)
+
+
+def _size(data: dict[str, str], values: dict[str, str]) -> int:
+    """What the API server counts of a ConfigMap: keys and values of ``data`` (text) and of
+    ``binaryData`` (the bytes its base64 holds)."""
+    size = sum(len(k) + _raw_size(v) for k, v in values.items())
+    return size + sum(len(k) + len(v.encode()) for k, v in data.items())
 
 
 def _raw_size(value: str) -> int:
