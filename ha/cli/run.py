@@ -122,11 +122,20 @@ def _check_executable(what: str, argv: tuple[str, ...]) -> None:
 @click.option(
     "--health",
     metavar="CMD",
-    help="Health check: while it fails, leave the election (HA_STATE tells it"
-    " whether COMMAND runs here).",
+    help="Health check: when it fails --health-failures times in a row, leave the election"
+    " until it passes (HA_STATE tells it whether COMMAND runs here).",
 )
 @click.option("--health-interval", type=float, default=2.0, show_default=True, metavar="S")
 @click.option("--health-timeout", type=float, default=5.0, show_default=True, metavar="S")
+@click.option(
+    "--health-failures",
+    type=int,
+    default=3,
+    show_default=True,
+    metavar="N",
+    help="Failed health checks in a row before leaving the election (as a Kubernetes"
+    " probe's failureThreshold); one pass brings this host back.",
+)
 @click.option(
     "--priority",
     type=int,
@@ -165,6 +174,7 @@ def run(
     health: str | None,
     health_interval: float,
     health_timeout: float,
+    health_failures: int,
     priority: int,
     settle: float,
     journal: str | None,
@@ -224,6 +234,7 @@ def run(
             health=health_argv,
             health_interval=health_interval,
             health_timeout=health_timeout,
+            health_failures=health_failures,
             journal=journal,
             priority=priority,
             settle=settle,

@@ -20,8 +20,9 @@ with ZKFC): it runs before the new active starts, with the old active's breadcru
 epoch, host and pid) in its environment, and can refuse the takeover; and the epoch
 (``HA_EPOCH``, ``HA_NODE``) fences COMMAND's own writes.
 
-``--health CMD`` (Hadoop's HealthMonitor): checked every interval; while it fails the
-supervisor leaves the election (stopping COMMAND first if active) and rejoins once it passes;
+``--health CMD`` (Hadoop's HealthMonitor): checked every interval; once it has failed
+``--health-failures`` times in a row the supervisor leaves the election (stopping COMMAND first
+if active) and rejoins once it passes;
 not while the election is paused (``ha pause``: COMMAND is left alone, ``paused.py``).
 Graceful failover requests are honoured as described in ``ha/admin/failover.py`` (the active
 asks for one itself to hand the lead back to a preferred standby: ``preferred.py``). Whether to
@@ -135,7 +136,11 @@ class Supervisor:
         self._stopping = False
         self.exit_status: int | None = None  # after --on-exit fail: COMMAND's, never 0
         self._restarting = ""  # COMMAND exited and restarts soon (member note)
-        self._eligibility = Eligibility(self.identity, health_check=bool(settings.health))
+        self._eligibility = Eligibility(
+            self.identity,
+            health_check=bool(settings.health),
+            health_failures=settings.health_failures,
+        )
         self._changed = anyio.Event()
         self._failover_poke = Wakeup()
         self._member_poke = Wakeup()
@@ -249,6 +254,8 @@ class Supervisor:
             self._quit()
         if decision.wake:
             self._poke()
+        if decision.renote:
+            self._member_poke.set()
 
     def _out_reason(self) -> str | None:
         """Why we stay out of the election now (the member node's note), or None."""
@@ -509,6 +516,9 @@ class Supervisor:
     def _member(self) -> admin.Member:
         note = "" if self._state != "out" else (self._out_reason() or "")
         note = note or self._fencing_note() or self._restarting
+        verdict = self._eligibility.verdict(anyio.current_time())
+        if not note and verdict.eligible:
+            note = verdict.note  # "health check failed 1 of 3": still in, for now
         return admin.Member(
             self.identity,
             self._state,
