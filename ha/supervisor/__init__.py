@@ -330,7 +330,8 @@ class Supervisor:
 
     def _show(self, t: Transition) -> None:
         cause = f"epoch {t.epoch}, {t.cause}" if t.epoch is not None else t.cause
-        log.info("%s -> %s (%s)", t.old.value, t.new.value, cause)
+        # the line shown at the default level: it carries the fields for JSON logs too
+        log.info("%s -> %s (%s)", t.old.value, t.new.value, cause, extra=t.log_fields())
         self._epoch = t.epoch
         self._set_state(t.new.value)
 
