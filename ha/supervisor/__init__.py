@@ -84,7 +84,8 @@ class Supervisor:
     """Runs ``settings.command`` while active in the election at ``settings.path``.
 
     ``await Supervisor(driver, settings).run()`` returns after ``stop()`` (or SIGINT/SIGTERM
-    with ``handle_signals``) once COMMAND is stopped and the election quit; it raises
+    with ``handle_signals``, or handed to ``signalled`` by a caller that receives them itself)
+    once COMMAND is stopped and the election quit; it raises
     ``ElectionFailed`` on a fatal election error. ``registry``: where its metrics go (made
     when ``settings.http`` asks for the endpoint, which serves them at ``/metrics``).
     ``systemd``: what it tells systemd (readiness, status, watchdog: ``systemd.py``).
@@ -134,6 +135,7 @@ class Supervisor:
         self._state = "neutral"
         self._epoch: int | None = None
         self._stopping = False
+        self._claiming: anyio.CancelScope | None = None  # while claiming our member node
         self.exit_status: int | None = None  # after --on-exit fail: COMMAND's, never 0
         self._restarting = ""  # COMMAND exited and restarts soon (member note)
         self._eligibility = Eligibility(
@@ -163,6 +165,8 @@ class Supervisor:
             log.info("stopping")
             self._systemd.stopping()
         self._stopping = True
+        if self._claiming is not None:  # the claim may wait long (a duplicate, the backend)
+            self._claiming.cancel()
         self._quit()
         self._poke()
 
@@ -184,12 +188,15 @@ class Supervisor:
         # refuse a duplicate --id before anything else: two supervisors of one identity
         # would confuse `ha failover` and `ha status`, and one's exit would delete the
         # other's member node
-        await admin.claim_member(
-            self.driver,
-            self.settings.path,
-            self._member(),
-            wait=1.5 * self.driver.session_timeout,
-        )
+        with anyio.CancelScope() as self._claiming:  # a stop ends it: then we never join
+            if not self._stopping:
+                await admin.claim_member(
+                    self.driver,
+                    self.settings.path,
+                    self._member(),
+                    wait=1.5 * self.driver.session_timeout,
+                )
+        self._claiming = None
         async with anyio.create_task_group() as tg:
             nodes = ElectionNodes(self.settings.path)
             subs = [
@@ -499,12 +506,16 @@ class Supervisor:
     async def _signal_loop(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
-                if not self._stopping:
-                    log.info("%s received", signal.Signals(signum).name)
-                    self.stop()
-                elif self._child is not None:  # asked twice: do not wait for the grace period
-                    log.warning("%s received again: killing COMMAND", signal.Signals(signum).name)
-                    self._child.signal_group(signal.SIGKILL)
+                self.signalled(signum)
+
+    def signalled(self, signum: int) -> None:
+        """SIGINT or SIGTERM came: the first stops, the next kills COMMAND at once."""
+        if not self._stopping:
+            log.info("%s received", signal.Signals(signum).name)
+            self.stop()
+        elif self._child is not None:  # asked twice: do not wait for the grace period
+            log.warning("%s received again: killing COMMAND", signal.Signals(signum).name)
+            self._child.signal_group(signal.SIGKILL)
 
     def _set_state(self, state: str) -> None:
         self._state = state
