@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pwd
 import secrets
 import socket
 import time
@@ -84,11 +85,18 @@ _READY = ("standby", "neutral")  # member states that can take over
 
 
 def _requester() -> str:
+    return f"{_user()}@{socket.gethostname()}:{os.getpid()}"
+
+
+def _user() -> str:
+    """The real user's name, by uid from the password database: ``os.getlogin`` needs a
+    login session or a terminal, and ``$USER`` is often unset (cron, systemd, containers).
+    A uid with no entry (a container's arbitrary uid): ``$USER``, ``$LOGNAME``, else the uid."""
+    uid = os.getuid()
     try:
-        user = os.getlogin()
-    except OSError:
-        user = os.environ.get("USER", "?")
-    return f"{user}@{socket.gethostname()}:{os.getpid()}"
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return os.environ.get("USER") or os.environ.get("LOGNAME") or str(uid)
 
 
 async def request_failover(

@@ -6,7 +6,8 @@ command's name; a config file (``config.py``) holds any option's value, which fl
 environment override. Commands that only read (``status``, ``watch``, ``history``, ``jobs
 list``, ``jobs status``) create nothing, not even the embedded file.
 Exit codes: 0 ok; 1 error; 2 usage; 3 no active (``status``, ``failover``); 4 overlapping
-leadership found (``report``); 130 interrupted.
+leadership found (``report``); 130 interrupted (Ctrl-C, quietly, under asyncio and trio:
+``_signals.py`` on the event loop, ``HaGroup`` elsewhere).
 
 The commands live by subject: ``run``, ``election`` (status, history, pause, resume, watch,
 failover, format), ``jobs``, ``report``, ``demo``; ``_run`` is how each one runs and fails,
@@ -17,14 +18,14 @@ failover, format), ``jobs``, ``report``, ``demo``; ``_run`` is how each one runs
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
 from .._install import version
 from . import demo, election, jobs, report, run
 from ._logs import LOG_FORMATS, LOG_LEVELS
-from ._run import CONTEXT, Failure, Options, add_global_options
+from ._run import CONTEXT, Failure, Interrupted, Options, add_global_options
 from .config import ConfiguredGroup
 
 __all__ = ("cli", "main")
@@ -37,7 +38,22 @@ def _show_version(ctx: click.Context, _param: click.Parameter, asked: bool) -> N
         ctx.exit()
 
 
-@click.group(cls=ConfiguredGroup, context_settings=CONTEXT)
+class HaGroup(ConfiguredGroup):
+    """``ha``: Ctrl-C in a command's own code, off the event loop (a prompt, an import), exits
+    130 quietly too, where click would say "Aborted!" and exit 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted") from None
+        except click.exceptions.Abort as exc:  # click.confirm turns Ctrl-C into Abort
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                raise Interrupted("interrupted") from None
+            raise
+
+
+@click.group(cls=HaGroup, context_settings=CONTEXT)
 @click.option(
     "--url",
     envvar="HA_URL",

@@ -6,8 +6,9 @@ Only a backend that cannot be reached is tried again (the driver's ``start`` rai
 missing extra, a ZooKeeper host that does not resolve or denied access still fail at once, in
 one line. Each failed try is one log line with the next one's delay; the waits grow to
 ``RETRY.maximum`` (each try itself bounded by the backend's ``connect_timeout``). SIGINT or
-SIGTERM while waiting stops at once, as it stops ``ha run`` (exit 0); the supervisor handles them
-from when the backend is reached.
+SIGTERM while waiting stops at once, as it stops ``ha run`` (exit 130 after SIGINT, 0 after
+SIGTERM); the command's receiver (``_signals.py``) hands them to us while we wait, and to the
+supervisor from when the backend is reached.
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-import anyio.abc
 
 from ..drivers import connect
 from ..drivers.base import Driver
 from ..election.timing import Backoff
 from ..errors import DriverError
 from ._dns import check_hosts_resolve
-from ._run import Options
+from ._run import Options, Signals
 
 __all__ = ("RETRY", "reach_driver")
 
@@ -38,20 +38,26 @@ RETRY = Backoff(initial=1.0, maximum=10.0)
 
 
 @asynccontextmanager
-async def reach_driver(opts: Options) -> AsyncIterator[Driver | None]:
+async def reach_driver(opts: Options, signals: Signals) -> AsyncIterator[Driver | None]:
     """The backend of ``opts``, connected once it can be reached; None when stopped by a
-    signal before. Closed at the block's end."""
+    signal before (``signals``: the command's, SIGINT and SIGTERM). Closed at the block's end;
+    in the block, signals are back to ``signals``' default until the caller hands them on."""
     url = opts.backend_url()
     await check_hosts_resolve(url)
+    received: list[str] = []
     # The driver is started and closed inside this group's scope: a driver may hold a task
     # group of its own from start to close (ZooKeeper's), which must nest in every scope
     # around it, so no scope of ours may end while it runs.
     async with anyio.create_task_group() as tg:
-        signals = _Signals(tg.cancel_scope)
-        await tg.start(signals.watch)  # before the first try
+
+        def stop(signum: int) -> None:
+            received.append(signal.Signals(signum).name)
+            tg.cancel_scope.cancel()
+
+        signals.react(stop)  # before the first try
         driver = await _connect(url)  # cancelled by a signal
-        await signals.close()  # the supervisor handles them from now on
-        if signals.received is None:
+        signals.react(None)
+        if not received:
             try:
                 yield driver
             finally:
@@ -59,36 +65,8 @@ async def reach_driver(opts: Options) -> AsyncIterator[Driver | None]:
             return
         with anyio.CancelScope(shield=True):
             await driver.aclose()  # a signal came as it started: not used
-    log.info("%s received while waiting for the backend: stopping", signals.received)
+    log.info("%s received while waiting for the backend: stopping", received[0])
     yield None
-
-
-class _Signals:
-    """SIGINT and SIGTERM cancel ``scope`` until ``close()``; ``received``: the signal's name."""
-
-    def __init__(self, scope: anyio.CancelScope) -> None:
-        self.scope = scope
-        self.received: str | None = None
-        self._listening = anyio.CancelScope()
-        self._closed = anyio.Event()
-
-    async def watch(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        try:
-            with self._listening, anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as s:
-                task_status.started()
-                async for signum in s:
-                    self.received = signal.Signals(signum).name
-                    self.scope.cancel()
-                    return
-        finally:
-            self._closed.set()
-
-    async def close(self) -> None:
-        """Stop listening; return once the handlers are given back (on asyncio a receiver
-        closed later would remove the handlers the supervisor installs)."""
-        self._listening.cancel()
-        with anyio.CancelScope(shield=True):
-            await self._closed.wait()
 
 
 async def _connect(url: str) -> Driver:

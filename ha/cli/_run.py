@@ -6,7 +6,8 @@ on stderr and an exit code (a ``Failure``), unless ``--debug`` asks for the trac
 
 - ``HAError``, ``OSError`` and ``TimeoutError`` are expected: their message is the line;
 - any other ``Exception`` is a bug or a surprise: the line names its type and points to --debug;
-- Ctrl-C is ``Interrupted`` (exit code 130);
+- Ctrl-C is ``Interrupted``: exit code 130, and no line (on the event loop, ``_signals.py``
+  turns it into a cancellation, the same under asyncio and trio);
 - with ``spark=True``, a missing Spark dependency says what to install, and an error raised
   inside PySpark or py4j shows only its first line (Java stack traces are pages long).
 
@@ -34,6 +35,7 @@ from ..drivers.base import Driver
 from ..errors import ConfigurationError, HAError
 from ._dns import check_hosts_resolve
 from ._logs import LOG_FORMATS, LOG_LEVELS, run_as, setup_logging
+from ._signals import Signals
 
 __all__ = (
     "CONTEXT",
@@ -44,6 +46,7 @@ __all__ = (
     "Interrupted",
     "NoActiveFailure",
     "Options",
+    "Signals",
     "UsageFailure",
     "add_global_options",
     "global_options",
@@ -89,7 +92,12 @@ class NoActiveFailure(Failure):
 
 
 class Interrupted(Failure):
+    """Ctrl-C: exit code 130, quietly (the user knows; ``ha run`` has logged its stop)."""
+
     exit_code = EXIT_INTERRUPTED
+
+    def show(self, file: Any = None) -> None:
+        pass
 
 
 def _cancellation(exc: BaseException) -> bool:
@@ -319,26 +327,56 @@ def call(opts: Options, fn: Callable[[], T], *, spark: bool = False) -> T:
         raise
 
 
-def run(opts: Options, fn: Callable[[], Awaitable[T]], *, spark: bool = False) -> T:
-    """Run ``fn`` on the event loop; turn any failure into one line and an exit code."""
+def run(
+    opts: Options,
+    fn: Callable[[], Awaitable[T]],
+    *,
+    spark: bool = False,
+    signals: Signals | None = None,
+) -> T:
+    """Run ``fn`` on the event loop; turn any failure into one line and an exit code.
+
+    ``signals``: what SIGINT and SIGTERM do (``_signals.py``); by default SIGINT cancels ``fn``
+    and the command exits 130.
+    """
     backend = os.environ.get("HA_ASYNC_BACKEND", "asyncio")  # tests run the command on trio too
-    return call(opts, lambda: anyio.run(fn, backend=backend), spark=spark)
+    on = Signals() if signals is None else signals
+
+    def go() -> T:
+        try:
+            done = anyio.run(on.run, fn, backend=backend)
+        except BaseException:
+            if on.interrupted:  # whatever the cancelled work raised on its way out
+                raise Interrupted("interrupted") from None
+            raise
+        if on.interrupted:
+            raise Interrupted("interrupted")
+        if not done:  # SIGTERM cancelled the work: its normal end
+            raise click.exceptions.Exit(0)
+        return done[0]
+
+    return call(opts, go, spark=spark)
 
 
 def with_driver(
-    opts: Options, fn: Callable[[Driver], Awaitable[T]], *, read_only: bool = False
+    opts: Options,
+    fn: Callable[[Driver], Awaitable[T]],
+    *,
+    read_only: bool = False,
+    signals: Signals | None = None,
 ) -> T:
     """Connect to the backend, run ``fn(driver)``, disconnect.
 
     ``read_only``: ``fn`` only reads, so connecting must create nothing either: a missing
     sqlite file is an error (not a new empty database), and so is a missing ZooKeeper chroot.
+    ``signals``: as for ``run``.
     """
 
     async def go() -> T:
         async with open_driver(opts, read_only=read_only) as driver:
             return await fn(driver)
 
-    return run(opts, go)
+    return run(opts, go, signals=signals)
 
 
 @asynccontextmanager

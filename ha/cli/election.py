@@ -27,6 +27,7 @@ from ._run import (
     Failure,
     NoActiveFailure,
     Options,
+    Signals,
     call,
     open_driver,
     with_driver,
@@ -201,7 +202,8 @@ def watch(opts: Options, path: str, as_json: bool, count: int | None) -> None:
     The first line is the current leader (or none). An election that does not exist yet is
     said once on stderr, and watched until it appears. When the backend goes away, a line on
     stderr says so and the watch goes on once it is back (it ends only when interrupted, or
-    when the backend cannot be reached at the start).
+    when the backend cannot be reached at the start). Ctrl-C ends it with exit code 130,
+    SIGTERM with 0.
 
     \b
     Examples:
@@ -211,23 +213,12 @@ def watch(opts: Options, path: str, as_json: bool, count: int | None) -> None:
 
     watcher = Watcher(path, count, lambda found: print_leader(found, as_json))
 
-    async def until_signal() -> None:
-        import signal
-
-        async with anyio.create_task_group() as tg:
-
-            async def watching() -> None:
-                await watcher.run(lambda: open_driver(opts, read_only=True))
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(watching)
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for _ in signals:
-                    tg.cancel_scope.cancel()  # interrupted: the normal end of a watch
-                    break
+    async def watching() -> None:
+        await watcher.run(lambda: open_driver(opts, read_only=True))
 
     call(opts, lambda: check_election(path))  # a bad path before a missing backend
-    run_async(opts, until_signal)
+    # SIGINT or SIGTERM ends the watch (its normal end): exit 130 after SIGINT, 0 after SIGTERM
+    run_async(opts, watching, signals=Signals(term=True))
 
 
 @click.command()

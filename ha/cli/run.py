@@ -23,7 +23,7 @@ from ..errors import ConfigurationError
 from ..http import parse_address
 from ..supervisor.exits import OnExit
 from ._reach import reach_driver
-from ._run import Failure, Options, UsageFailure, http_option, run_as
+from ._run import Failure, Options, Signals, UsageFailure, http_option, run_as
 from ._run import run as run_async
 
 __all__ = ("run",)
@@ -122,11 +122,20 @@ def _check_executable(what: str, argv: tuple[str, ...]) -> None:
 @click.option(
     "--health",
     metavar="CMD",
-    help="Health check: while it fails, leave the election (HA_STATE tells it"
-    " whether COMMAND runs here).",
+    help="Health check: when it fails --health-failures times in a row, leave the election"
+    " until it passes (HA_STATE tells it whether COMMAND runs here).",
 )
 @click.option("--health-interval", type=float, default=2.0, show_default=True, metavar="S")
 @click.option("--health-timeout", type=float, default=5.0, show_default=True, metavar="S")
+@click.option(
+    "--health-failures",
+    type=int,
+    default=3,
+    show_default=True,
+    metavar="N",
+    help="Failed health checks in a row before leaving the election (as a Kubernetes"
+    " probe's failureThreshold); one pass brings this host back.",
+)
 @click.option(
     "--priority",
     type=int,
@@ -165,6 +174,7 @@ def run(
     health: str | None,
     health_interval: float,
     health_timeout: float,
+    health_failures: int,
     priority: int,
     settle: float,
     journal: str | None,
@@ -181,7 +191,8 @@ def run(
     dies, even by SIGKILL, a guard process kills COMMAND's whole tree, daemons that left its
     process group included (Linux). An --id already running is refused. COMMAND gets
     HA_ELECTION, HA_IDENTITY and HA_EPOCH (a fencing token). SIGINT/SIGTERM stop COMMAND and leave the election
-    without fencing; `ha failover` asks the active to hand over gracefully. A backend that
+    without fencing (then exit 130 after SIGINT, 0 after SIGTERM; a second signal kills COMMAND
+    at once); `ha failover` asks the active to hand over gracefully. A backend that
     cannot be reached at start is tried again, with one log line per try, until it can.
 
     \b
@@ -224,6 +235,7 @@ def run(
             health=health_argv,
             health_interval=health_interval,
             health_timeout=health_timeout,
+            health_failures=health_failures,
             journal=journal,
             priority=priority,
             settle=settle,
@@ -236,6 +248,8 @@ def run(
         raise Failure(str(exc)) from None
 
     run_as(identity)
+    # SIGINT and SIGTERM stop COMMAND and leave the election; after SIGINT ha run exits 130
+    signals = Signals(term=True)
 
     # under systemd (Type=notify): readiness, status and the watchdog's keep-alive
     with Notifier.from_environ() as systemd:
@@ -251,15 +265,19 @@ def run(
                         await systemd.keep_alive()
 
                 tg.start_soon(keep_alive)
-                async with reach_driver(opts) as driver:  # waits for a backend that is down
+                async with reach_driver(opts, signals) as driver:  # waits for a backend down
                     waiting.cancel()  # the supervisor sends it from now on
                     if driver is None:
                         return None  # stopped (SIGINT, SIGTERM) before it could be reached
-                    supervisor = Supervisor(driver, settings, handle_signals=True, systemd=systemd)
-                    await supervisor.run()
+                    supervisor = Supervisor(driver, settings, systemd=systemd)
+                    signals.react(supervisor.signalled)
+                    try:
+                        await supervisor.run()
+                    finally:  # closing the backend: a signal cancels that, a second ends us
+                        signals.react(None)
                     return supervisor.exit_status
             return None  # not reached: the block returns
 
-        failed = run_async(opts, go)
+        failed = run_async(opts, go, signals=signals)
     if failed is not None:  # --on-exit fail: COMMAND's status (logged with the reason)
         sys.exit(failed)

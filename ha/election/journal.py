@@ -40,6 +40,17 @@ class Transition:
             "cause": self.cause,
         }
 
+    def log_fields(self) -> dict[str, Any]:
+        """The structured fields of its log lines (``extra``): JSON logs carry them."""
+        return {
+            "election": self.election,
+            "identity": self.identity,
+            "from_state": self.old.value,
+            "to_state": self.new.value,
+            "epoch": self.epoch,
+            "cause": self.cause,
+        }
+
 
 class JournalWriter:
     """Appends transitions to a JSON-lines file, one line and one flush per transition.

@@ -154,14 +154,7 @@ class Reporting:
             report.old.value,
             report.new.value,
             report.cause,
-            extra={
-                "election": self.path,
-                "identity": ident,
-                "from_state": report.old.value,
-                "to_state": report.new.value,
-                "epoch": report.epoch,
-                "cause": report.cause,
-            },
+            extra=transition.log_fields(),
         )
         if self.journal is not None:
             self.journal.write(transition)

@@ -20,8 +20,9 @@ with ZKFC): it runs before the new active starts, with the old active's breadcru
 epoch, host and pid) in its environment, and can refuse the takeover; and the epoch
 (``HA_EPOCH``, ``HA_NODE``) fences COMMAND's own writes.
 
-``--health CMD`` (Hadoop's HealthMonitor): checked every interval; while it fails the
-supervisor leaves the election (stopping COMMAND first if active) and rejoins once it passes;
+``--health CMD`` (Hadoop's HealthMonitor): checked every interval; once it has failed
+``--health-failures`` times in a row the supervisor leaves the election (stopping COMMAND first
+if active) and rejoins once it passes;
 not while the election is paused (``ha pause``: COMMAND is left alone, ``paused.py``).
 Graceful failover requests are honoured as described in ``ha/admin/failover.py`` (the active
 asks for one itself to hand the lead back to a preferred standby: ``preferred.py``). Whether to
@@ -83,7 +84,8 @@ class Supervisor:
     """Runs ``settings.command`` while active in the election at ``settings.path``.
 
     ``await Supervisor(driver, settings).run()`` returns after ``stop()`` (or SIGINT/SIGTERM
-    with ``handle_signals``) once COMMAND is stopped and the election quit; it raises
+    with ``handle_signals``, or handed to ``signalled`` by a caller that receives them itself)
+    once COMMAND is stopped and the election quit; it raises
     ``ElectionFailed`` on a fatal election error. ``registry``: where its metrics go (made
     when ``settings.http`` asks for the endpoint, which serves them at ``/metrics``).
     ``systemd``: what it tells systemd (readiness, status, watchdog: ``systemd.py``).
@@ -133,9 +135,14 @@ class Supervisor:
         self._state = "neutral"
         self._epoch: int | None = None
         self._stopping = False
+        self._claiming: anyio.CancelScope | None = None  # while claiming our member node
         self.exit_status: int | None = None  # after --on-exit fail: COMMAND's, never 0
         self._restarting = ""  # COMMAND exited and restarts soon (member note)
-        self._eligibility = Eligibility(self.identity, health_check=bool(settings.health))
+        self._eligibility = Eligibility(
+            self.identity,
+            health_check=bool(settings.health),
+            health_failures=settings.health_failures,
+        )
         self._changed = anyio.Event()
         self._failover_poke = Wakeup()
         self._member_poke = Wakeup()
@@ -158,6 +165,8 @@ class Supervisor:
             log.info("stopping")
             self._systemd.stopping()
         self._stopping = True
+        if self._claiming is not None:  # the claim may wait long (a duplicate, the backend)
+            self._claiming.cancel()
         self._quit()
         self._poke()
 
@@ -179,12 +188,15 @@ class Supervisor:
         # refuse a duplicate --id before anything else: two supervisors of one identity
         # would confuse `ha failover` and `ha status`, and one's exit would delete the
         # other's member node
-        await admin.claim_member(
-            self.driver,
-            self.settings.path,
-            self._member(),
-            wait=1.5 * self.driver.session_timeout,
-        )
+        with anyio.CancelScope() as self._claiming:  # a stop ends it: then we never join
+            if not self._stopping:
+                await admin.claim_member(
+                    self.driver,
+                    self.settings.path,
+                    self._member(),
+                    wait=1.5 * self.driver.session_timeout,
+                )
+        self._claiming = None
         async with anyio.create_task_group() as tg:
             nodes = ElectionNodes(self.settings.path)
             subs = [
@@ -249,6 +261,8 @@ class Supervisor:
             self._quit()
         if decision.wake:
             self._poke()
+        if decision.renote:
+            self._member_poke.set()
 
     def _out_reason(self) -> str | None:
         """Why we stay out of the election now (the member node's note), or None."""
@@ -323,7 +337,8 @@ class Supervisor:
 
     def _show(self, t: Transition) -> None:
         cause = f"epoch {t.epoch}, {t.cause}" if t.epoch is not None else t.cause
-        log.info("%s -> %s (%s)", t.old.value, t.new.value, cause)
+        # the line shown at the default level: it carries the fields for JSON logs too
+        log.info("%s -> %s (%s)", t.old.value, t.new.value, cause, extra=t.log_fields())
         self._epoch = t.epoch
         self._set_state(t.new.value)
 
@@ -491,12 +506,16 @@ class Supervisor:
     async def _signal_loop(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
-                if not self._stopping:
-                    log.info("%s received", signal.Signals(signum).name)
-                    self.stop()
-                elif self._child is not None:  # asked twice: do not wait for the grace period
-                    log.warning("%s received again: killing COMMAND", signal.Signals(signum).name)
-                    self._child.signal_group(signal.SIGKILL)
+                self.signalled(signum)
+
+    def signalled(self, signum: int) -> None:
+        """SIGINT or SIGTERM came: the first stops, the next kills COMMAND at once."""
+        if not self._stopping:
+            log.info("%s received", signal.Signals(signum).name)
+            self.stop()
+        elif self._child is not None:  # asked twice: do not wait for the grace period
+            log.warning("%s received again: killing COMMAND", signal.Signals(signum).name)
+            self._child.signal_group(signal.SIGKILL)
 
     def _set_state(self, state: str) -> None:
         self._state = state
@@ -509,6 +528,9 @@ class Supervisor:
     def _member(self) -> admin.Member:
         note = "" if self._state != "out" else (self._out_reason() or "")
         note = note or self._fencing_note() or self._restarting
+        verdict = self._eligibility.verdict(anyio.current_time())
+        if not note and verdict.eligible:
+            note = verdict.note  # "health check failed 1 of 3": still in, for now
         return admin.Member(
             self.identity,
             self._state,

@@ -13,8 +13,11 @@ the queue.
 
 The rules:
 
-- Health (Hadoop's HealthMonitor): out until the first check passes (when there is a check),
-  out while it fails; a failing check leaves the election at once.
+- Health (Hadoop's HealthMonitor, with the thresholds of Kubernetes probes): out until the
+  first check passes (when there is a check); a member in the election leaves once
+  ``health_failures`` checks in a row have failed (one slow answer or one blip does not cost the
+  lead), and the note says the count meanwhile ("health check failed 1 of 3"); out, one pass
+  brings it back (a success threshold of 1). A member that never passed stays out on a failure.
 - Cooldown: COMMAND ending by itself while active leaves the election for a delay that
   doubles on each quick exit (1s up to 30s, back to 1s after a run of over a minute), so a
   crash loop does not keep the lead; ceding for a failover leaves it for the request's
@@ -79,7 +82,9 @@ class Verdict:
     """Whether to take part now; if not, why, and when the clock alone may change that."""
 
     standing: Standing
-    note: str = ""  # for the member node: "unhealthy", "ceded the lead: rejoining in 3.0s"
+    # for the member node: "unhealthy", "ceded the lead: rejoining in 3.0s"; eligible, failed
+    # health checks under the threshold: "health check failed 1 of 3"
+    note: str = ""
     cause: str = ""  # the part of the note that stays the same while the reason does
     wake_at: float = math.inf  # the end of the cooldown (anyio time)
 
@@ -98,6 +103,7 @@ class Decision:
     # take the failover request just read (mark it ceding, at the version read), then hand
     # the outcome to ``Eligibility.taken``
     take: bool = False
+    renote: bool = False  # the verdict's note changed while eligible: publish it again
 
     def then(self, other: Decision) -> Decision:
         return Decision(
@@ -105,6 +111,7 @@ class Decision:
             self.wake or other.wake,
             self.say + other.say,
             self.take or other.take,
+            self.renote or other.renote,
         )
 
 
@@ -131,12 +138,15 @@ def _names(identities: Sequence[bytes]) -> str:
 class Eligibility:
     """The rules' state for one supervisor of identity ``identity``.
 
-    ``health_check``: whether a health command runs (if not, the member is always healthy).
+    ``health_check``: whether a health command runs (if not, the member is always healthy);
+    ``health_failures``: failed checks in a row that take a healthy member out (>= 1).
     """
 
-    def __init__(self, identity: bytes, *, health_check: bool) -> None:
+    def __init__(self, identity: bytes, *, health_check: bool, health_failures: int = 3) -> None:
         self.identity = identity
         self.healthy: bool | None = None if health_check else True  # None: not checked yet
+        self.health_failures = health_failures
+        self.failures = 0  # checks failed in a row (at most health_failures: nothing grows)
         self.cool_until = 0.0  # anyio time: cooling down until then
         self.cool_note = ""
         self.handled: set[str] = set()  # failover requests acted on, dropped or over
@@ -157,18 +167,34 @@ class Eligibility:
         if now < self.cool_until:
             note = f"{self.cool_note}: rejoining in {self.cool_until - now:.1f}s"
             return Verdict(Standing.COOLING_DOWN, note, self.cool_note, wake_at)
+        if self.failures:
+            note = f"health check failed {self.failures} of {self.health_failures}"
+            return Verdict(Standing.ELIGIBLE, note)
         return Verdict(Standing.ELIGIBLE)
 
     # --- the facts ----------------------------------------------------------------------------
 
     def health_checked(self, now: float, healthy: bool, why: str) -> Decision:
         """The health command answered (``why``: how it ended)."""
-        if healthy == self.healthy:
-            return Decision()
-        self.healthy = healthy
+        failed, limit = self.failures, self.health_failures
         if healthy:
-            return Decision(wake=True, say=(_info("health check passes: joining"),))
-        line = f"health check failed ({why}): leaving the election"
+            self.failures = 0
+            if not self.healthy:
+                self.healthy = True
+                return Decision(wake=True, say=(_info("health check passes: joining"),))
+            if not failed:
+                return Decision()
+            line = f"health check passes again, after {failed} of {limit} failed"
+            return Decision(renote=True, say=(_info(line),))
+        self.failures = min(failed + 1, limit)
+        if self.healthy is False:
+            return Decision()  # out already: no news
+        if self.healthy and self.failures < limit:
+            line = f"health check failed ({why}): {self.failures} of {limit}, staying in"
+            return Decision(renote=True, say=((logging.WARNING, line),))
+        self.healthy = False
+        in_a_row = f", {limit} times in a row" if self.failures > 1 else ""
+        line = f"health check failed ({why}{in_a_row}): leaving the election"
         return Decision(quit=True, wake=True, say=((logging.WARNING, line),))
 
     def command_ended(self, now: float, note: str, ran: float) -> Decision:

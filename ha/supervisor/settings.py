@@ -34,6 +34,7 @@ class Settings:
     health: tuple[str, ...] = ()
     health_interval: float = 2.0
     health_timeout: float = 5.0
+    health_failures: int = 3  # failed checks in a row that take the member out (eligibility.py)
     journal: str | None = None
     priority: int = 0  # a preferred leader's rank (0: none), ha/election/preference.py
     settle: float = 10.0  # seconds in the queue before a preferred standby gets the lead back
@@ -59,6 +60,12 @@ class Settings:
             choices = ", ".join(OnExit)
             raise ConfigurationError(f"--on-exit must be one of {choices}, got {self.on_exit!r}")
         check_max_restarts(self.max_restarts)
+        failures = self.health_failures
+        if isinstance(failures, bool) or not isinstance(failures, int) or failures < 1:
+            raise ConfigurationError(
+                f"--health-failures must be a whole number >= 1 (failed checks in a row that"
+                f" take this host out), got {failures!r}"
+            )
         if not (math.isfinite(self.settle) and self.settle >= 0):
             raise ConfigurationError(f"--settle must be >= 0 seconds, got {self.settle}")
         for name in ("hold_on_disconnect", "started"):

@@ -127,6 +127,31 @@ def test_json_logs_carry_the_structured_fields(tmp_path: Path) -> None:
     assert any(r.get("run_as") == "a" and r["logger"] == "ha.supervisor" for r in records)
 
 
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_json_transition_lines_carry_the_fields_at_the_default_level(
+    tmp_path: Path, async_backend: str
+) -> None:
+    """Without --log-level, the lines a log shipper gets for each transition are the
+    supervisor's: they carry the structured fields too (issue 30)."""
+    with Hosts(tmp_path, HA_LOG_FORMAT="json", HA_ASYNC_BACKEND=async_backend) as hosts:
+        handover(hosts)  # a active, b standby; a leaves, b takes over
+        hosts.stop_all()
+        logs = {name: [json.loads(line) for line in hosts.log(name).splitlines()] for name in "ab"}
+    moves: dict[str, list[dict[str, Any]]] = {}
+    for name, records in logs.items():
+        moves[name] = [r for r in records if re.fullmatch(r"\w+ -> \w+ \(.*\)", r["message"])]
+        for r in moves[name]:
+            assert r["logger"] == "ha.supervisor" and r["level"] == "info"
+            assert (r["election"], r["identity"], r["run_as"]) == ("/svc", name, name)
+            assert r["message"].startswith(f"{r['from_state']} -> {r['to_state']} (")
+            assert isinstance(r["cause"], str) and r["cause"] in r["message"]
+            assert (r["epoch"] is not None) == (f"(epoch {r['epoch']}, " in r["message"])
+    assert [r["to_state"] for r in moves["a"]] == ["active", "neutral"]
+    assert [r["to_state"] for r in moves["b"]] == ["standby", "active", "neutral"]
+    first, second = moves["a"][0]["epoch"], moves["b"][1]["epoch"]
+    assert isinstance(first, int) and isinstance(second, int) and second > first
+
+
 def test_the_health_checks_output_is_prefixed(tmp_path: Path) -> None:
     check = "sh -c 'echo first line; echo to stderr >&2; exit 1'"
     with Hosts(tmp_path) as hosts:

@@ -13,9 +13,9 @@ import math
 from collections.abc import Callable, Sequence
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from ha.admin import FailoverRequest
 from ha.supervisor.eligibility import RESTART_DELAY, Decision, Eligibility, Standing, Verdict
@@ -75,18 +75,74 @@ def test_with_a_health_check_a_member_waits_for_the_first_pass() -> None:
     assert rules.verdict(T0).eligible
 
 
-def test_a_failing_health_check_leaves_at_once_and_a_pass_rejoins() -> None:
-    rules = healthy()
+def test_failing_health_checks_leave_at_the_threshold_and_a_pass_rejoins() -> None:
+    rules = healthy()  # the threshold is 3, as Kubernetes probes' failureThreshold
+    for count in (1, 2):
+        decision = rules.health_checked(T0, False, "exit status 1")
+        line = f"health check failed (exit status 1): {count} of 3, staying in"
+        assert decision == Decision(renote=True, say=((logging.WARNING, line),))
+        assert rules.verdict(T0) == Verdict(Standing.ELIGIBLE, f"health check failed {count} of 3")
     decision = rules.health_checked(T0, False, "exit status 1")
     assert decision.quit and decision.wake
     assert decision.say == (
-        (logging.WARNING, "health check failed (exit status 1): leaving the election"),
+        (
+            logging.WARNING,
+            "health check failed (exit status 1, 3 times in a row): leaving the election",
+        ),
     )
     assert rules.verdict(T0 + 100).standing is Standing.UNHEALTHY
     assert rules.verdict(T0).note == "unhealthy"
     assert rules.health_checked(T0, False, "exit status 1") == Decision()  # no news
-    assert rules.health_checked(T0, True, "exit status 0").wake
-    assert rules.verdict(T0).eligible
+    assert rules.health_checked(T0, True, "exit status 0").wake  # one pass is enough
+    assert rules.verdict(T0) == Verdict(Standing.ELIGIBLE)
+
+
+def test_a_pass_under_the_threshold_clears_the_count() -> None:
+    rules = healthy()
+    rules.health_checked(T0, False, "no answer in 5s")
+    rules.health_checked(T0, False, "no answer in 5s")
+    decision = rules.health_checked(T0, True, "exit status 0")
+    line = "health check passes again, after 2 of 3 failed"
+    assert decision == Decision(renote=True, say=((logging.INFO, line),))
+    assert rules.verdict(T0) == Verdict(Standing.ELIGIBLE)  # the note is gone
+    assert rules.health_checked(T0, True, "exit status 0") == Decision()
+    assert not rules.health_checked(T0, False, "exit status 1").quit  # counting from 1 again
+    assert not rules.health_checked(T0, False, "exit status 1").quit
+    assert rules.health_checked(T0, False, "exit status 1").quit
+
+
+def test_a_threshold_of_one_leaves_on_the_first_failure() -> None:
+    rules = Eligibility(ME, health_check=False, health_failures=1)
+    decision = rules.health_checked(T0, False, "exit status 1")
+    assert decision.quit and decision.wake
+    assert said(decision) == ["health check failed (exit status 1): leaving the election"]
+    assert rules.verdict(T0).standing is Standing.UNHEALTHY
+
+
+@settings(max_examples=300, deadline=None)
+@given(threshold=st.integers(1, 5), checks=st.lists(st.booleans(), max_size=40))
+def test_a_member_leaves_exactly_after_threshold_failures_in_a_row(
+    threshold: int, checks: list[bool]
+) -> None:
+    """Against a model of the rule: in after a pass; out once ``threshold`` checks in a row
+    have failed, or on any failure before the first pass; the note counts the failures."""
+    rules = Eligibility(ME, health_check=True, health_failures=threshold)
+    healthy: bool | None = None  # the model's: None before the first answer
+    in_a_row = 0
+    for ok in checks:
+        before = rules.verdict(T0)
+        decision = rules.health_checked(T0, ok, "exit status 1")
+        in_a_row = 0 if ok else in_a_row + 1
+        was, healthy = healthy, ok or (healthy is True and in_a_row < threshold)
+        verdict = rules.verdict(T0)
+        assert verdict.eligible == healthy
+        assert decision.quit == (was is not False and not healthy)  # out: said once
+        assert decision.wake == (was != healthy)
+        if healthy:
+            expected = f"health check failed {in_a_row} of {threshold}" if in_a_row else ""
+            assert verdict.note == expected
+            assert decision.renote == (was is True and verdict.note != before.note)
+        assert rules.failures <= threshold  # nothing grows while a check keeps failing
 
 
 def test_a_first_failing_check_leaves_without_ever_joining() -> None:
@@ -131,7 +187,7 @@ def test_the_cooldown_note_counts_down() -> None:
 
 
 def test_unhealthy_shows_before_a_cooldown_and_the_cooldown_still_counts() -> None:
-    rules = healthy()
+    rules = Eligibility(ME, health_check=False, health_failures=1)
     rules.command_ended(T0, "exited", ran=1.0)
     rules.health_checked(T0, False, "exit status 1")
     verdict = rules.verdict(T0)
@@ -371,13 +427,14 @@ def standings() -> dict[str, Callable[[], Eligibility]]:
     return {
         "eligible": make(),
         "waiting": lambda: Eligibility(ME, health_check=True),
-        "unhealthy": make(lambda r: r.health_checked(T0, False, "")),
+        "unhealthy": make(*[lambda r: r.health_checked(T0, False, "")] * 3),
+        "failed 2 of 3": make(*[lambda r: r.health_checked(T0, False, "")] * 2),
         "cooling": make(lambda r: r.command_ended(T0, "exited", 1.0)),
         "active waiting for the target": make(wait),
         "behind the target": make(behind),
         "cooling+unhealthy": make(
             lambda r: r.command_ended(T0, "exited", 1.0),
-            lambda r: r.health_checked(T0, False, ""),
+            *[lambda r: r.health_checked(T0, False, "")] * 3,
         ),
     }
 
@@ -435,11 +492,14 @@ def facts() -> dict[str, Fact]:
 def check_decision(before: Eligibility, fact: Fact) -> None:
     for now in (T0, T0 + 1.5, T0 + 10.0):  # inside and after the periods
         rules = copy.deepcopy(before)
-        was = rules.verdict(now).eligible
+        old = rules.verdict(now)
+        was = old.eligible
         decision = fact(rules, now)
         verdict = rules.verdict(now)
         if was and not verdict.eligible:  # never stay in the election while out
             assert decision.quit
+        if was and verdict.eligible and verdict.note != old.note:  # ha status shows it
+            assert decision.renote
         if not was and verdict.eligible:  # the waiting loop learns at once
             assert decision.wake
         if decision.quit:  # a member never leaves without saying why
@@ -469,7 +529,7 @@ def test_every_standing_against_every_fact() -> None:
         for fact in facts().values():
             check_decision(build(), fact)
             cases += 1
-    assert cases == 7 * (5 + 3 * 2 * 3 * len(QUEUES) * 2 * 2 * 2)
+    assert cases == 8 * (5 + 3 * 2 * 3 * len(QUEUES) * 2 * 2 * 2)
 
 
 # --- a stateful world -------------------------------------------------------------------------
@@ -493,8 +553,15 @@ class World(RuleBasedStateMachine):
         self.done: set[str] = set()  # requests over for us: acted on, history, or looked past
         self.opened: dict[str, float] = {}  # request id -> end of its period (first reading)
         self.healthy: bool | None = None
+        self.threshold = 3
+        self.failed = 0  # health checks failed in a row
         self.cool_until = -math.inf
         self.paused = False
+
+    @initialize(threshold=st.integers(1, 4))
+    def health_threshold(self, threshold: int) -> None:
+        self.threshold = threshold
+        self.member = Eligibility(ME, health_check=True, health_failures=threshold)
 
     @property
     def order(self) -> tuple[bytes, ...]:
@@ -563,10 +630,16 @@ class World(RuleBasedStateMachine):
     @rule(ok=st.booleans())
     def health_checked(self, ok: bool) -> None:
         decision = self.decide(lambda r: r.health_checked(self.now, ok, "exit status"))
-        if not ok:
-            assert decision.quit or self.healthy is False  # leaves on the first failure
+        self.failed = 0 if ok else self.failed + 1
+        if ok:
+            self.healthy = True
+        elif self.healthy is not True or self.failed >= self.threshold:
+            # leaves on the failure that reaches the threshold (on any before the first pass)
+            assert decision.quit or self.healthy is False
+            self.healthy = False
             self.leave()
-        self.healthy = ok
+        else:
+            assert not decision.quit  # under the threshold: stays where it is
 
     @precondition(lambda self: self.queue and self.queue[0][0] == ME)
     @rule(ran=st.floats(0.0, 100.0))

@@ -1,0 +1,100 @@
+"""`ha run --health`: a failure threshold, as Kubernetes probes have one. Real processes on the
+sqlite backend; the health check is a shell script the test steers through files.
+
+The check fails while ``fails`` holds a count above 0 (taking one off each time), and while
+``hold`` exists a passing check waits: the supervisor is then between two answers, and what it
+publishes meanwhile can be read without a race.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ha.errors import ConfigurationError
+from ha.supervisor import Settings
+from tests.cli.helpers import alive, ha, one_error_line, wait_until
+from tests.cli.test_run import Hosts
+
+CHECK = r"""
+d="$1"
+echo run >> "$d/runs"
+n=$(cat "$d/fails")
+if [ "$n" -gt 0 ]; then
+    echo $((n - 1)) > "$d/fails.tmp" && mv "$d/fails.tmp" "$d/fails"
+    exit 1
+fi
+while [ -e "$d/hold" ]; do sleep 0.02; done
+"""
+
+
+def set_fails(directory: Path, count: int) -> None:
+    (directory / "fails.tmp").write_text(f"{count}\n")
+    os.replace(directory / "fails.tmp", directory / "fails")
+
+
+def member(hosts: Hosts, identity: str) -> dict[str, object]:
+    found = [m for m in hosts.status()["members"] if m["identity"] == identity]
+    assert len(found) == 1
+    return found[0]
+
+
+def test_one_failed_check_keeps_the_lead_and_three_in_a_row_give_it_up(tmp_path: Path) -> None:
+    (tmp_path / "check.sh").write_text(CHECK)
+    set_fails(tmp_path, 0)
+    check = shlex.join(["sh", str(tmp_path / "check.sh"), str(tmp_path)])
+    # the default threshold (3); a check that waits on `hold` gets all the time it needs
+    health = ("--health", check, "--health-interval", "0.05", "--health-timeout", "60")
+    with Hosts(tmp_path) as hosts:
+        hosts.start("a", *health)
+        hosts.settled()
+        hosts.start("b")
+        doc = hosts.settled()
+        assert doc["active"] == "a"
+        epoch, child = doc["epoch"], hosts.child("a")
+        assert child is not None
+
+        # one failure, then a pass held back while we look
+        (tmp_path / "hold").touch()
+        set_fails(tmp_path, 1)
+        wait_until(lambda: "1 of 3, staying in" in hosts.log("a"), "a's first failed check")
+        wait_until(lambda: member(hosts, "a")["note"] == "health check failed 1 of 3", "note")
+        assert member(hosts, "a")["state"] == "active"
+        (tmp_path / "hold").unlink()
+        wait_until(lambda: "passes again, after 1 of 3 failed" in hosts.log("a"), "the pass")
+        wait_until(lambda: member(hosts, "a")["note"] == "", "the note cleared")
+        doc = hosts.settled()
+        assert (doc["active"], doc["epoch"], hosts.child("a")) == ("a", epoch, child)
+        assert alive(child[0])  # COMMAND ran on throughout
+        assert "leaving the election" not in hosts.log("a")
+
+        # three failures in a row: a leaves, b takes over
+        set_fails(tmp_path, 3)
+        wait_until(lambda: hosts.child("b"), "b's COMMAND")
+        wait_until(lambda: not alive(child[0]), "a's COMMAND to stop")
+        assert "health check failed (exit status 1, 3 times in a row): leaving the election" in (
+            hosts.log("a")
+        )
+        doc = hosts.settled()  # a passes again and queues behind b
+        assert doc["active"] == "b" and doc["epoch"] > epoch
+
+
+def test_health_failures_is_checked() -> None:
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(ConfigurationError, match=r"--health-failures must be a whole number"):
+            Settings("/svc", "a", ("true",), health_failures=bad)  # type: ignore[arg-type]
+    assert Settings("/svc", "a", ("true",)).health_failures == 3
+
+
+def test_a_bad_health_failures_is_one_line(tmp_path: Path) -> None:
+    env = Hosts(tmp_path).env
+    result = ha("run", "/svc", "--id", "a", "--health", "true", "--health-failures", "0",
+                "--", "true", env=env)  # fmt: skip
+    assert one_error_line(result) == (
+        "ha: error: --health-failures must be a whole number >= 1 (failed checks in a row"
+        " that take this host out), got 0"
+    )
+    assert result.returncode == 1
