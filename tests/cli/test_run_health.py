@@ -1,9 +1,10 @@
 """`ha run --health`: a failure threshold, as Kubernetes probes have one. Real processes on the
 sqlite backend; the health check is a shell script the test steers through files.
 
-The check fails while ``fails`` holds a count above 0 (taking one off each time), and while
-``hold`` exists a passing check waits: the supervisor is then between two answers, and what it
-publishes meanwhile can be read without a race.
+The file ``plan`` says "N hold" or "N go": the check fails while N is above 0 (taking one off
+each time), then, held, waits until the plan says go: the supervisor is then between two
+answers, and what it publishes meanwhile can be read without a race. One file, replaced whole,
+so that no check sees half a plan.
 """
 
 from __future__ import annotations
@@ -21,19 +22,18 @@ from tests.cli.test_run import Hosts
 
 CHECK = r"""
 d="$1"
-echo run >> "$d/runs"
-n=$(cat "$d/fails")
+read n then < "$d/plan"
 if [ "$n" -gt 0 ]; then
-    echo $((n - 1)) > "$d/fails.tmp" && mv "$d/fails.tmp" "$d/fails"
+    echo "$((n - 1)) $then" > "$d/plan.$$" && mv "$d/plan.$$" "$d/plan"
     exit 1
 fi
-while [ -e "$d/hold" ]; do sleep 0.02; done
+while [ "$then" = hold ]; do sleep 0.02; read n then < "$d/plan"; done
 """
 
 
-def set_fails(directory: Path, count: int) -> None:
-    (directory / "fails.tmp").write_text(f"{count}\n")
-    os.replace(directory / "fails.tmp", directory / "fails")
+def plan(directory: Path, fails: int, then: str = "go") -> None:
+    (directory / "plan.tmp").write_text(f"{fails} {then}\n")
+    os.replace(directory / "plan.tmp", directory / "plan")
 
 
 def member(hosts: Hosts, identity: str) -> dict[str, object]:
@@ -44,9 +44,9 @@ def member(hosts: Hosts, identity: str) -> dict[str, object]:
 
 def test_one_failed_check_keeps_the_lead_and_three_in_a_row_give_it_up(tmp_path: Path) -> None:
     (tmp_path / "check.sh").write_text(CHECK)
-    set_fails(tmp_path, 0)
+    plan(tmp_path, 0)
     check = shlex.join(["sh", str(tmp_path / "check.sh"), str(tmp_path)])
-    # the default threshold (3); a check that waits on `hold` gets all the time it needs
+    # the default threshold (3); a check held by the plan gets all the time it needs
     health = ("--health", check, "--health-interval", "0.05", "--health-timeout", "60")
     with Hosts(tmp_path) as hosts:
         hosts.start("a", *health)
@@ -58,12 +58,11 @@ def test_one_failed_check_keeps_the_lead_and_three_in_a_row_give_it_up(tmp_path:
         assert child is not None
 
         # one failure, then a pass held back while we look
-        (tmp_path / "hold").touch()
-        set_fails(tmp_path, 1)
+        plan(tmp_path, 1, "hold")
         wait_until(lambda: "1 of 3, staying in" in hosts.log("a"), "a's first failed check")
         wait_until(lambda: member(hosts, "a")["note"] == "health check failed 1 of 3", "note")
         assert member(hosts, "a")["state"] == "active"
-        (tmp_path / "hold").unlink()
+        plan(tmp_path, 0)
         wait_until(lambda: "passes again, after 1 of 3 failed" in hosts.log("a"), "the pass")
         wait_until(lambda: member(hosts, "a")["note"] == "", "the note cleared")
         doc = hosts.settled()
@@ -72,7 +71,7 @@ def test_one_failed_check_keeps_the_lead_and_three_in_a_row_give_it_up(tmp_path:
         assert "leaving the election" not in hosts.log("a")
 
         # three failures in a row: a leaves, b takes over
-        set_fails(tmp_path, 3)
+        plan(tmp_path, 3)
         wait_until(lambda: hosts.child("b"), "b's COMMAND")
         wait_until(lambda: not alive(child[0]), "a's COMMAND to stop")
         assert "health check failed (exit status 1, 3 times in a row): leaving the election" in (
