@@ -263,6 +263,7 @@ class Supervisors(Fleet):
         super().__init__(env, result, workdir, supervised=True)
         self.plan = plan
         self.file = workdir / f"beats-{result.backend}-{result.seed}.jsonl"
+        self.file.unlink(missing_ok=True)  # a replay into the same directory starts afresh
         self.tail = Tail(self.file)
         self.environ = {"HA_ASYNC_BACKEND": result.loop}
         self.frozen: set[int] = set()  # pids the harness holds stopped now
