@@ -387,8 +387,7 @@ class StopActive:
 
 @dataclass(frozen=True, slots=True)
 class Resign:
-    """A graceful exit: delete our breadcrumb, then our node, in one transaction (the
-    breadcrumb stays if the node is gone). Sent once there is contact, again if it failed."""
+    """A graceful exit: delete our breadcrumb, then our node, in one transaction."""
 
     session: int
     ticket: str
