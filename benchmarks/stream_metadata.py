@@ -259,8 +259,8 @@ async def stream(
                 takeovers.append(time.perf_counter() - start)
                 n += 1
             takeover = 1000 * statistics.median(takeovers)
-            position = 1000 * statistics.median(positions)
-            rows.append(Row(name, mark, records, used, limit, takeover, position, commit_ms))
+            position_ms = 1000 * statistics.median(positions)
+            rows.append(Row(name, mark, records, used, limit, takeover, position_ms, commit_ms))
             print(f"  {name}: {mark} batches, {records} records, {used} bytes", file=sys.stderr)
     return rows
 
