@@ -54,7 +54,9 @@ class SafetyViolation(AssertionError):
 class Event:
     t: float
     identity: str
-    kind: str  # start, stop, fence, transition, quit, expire (a forced expiry of its session)
+    # start, stop, fence, transition, quit (asked to quit without a fence: the test records
+    # it; after a lost contact a quit changes no state), expire (a forced expiry of its session)
+    kind: str
     epoch: int | None = None
     detail: dict[str, Any] = field(default_factory=dict)
 
@@ -135,6 +137,9 @@ class Recorder:
             await anyio.sleep_forever()
 
 
+_LOST_CONTACT = ("disconnected", "local deadline passed")  # the causes of P10's stops
+
+
 def check_history(history: History | list[Event]) -> None:
     """Raise SafetyViolation unless properties 1, 2, 3 and 6 hold in the history.
 
@@ -142,11 +147,16 @@ def check_history(history: History | list[Event]) -> None:
     leader to the next, with gaps. A leader that lost contact and came back within its
     session keeps its node, so the same identity may be made active again with its epoch;
     another identity never may, and an epoch below a newer leader's never comes back.
+    A leader quits gracefully (property 2) by a transition out of ACTIVE caused by "quit", or,
+    once its term stopped on a lost contact, by a "quit" event (the test records it when it
+    calls ``quit()`` without a fence): it resigns its node and breadcrumb then too.
     """
     events = sorted(history.events if isinstance(history, History) else history, key=lambda e: e.t)
     # epoch -> (identity, time) of the first report to ACTIVE with that epoch
     owners: dict[int, tuple[str, float]] = {}
     last_state: dict[str, State] = {}
+    # identities whose term last stopped on a lost contact, their node kept (P10)
+    contact_lost: set[str] = set()
     starts: list[Event] = []
     stops: dict[tuple[str, int], list[float]] = defaultdict(list)
     fences: dict[str, list[Event]] = defaultdict(list)
@@ -155,6 +165,12 @@ def check_history(history: History | list[Event]) -> None:
     # identity -> times its process died: its work ended with it (a test that crashes a driver
     # in-process records this first, then cancels the work: the others may act in between)
     crashed: dict[str, list[float]] = defaultdict(list)
+
+    def quit_gracefully(e: Event) -> None:
+        """The latest epoch of ``e.identity`` needs no fence: it resigns (machine.py, P13)."""
+        epoch = max((ep for ep, (who, _) in owners.items() if who == e.identity), default=None)
+        if epoch is not None:
+            graceful.setdefault(epoch, e.t)
 
     for e in events:
         if e.kind == "transition":
@@ -165,6 +181,10 @@ def check_history(history: History | list[Event]) -> None:
             if (old, new) not in LEGAL:
                 raise SafetyViolation(f"{e.identity}: illegal transition {old} -> {new}")
             last_state[e.identity] = new
+            if old is State.ACTIVE and e.detail["cause"] in _LOST_CONTACT:
+                contact_lost.add(e.identity)
+            else:
+                contact_lost.discard(e.identity)
             if new is State.ACTIVE:
                 assert e.epoch is not None
                 owner = owners.get(e.epoch)
@@ -176,11 +196,10 @@ def check_history(history: History | list[Event]) -> None:
                     raise SafetyViolation(f"epoch {e.epoch} of {e.identity} does not increase")
                 owners.setdefault(e.epoch, (e.identity, e.t))
             if old is State.ACTIVE and e.detail["cause"] == "quit":
-                epoch = max(
-                    (ep for ep, (who, _) in owners.items() if who == e.identity), default=None
-                )
-                if epoch is not None:
-                    graceful[epoch] = e.t
+                quit_gracefully(e)
+        elif e.kind == "quit" and e.identity in contact_lost:
+            # its term stopped on a lost contact, its node kept: the quit resigns it too
+            quit_gracefully(e)
         elif e.kind == "start":
             starts.append(e)
         elif e.kind == "stop":

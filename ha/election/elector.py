@@ -124,7 +124,8 @@ class Elector:
         # the history); None after a fence that works, or once someone leads
         self._fencing: tuple[str, int, str] | None = None
         self._refusal: tuple[str, str] | None = None  # the last refusal, until counted
-        self._unleft: dict[str, ev.Leave] = {}  # Leaves that failed, retried after a quit
+        # Leaves and Resigns that failed (or waited for contact), retried after a quit
+        self._unleft: dict[str, ev.Leave | ev.Resign] = {}
         self._watches = QueueWatches(driver, self.nodes, lambda: self._machine.session, self._feed)
         self._term: Term | None = None  # the term begun, for the history (``history.py``)
         self._fenced: list[str] = []  # whom this takeover fenced, for the term's cause
@@ -147,8 +148,9 @@ class Elector:
         return self._lease if self._state is State.ACTIVE else None
 
     def quit(self, need_fence: bool = False) -> None:
-        """Leave the election; ``run`` returns once done. ``need_fence=False`` from ACTIVE
-        deletes our breadcrumb so the next active does not fence us."""
+        """Leave the election; ``run`` returns once done. ``need_fence=False`` deletes our
+        breadcrumb with our node once we have led (after a lost contact, once it is back) so
+        the next active does not fence us."""
         self._feed(ev.QuitRequested(need_fence))
 
     def statistics(self) -> ElectorStatistics:
@@ -393,9 +395,11 @@ class Elector:
                 await self._quietly("drop a breadcrumb", nodes.drop_crumb(driver, ticket))
             case ev.StopActive(cause):
                 await self._leadership.stop(cause)
-            case ev.Resign(session, ticket, node):
-                if not await self._quietly("resign", nodes.resign(driver, ticket, node)):
-                    self._unleft[ticket] = ev.Leave(session, ticket, node, True)
+            case ev.Resign(session, ticket):
+                if driver.connected:
+                    await self._leave(effect)
+                else:
+                    self._unleft[ticket] = effect  # sent once contact is back (after the quit)
             case ev.Leave():
                 return await self._leave(effect)
             case ev.NotifyStandby():
@@ -478,12 +482,18 @@ class Elector:
             return False
         return True
 
-    async def _leave(self, effect: ev.Leave) -> ev.Left | None:
-        """Leave the queue (``nodes.leave``); a failure is kept, to retry after a quit."""
-        call = self.nodes.leave(
-            self.driver, effect.ticket, effect.node, keep_crumb=effect.keep_crumb
-        )
-        if not await self._quietly("leave the queue", call):
+    async def _leave(self, effect: ev.Leave | ev.Resign) -> ev.Left | None:
+        """Leave the queue (``nodes.leave``, or ``nodes.resign``: a resign that failed is
+        tried again as one, or the next leader would fence us for nothing); a failure is
+        kept, to retry after a quit."""
+        if isinstance(effect, ev.Resign):
+            name, call = "resign", self.nodes.resign(self.driver, effect.ticket, effect.node)
+        else:
+            name = "leave the queue"
+            call = self.nodes.leave(
+                self.driver, effect.ticket, effect.node, keep_crumb=effect.keep_crumb
+            )
+        if not await self._quietly(name, call):
             self._unleft[effect.ticket] = effect
             return None
         self._unleft.pop(effect.ticket, None)

@@ -387,7 +387,8 @@ class StopActive:
 
 @dataclass(frozen=True, slots=True)
 class Resign:
-    """A graceful exit: delete our breadcrumb, then our node, in one transaction."""
+    """A graceful exit: delete our breadcrumb, then our node, in one transaction (the
+    breadcrumb stays if the node is gone). Sent once there is contact, again if it failed."""
 
     session: int
     ticket: str

@@ -69,8 +69,12 @@ P12 Session expired: our node is gone; wait for the next session and join again.
     sent in the old session may still have run in the new one (a client that queues requests
     across sessions, as kazoo does): the new session first leaves every ticket of the old one
     (a no-op when its node is gone), or a node of ours nobody watches would lead the queue.
-P13 ``quit(need_fence=False)`` from ACTIVE stops the work, then resigns (P6); with
-    ``need_fence`` only the node goes (the next leader fences us); not leading, both go.
+P13 ``quit(need_fence=False)`` stops the work, then resigns (P6) a ticket that ever acted,
+    leading or not (its term stopped by a lost contact, its node still ours): at once, or by
+    the runner once contact is back, a failed resign sent again as one, never as a leave that
+    keeps the breadcrumb (nobody left to fence); if its node is gone by then, the breadcrumb
+    stays. With ``need_fence`` only the node goes (the next leader fences us); a ticket that
+    never acted leaves with both.
 P14 A report of the public state is an effect placed after the stop of the leadership scope:
     nobody is told "not active" while the old scope may still run.
 P15 Taking over (reading breadcrumbs, fencing) shows the state it began in: a standby whose
@@ -327,15 +331,10 @@ class Machine:
         leading = self.phase in LEADING
         stop = self._stop_if_leading("quit")
         leave: list[ev.Effect]
-        if (
-            leading
-            and not event.need_fence
-            and self.session is not None
-            and self.connected
-            and self.ticket is not None
-            and self.node is not None
-        ):
-            leave = [ev.Resign(self.session, self.ticket, self.node)]  # P13
+        if not event.need_fence and self.acted and self.session is not None:
+            # P13: even out of contact (the runner sends it once contact is back)
+            assert self.ticket is not None and self.node is not None
+            leave = [ev.Resign(self.session, self.ticket, self.node)]
             self._forget_queue()
         else:
             leave = self._leave(keep_crumb=leading)

@@ -61,6 +61,21 @@ def test_a_graceful_handover_needs_no_fence_and_epochs_may_have_gaps() -> None:
     check_history(story.events)
 
 
+@pytest.mark.parametrize("cause", ["disconnected", "local deadline passed"])
+def test_a_quit_after_a_term_stopped_on_a_lost_contact_is_graceful(cause: str) -> None:
+    """Its quit resigns its node and breadcrumb (machine.py, P13): nobody need fence it."""
+    story = standbys("a", "b").lead("a", 5).stop("a", 5, cause=cause)
+    violation(copy(story).lead("b", 12), "b started epoch 12 without fencing a")
+    check_history(story.add("a", "quit").lead("b", 12).events)
+
+
+def test_a_quit_after_a_lost_term_or_after_the_takeover_is_no_excuse() -> None:
+    lost = standbys("a", "b").lead("a", 5).stop("a", 5, new="fenced", cause="session expired")
+    violation(lost.add("a", "quit").lead("b", 12), "without fencing a")
+    late = standbys("a", "b").lead("a", 5).stop("a", 5, cause="disconnected").lead("b", 12)
+    violation(late.add("a", "quit"), "without fencing a")
+
+
 def test_a_crashed_leader_is_fenced_with_its_epoch() -> None:
     story = standbys("a", "b").lead("a", 5).add("a", "expire").fence("b", "a", 5).lead("b", 12)
     check_history(story.events)

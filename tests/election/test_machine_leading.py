@@ -285,12 +285,67 @@ def test_quit_while_joining_leaves_by_ticket() -> None:
     assert mach.handle(ev.Queued(S1, node_of(ticket, 3), TOKEN, (), ME)) == []  # too late
 
 
-def test_quit_out_of_contact_leaves_the_node_to_the_runner() -> None:
-    mach = active(hold=True)
+def after(*events: ev.Input, hold: bool = False) -> Machine:
+    mach = active(hold=hold)
+    for event in events:
+        mach.handle(event)
+    return mach
+
+
+# where a ticket that acted may stand when the quit comes (its node still ours), and its phase
+ACTED = {
+    "active": (Phase.ACTIVE, lambda: after()),
+    "detached": (Phase.DETACHED, lambda: after(ev.Disconnected(S1), hold=True)),
+    # the term stopped on the lost contact
+    "offline": (Phase.OFFLINE, lambda: after(ev.Disconnected(S1))),
+    # back in contact, not first again yet
+    "listing": (Phase.LISTING, lambda: after(ev.Disconnected(S1), ev.Reconnected(S1))),
+    "verifying": (
+        Phase.VERIFYING,
+        lambda: after(ev.Disconnected(S1), ev.Reconnected(S1), hold=True),
+    ),
+    # the local deadline stopped the term
+    "deadline": (Phase.LISTING, lambda: after(ev.DeadlineExpired(S1))),
+}
+
+
+@pytest.mark.parametrize(
+    ("where", "need_fence", "sent"),
+    [
+        ("active", False, "resign"),
+        ("active", True, "keep"),
+        ("detached", False, "resign"),  # sent by the runner once contact is back
+        ("detached", True, None),  # nothing to send out of contact: the runner leaves it
+        ("offline", False, "resign"),
+        ("offline", True, None),
+        ("listing", False, "resign"),
+        ("listing", True, "keep"),
+        ("verifying", False, "resign"),
+        ("deadline", False, "resign"),
+    ],
+)
+def test_a_clean_quit_resigns_a_ticket_that_acted_wherever_it_stands(
+    where: str, need_fence: bool, sent: str | None
+) -> None:
+    """P13 (issue 26, item 9): the breadcrumb of a term stopped on a lost contact goes with
+    its node in one transaction, as from ACTIVE: nobody is fenced for a clean quit. With a
+    fence asked for, it stays."""
+    phase, situation = ACTED[where]
+    mach = situation()
+    assert mach.phase is phase and mach.acted
     ticket, node = mach.ticket or "", mine(mach)
-    mach.handle(ev.Disconnected(S1))
-    assert kinds(mach.handle(ev.QuitRequested())) == ["StopActive", "Report", "Finish"]
-    assert mach.unleft == {ticket: (node, True)}  # work ran, contact lost: keep the breadcrumb
+    effects = mach.handle(ev.QuitRequested(need_fence))
+    expected = {
+        "resign": [ev.Resign(S1, ticket, node)],
+        "keep": [ev.Leave(S1, ticket, node, True)],
+        None: [],
+    }[sent]
+    assert [e for e in effects if isinstance(e, ev.Resign | ev.Leave)] == expected
+    if "StopActive" in kinds(effects):  # the work stops before anything of ours goes
+        assert kinds(effects)[0] == "StopActive"
+    assert effects[-1] == ev.Finish() and mach.phase is Phase.DONE
+    # a resign is the runner's to send (again); a leave is owed until answered
+    assert mach.unleft == ({} if sent == "resign" else {ticket: (node, True)})
 
 
 def test_quit_before_joining_just_finishes() -> None:

@@ -152,6 +152,8 @@ class MachineModel(RuleBasedStateMachine):
     - ClearCrumbs only follows a StartActive; Resign, and Leave(keep_crumb=False) of the
       node the scope was opened on, only while no scope is open (a breadcrumb goes only once
       the work has stopped; an older node given up and left again is not the scope's);
+    - a quit without a fence resigns the ticket whose term began, if its session lives, in
+      or out of contact (P13): its breadcrumb is never kept for a clean quit;
     - every node given up is left until its Leave is answered: while a Leave is owed (sent,
       or in the machine's ``unleft``, with no Left of its ticket acted on in that session),
       the machine keeps it in ``unleft``, sends it before every Join in that session, and
@@ -318,10 +320,20 @@ class MachineModel(RuleBasedStateMachine):
         acted = mach.phase in m.HANDLED[type(event)] and session == mach.session
         owed, listing = dict(self.owed), acted and mach.phase is not Phase.VERIFYING
         was_connected, old_session = mach.connected, mach.session
+        resigns = (
+            isinstance(event, ev.QuitRequested)
+            and not event.need_fence
+            and mach.phase in m.HANDLED[ev.QuitRequested]
+            and mach.acted
+            and mach.session is not None
+        )
+        resign = ev.Resign(mach.session or 0, mach.ticket or "", mach.node or "")
         effects = mach.handle(event)
         if self.finished:
             assert effects == []
             return
+        if resigns:
+            assert resign in effects, (resign, effects)
         self.state = check_effects(mach, self.state, effects)
         if isinstance(event, ev.Queued) and listing and owed:
             for ticket in {e.ticket for e in map(parse_entry, event.below) if e} & set(owed):

@@ -282,6 +282,8 @@ class Node:
 
     def quit(self, need_fence: bool = False) -> None:
         self.quitting = True
+        if not need_fence:  # for check_history: a term stopped before resigns too
+            self.rec.history.add(self.rec.identity, "quit")
         self.elector.quit(need_fence)
 
     @property
@@ -400,7 +402,8 @@ async def cluster(net: Net | None = None) -> AsyncIterator[Cluster]:
                     with anyio.CancelScope(shield=True):
                         await c.heal()  # a cut-off or stalled backend would hold up the quits
                     for n in c.nodes:
-                        n.elector.quit()
+                        if not n.done.is_set():
+                            n.quit()
                     with anyio.move_on_after(2):
                         for n in c.nodes:
                             await n.done.wait()
