@@ -147,9 +147,10 @@ def check_history(history: History | list[Event]) -> None:
     leader to the next, with gaps. A leader that lost contact and came back within its
     session keeps its node, so the same identity may be made active again with its epoch;
     another identity never may, and an epoch below a newer leader's never comes back.
-    A leader quits gracefully (property 2) by a transition out of ACTIVE caused by "quit", or,
-    once its term stopped on a lost contact, by a "quit" event (the test records it when it
-    calls ``quit()`` without a fence): it resigns its node and breadcrumb then too.
+    A leader quits gracefully (property 2) by a transition out of ACTIVE caused by "quit", or
+    by a "quit" event (the test records it when it calls ``quit()`` without a fence) and a
+    term stopped on a lost contact, in either order: the quit may be recorded before the
+    machine has seen the lost contact. It resigns its node and breadcrumb then too (P13).
     """
     events = sorted(history.events if isinstance(history, History) else history, key=lambda e: e.t)
     # epoch -> (identity, time) of the first report to ACTIVE with that epoch
@@ -157,6 +158,7 @@ def check_history(history: History | list[Event]) -> None:
     last_state: dict[str, State] = {}
     # identities whose term last stopped on a lost contact, their node kept (P10)
     contact_lost: set[str] = set()
+    quitting: set[str] = set()  # identities asked to quit while ACTIVE (no fence)
     starts: list[Event] = []
     stops: dict[tuple[str, int], list[float]] = defaultdict(list)
     fences: dict[str, list[Event]] = defaultdict(list)
@@ -195,11 +197,16 @@ def check_history(history: History | list[Event]) -> None:
                 if owners and e.epoch < max(owners):
                     raise SafetyViolation(f"epoch {e.epoch} of {e.identity} does not increase")
                 owners.setdefault(e.epoch, (e.identity, e.t))
-            if old is State.ACTIVE and e.detail["cause"] == "quit":
-                quit_gracefully(e)
+            if old is State.ACTIVE:
+                cause = e.detail["cause"]
+                if cause == "quit" or (cause in _LOST_CONTACT and e.identity in quitting):
+                    quit_gracefully(e)
+                quitting.discard(e.identity)
         elif e.kind == "quit" and e.identity in contact_lost:
             # its term stopped on a lost contact, its node kept: the quit resigns it too
             quit_gracefully(e)
+        elif e.kind == "quit" and last_state.get(e.identity) is State.ACTIVE:
+            quitting.add(e.identity)  # graceful once its term stops (above)
         elif e.kind == "start":
             starts.append(e)
         elif e.kind == "stop":

@@ -69,6 +69,21 @@ def test_a_quit_after_a_term_stopped_on_a_lost_contact_is_graceful(cause: str) -
     check_history(story.add("a", "quit").lead("b", 12).events)
 
 
+@pytest.mark.parametrize("cause", ["disconnected", "local deadline passed"])
+def test_a_quit_recorded_before_the_lost_contact_is_seen_is_graceful(cause: str) -> None:
+    """The test records its quit at once; the machine may see the lost contact first, stop
+    the term for it, then take the quit and resign once contact is back (P13). Found by
+    test_cluster_property: crash 1, crash 1, disconnect 0, quit 0."""
+    story = standbys("a", "b").lead("a", 5).add("a", "quit").stop("a", 5, cause=cause)
+    check_history(story.lead("b", 12).events)
+
+
+def test_a_quit_recorded_while_active_excuses_no_lost_session() -> None:
+    story = standbys("a", "b").lead("a", 5).add("a", "quit")
+    lost = story.stop("a", 5, new="fenced", cause="session expired")
+    violation(lost.lead("b", 12), "without fencing a")
+
+
 def test_a_quit_after_a_lost_term_or_after_the_takeover_is_no_excuse() -> None:
     lost = standbys("a", "b").lead("a", 5).stop("a", 5, new="fenced", cause="session expired")
     violation(lost.add("a", "quit").lead("b", 12), "without fencing a")

@@ -146,6 +146,9 @@ class FastMemory(MemoryNet):
 # found by this test: the memory driver held forever the events of a cut too short to notice;
 # the standby cut off then never learned that the leader's node was gone, and nobody led
 @example(size=3, plan=[("disconnect", 0, 0.01), ("cut_off", 1, 0.0), ("expire", 2, 0.0)])
+@example(
+    size=3, plan=[("crash", 1, 0.0), ("crash", 1, 0.0), ("disconnect", 0, 0.0), ("quit", 0, 0.0)]
+)
 async def test_safety_and_liveness_under_faults(size: int, plan: list[Step]) -> None:
     await run_plan(FastMemory(), size, plan)
 
