@@ -14,9 +14,16 @@ backend while COMMAND still runs. So the supervisor keeps renewing a deadline he
 CLOCK_MONOTONIC, derived from its last contact with the backend; when it passes without a
 renewal the guard stops the tree by itself (SIGTERM, SIGKILL after the grace period), before
 the backend can let another host lead. COMMAND is not started at all when the deadline given
-at start has passed already (the supervisor's contact is stale). What the guard cannot cover:
-the guard frozen together with COMMAND (a whole cgroup or host frozen and resumed): that is
-what fencing is for.
+at start has passed already (the supervisor's contact is stale).
+
+The guard can be frozen too, with its supervisor (``kill -STOP`` of both, a debugger). So it
+keeps a POSIX timer armed at ``deadline + GRACE + LATE`` (``DeadMan``) that sends the guard
+SIGKILL: the kernel delivers it to a stopped process, and COMMAND dies with the guard
+(PR_SET_PDEATHSIG). A guard that runs is never hit: it re-arms the timer at each renewal and
+has ended the tree by ``deadline + GRACE``. Descendants that left COMMAND's process group
+are out of that timer's reach (only a guard that runs can find them). What nothing here
+covers: the host or VM frozen and resumed (every clock stops with it): that is what fencing
+is for.
 
 Run as ``python -I -S _guard.py CTL REPORT DEADLINE GRACE COMMAND...``: standard library only,
 never imports ``ha``, so it starts fast. ``DEADLINE``: a ``time.monotonic()`` reading, or ``-``
@@ -50,6 +57,49 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _prctl = _libc.prctl
 _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _prctl.restype = ctypes.c_int
+
+CLOCK_MONOTONIC = 1  # time.monotonic()'s clock, which the deadlines are read on
+TIMER_ABSTIME = 1
+SIGEV_SIGNAL = 0
+LATE = 0.025  # how late a running guard may be in ending the tree before its timer kills it
+
+
+class _Sigevent(ctypes.Structure):
+    _fields_ = [  # Linux's struct sigevent: 64 bytes
+        ("sigev_value", ctypes.c_void_p),
+        ("sigev_signo", ctypes.c_int),
+        ("sigev_notify", ctypes.c_int),
+        ("pad", ctypes.c_int * 12),
+    ]
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+class DeadMan:
+    """A timer that SIGKILLs this process at a time on CLOCK_MONOTONIC, even while it is
+    stopped: the watchdog of a watchdog that may be frozen (module doc)."""
+
+    def __init__(self) -> None:
+        event = _Sigevent(sigev_signo=signal.SIGKILL, sigev_notify=SIGEV_SIGNAL)
+        self._timer = ctypes.c_void_p()
+        if _libc.timer_create(CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(self._timer)):
+            raise OSError(ctypes.get_errno(), "timer_create")
+        self.at: float | None = None
+
+    def arm(self, at: float) -> None:
+        """SIGKILL at ``at`` (a ``time.monotonic()`` reading), instead of any earlier time."""
+        whole = int(at)
+        value = _Timespec(whole, int((at - whole) * 1e9))
+        spec = _Itimerspec(_Timespec(0, 0), value)
+        if _libc.timer_settime(self._timer, TIMER_ABSTIME, ctypes.byref(spec), None):
+            raise OSError(ctypes.get_errno(), "timer_settime")
+        self.at = at
 
 
 def descendants(root: int) -> list[tuple[int, int]]:
@@ -88,16 +138,27 @@ class Guard:
         self.command = command
         self.deadline = deadline  # the watchdog's: stop the tree once it passes (None: off)
         self.grace = grace
+        self.dead_man: DeadMan | None = None  # armed by start() when there is a deadline
         self.pid = 0  # COMMAND's: its process group's id too
         self.status: int | None = None  # COMMAND's wait status, once reaped
         self.buffer = b""
         self.me = os.getpid()
+
+    def rearm(self, kill_at: float | None = None) -> None:
+        """Set the dead man's timer just past the time this guard ends the tree by itself:
+        ``kill_at`` when stopping, else the deadline and the grace."""
+        if self.dead_man is not None and self.deadline is not None:
+            end = self.deadline + self.grace if kill_at is None else kill_at
+            self.dead_man.arm(end + LATE)
 
     def start(self) -> int:
         inherited = {s: signal.getsignal(s) == signal.SIG_IGN for s in SHIELDED}
         for s in SHIELDED:
             signal.signal(s, signal.SIG_IGN)
         me, getppid, kill, sigkill = self.me, os.getppid, os.kill, signal.SIGKILL
+        if self.deadline is not None:  # before COMMAND exists: it never runs unwatched
+            self.dead_man = DeadMan()
+            self.rearm()
 
         def preexec() -> None:
             for s, ignored in inherited.items():  # as COMMAND would have had them unguarded
@@ -174,7 +235,7 @@ class Guard:
                 late = now - self.deadline
                 say(f"no renewal from the supervisor ({late:.3f}s past the deadline): stopping")
                 self.signal_tree(signal.SIGTERM)
-                kill_at = now + self.grace
+                kill_at = self.deadline + self.grace  # a late guard gives no more: the timer
             timeout = None
             if kill_at is not None:
                 timeout = kill_at - now
@@ -197,8 +258,12 @@ class Guard:
                     elif word == "stop" and kill_at is None:
                         self.signal_tree(signal.SIGTERM)
                         kill_at = time.monotonic() + float(arg)
-                    elif word == "deadline":
+                        if self.deadline is not None:  # never past the watchdog's own end
+                            kill_at = min(kill_at, self.deadline + self.grace)
+                        self.rearm(kill_at)
+                    elif word == "deadline" and kill_at is None:
                         self.deadline = float(arg)
+                        self.rearm()
 
 
 def say(line: str) -> None:

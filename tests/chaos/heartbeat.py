@@ -1,12 +1,13 @@
 """COMMAND of the supervised chaos rounds: appends a heartbeat to FILE every ~20 ms until it ends.
 
-    ha run /svc --id a -- python -I -S tests/chaos/heartbeat.py FILE [LINGER]
+    ha run /svc --id a -- python -I -S tests/chaos/heartbeat.py FILE [LINGER [detach]]
 
 A line: ``{"id": HA_IDENTITY, "epoch": HA_EPOCH, "pid": ..., "t": time.monotonic()}``, the clock
 read just before the append (O_APPEND, one write(2): a line is whole or absent). ``LINGER``:
 seconds it goes on beating after SIGTERM, as a service slow to stop does (past ``--grace`` the
-supervisor kills it). Standard library only, so that it starts fast; judged by
-``tests/chaos/containment.py``.
+supervisor kills it). ``detach``: the beats come from a daemon in a session of its own, which
+COMMAND waits for (the self-test's: out of the reach of a guard killed by its timer).
+Standard library only, so that it starts fast; judged by ``tests/chaos/containment.py``.
 """
 
 from __future__ import annotations
@@ -38,5 +39,20 @@ def main(path: str, linger: float) -> None:
         time.sleep(0.02)
 
 
+def detached(path: str, linger: float) -> None:
+    """Beat from a child in a new session; pass SIGTERM on and end with it."""
+    child = os.fork()
+    if child == 0:
+        os.setsid()
+        main(path, linger)
+        os._exit(0)
+    signal.signal(signal.SIGTERM, lambda signum, frame: os.kill(child, signal.SIGTERM))
+    os.waitpid(child, 0)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 0.0)
+    linger = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
+    if sys.argv[3:] == ["detach"]:
+        detached(sys.argv[1], linger)
+    else:
+        main(sys.argv[1], linger)

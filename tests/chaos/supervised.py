@@ -22,10 +22,11 @@ again, then every supervisor is stopped and no COMMAND may outlive them. The hea
 judged by ``containment.check``; a supervisor that exits by itself (``ha run`` gives up, on a
 refused fence, a backend down at its start, a fatal error) fails the round too.
 
-Left out on purpose: a guard frozen together with its supervisor or its COMMAND (a frozen
-cgroup or VM): nothing on the host can stop COMMAND then, which is what ``--fence`` is for (the
-README's ``ha run`` section). Two freezes that would overlap so are not applied (the log says
-"left ... running"); ``freeze_tree`` does it on purpose, for the harness's self-test.
+A guard may be frozen together with its supervisor (its timer kills it, and COMMAND with it).
+Left out on purpose: a guard frozen together with its COMMAND (a frozen cgroup or VM): nothing
+on the host can stop COMMAND then, which is what ``--fence`` is for (the README's ``ha run``
+section). Two freezes that would overlap so are not applied (the log says "left ...
+running"); ``freeze_tree`` does it on purpose, for the harness's self-test.
 
 Replay: ``python -m tests.chaos --supervised --backend KIND --seed N --rounds 1 --loop LOOP``
 draws the same plan and schedule (with the same code: the draw asks the validation); which
@@ -102,6 +103,7 @@ class Options:
     priority: int
     settle: float
     linger: float  # seconds COMMAND beats on after SIGTERM (past --grace it is killed)
+    detach: bool = False  # COMMAND beats from a daemon of its own (the self-test's)
 
     def argv(self) -> list[str]:
         return [
@@ -273,6 +275,7 @@ class Supervisors(Fleet):
     def argv(self, slot: str, identity: str, url: str) -> list[str]:
         o = self.plan.options[slot]
         command = [sys.executable, "-I", "-S", str(HEARTBEAT), str(self.file), f"{o.linger:g}"]
+        command += ["detach"] if o.detach else []
         ha_run = [sys.executable, "-m", "ha", "run", ELECTION, "--id", identity]
         return [*ha_run, *o.argv(), "--", *command]
 
@@ -298,7 +301,7 @@ class Supervisors(Fleet):
         elif fault.kind in ("freeze_guard", "freeze_tree"):
             guarded: list[tuple[Proc, int]] = []
             for p in self.live():
-                guard = None if p.paused else self.guard(p)
+                guard = self.guard(p)  # a frozen supervisor's too
                 if guard is not None:
                     guarded.append((p, guard))
             acting = self.acting()
@@ -335,9 +338,10 @@ class Supervisors(Fleet):
     ) -> str:
         """SIGSTOP ``pid`` (``proc``'s supervisor, guard or COMMAND), SIGCONT after ``length``.
 
-        Not while that would hold a guard frozen with its supervisor or its COMMAND: nothing on
-        the host can stop COMMAND then, the limit that ``ha run``'s README states and that
-        ``--fence`` is for (``together``: anyway, the self-test's ``freeze_tree``)."""
+        Not while that would hold a guard frozen with its COMMAND: nothing on the host can stop
+        COMMAND then, the limit that ``ha run``'s README states and that ``--fence`` is for
+        (``together``: anyway, the self-test's ``freeze_tree``). A guard frozen with its
+        supervisor is fair: its timer kills it, and COMMAND with it."""
         guards = [g for g, line in children(proc.process.pid) if "_guard.py" in line]
         commands = [c for g in guards for c, _ in children(g)]
         what = (
@@ -348,11 +352,13 @@ class Supervisors(Fleet):
             else f"supervisor {proc.identity}"
         )
         if pid in guards:
-            clash = [x for x in [proc.process.pid, *commands] if x in self.frozen]
-        else:
+            clash = [c for c in commands if c in self.frozen]
+        elif pid in commands:
             clash = [g for g in guards if g in self.frozen]
+        else:
+            clash = []  # a supervisor: frozen with its guard or not, COMMAND must not outlive
         if clash and not together:
-            return f"left {what} running: pid {clash[0]} of its tree is frozen (a guard with it)"
+            return f"left {what} running: pid {clash[0]} is frozen (a guard with its COMMAND)"
         self.stop_pid(pid)
         self.frozen.add(pid)
         if pid == proc.process.pid:

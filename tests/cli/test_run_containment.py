@@ -150,6 +150,37 @@ def test_a_frozen_supervisors_command_stops_before_the_standby_starts(
             h.resume_all()
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_a_supervisor_frozen_with_its_guard_still_loses_its_command(
+    tmp_path: Path, loop: str
+) -> None:
+    # SIGSTOP of the active's supervisor and its guard (COMMAND runs on): nobody can act for
+    # a but the kernel, whose timer kills the guard, and COMMAND with it, before the session
+    # can run out and b start its own
+    with Hosts(tmp_path) as h:
+        h.env["HA_ASYNC_BACKEND"] = loop
+        try:
+            h.start("a")
+            wait_until(lambda: beats(h.beats), "a's COMMAND")
+            h.start("b")
+            wait_until(lambda: "standby" in h.log("b"), "b to stand by")
+            ident, _, pid = h.leader()
+            assert ident == "a"
+            guard = guard_of(h.procs["a"].pid)
+            os.kill(guard, signal.SIGSTOP)
+            os.kill(h.procs["a"].pid, signal.SIGSTOP)
+            wait_until(lambda: h.leader()[0] == "b", "b's COMMAND", within=20)
+            wait_until(lambda: sum(1 for b in beats(h.beats) if b[0] == "b") > 10, "b's beats")
+            assert not alive(pid), "a's COMMAND runs on beside b's"
+            assert overlaps(beats(h.beats)) == []
+            h.resume_all()  # a wakes deposed: its guard is gone, no COMMAND of its starts
+            wait_until(lambda: sum(1 for b in beats(h.beats) if b[0] == "b") > 40, "b goes on")
+            assert overlaps(beats(h.beats)) == []
+            assert {i for i, _, _, _ in beats(h.beats)[-20:]} == {"b"}
+        finally:
+            h.resume_all()
+
+
 def test_a_frozen_guard_still_stops_the_whole_tree(hosts: Hosts, tmp_path: Path) -> None:
     # the guard alone SIGSTOPped (COMMAND runs on): a stop must still reach every descendant
     # of COMMAND in time, daemons included, for the lead to pass on
