@@ -130,16 +130,19 @@ class KubernetesEnv:
                 self.state = "down"
                 tg.start_soon(self._later, length, self._start)
                 return f"kill the API server, start it after {length:.2f}s"
-            if fault.kind == "conflicts":
-                count = STORM[0] + int(fault.pick * (STORM[1] - STORM[0]))
-                path = f"/namespaces/{self.namespace}/"
-                await anyio.to_thread.run_sync(self._fail, count, path)
-                return f"409 on the next {count} updates"
-            if fault.kind == "watch_expiry":
-                await anyio.to_thread.run_sync(self._expire_watches, fault.pick < 0.5)
-                return "history compacted, watches ended" + (
-                    " abruptly" if fault.pick < 0.5 else ""
-                )
+            try:  # the fake's admin calls: on a loaded machine it may not answer in time
+                if fault.kind == "conflicts":
+                    count = STORM[0] + int(fault.pick * (STORM[1] - STORM[0]))
+                    path = f"/namespaces/{self.namespace}/"
+                    await anyio.to_thread.run_sync(self._fail, count, path)
+                    return f"409 on the next {count} updates"
+                if fault.kind == "watch_expiry":
+                    await anyio.to_thread.run_sync(self._expire_watches, fault.pick < 0.5)
+                    return "history compacted, watches ended" + (
+                        " abruptly" if fault.pick < 0.5 else ""
+                    )
+            except OSError as exc:  # urllib's errors; heal() starts a server that is gone
+                return f"left {fault.kind} alone: the API server did not answer ({exc})"
             return await self._lease(fault.kind, fleet)
 
     def _fail(self, count: int, path: str) -> None:
