@@ -253,7 +253,8 @@ class Fleet:
         else:
             raise ValueError(f"{self.env.kind} has no fault {fault.kind!r}")
         if done:
-            r.applied[fault.kind] += 1
+            if not done.startswith("left"):  # a fault that could not land is not counted
+                r.applied[fault.kind] += 1
             r.note(done)
 
     async def heal(self) -> None:
