@@ -71,10 +71,7 @@ async def page_document(
         return document
     terms = [] if found is None else found[0].terms[-HISTORY_SHOWN:]
     election = status.to_json()
-    election["history"] = [
-        {"epoch": t.epoch, "identity": text(t.identity), "started": t.started, "cause": t.cause}
-        for t in terms
-    ]
+    election["history"] = [t.to_doc() | {"identity": text(t.identity)} for t in terms]
     document["elections"].append(election)
     document["jobs"] = rows
     return document

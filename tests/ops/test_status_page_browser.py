@@ -97,6 +97,10 @@ def test_the_page_follows_a_failover_in_a_browser(tmp_path: Path) -> None:
         )
         assert int(newest[0]) > epoch and newest[1] == "host-b"
         assert "took over from 'host-a'" in newest[4]  # the cause the history recorded
+        older = browser.evaluate(
+            "[...document.querySelectorAll('#history tbody tr')[1].cells].map(c => c.textContent)"
+        )
+        assert older[3].endswith(": lost its session: host-b took over")  # its end, recorded
         bars = browser.evaluate(
             "[...document.querySelectorAll('#timeline rect')].map(r => +r.dataset.epoch)"
         )
