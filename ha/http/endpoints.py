@@ -5,6 +5,9 @@ status page ``/`` with its document ``/status.json`` (``page.py``).
   reachable, as JSON); a liveness probe restarts a process that stops answering it.
 - ``/readyz``: 200 only on the active, 503 otherwise: what a load balancer or a readiness
   probe asks (Patroni's ``/leader``, ``/primary``).
+- ``/member``: 200 on the active and on a standby (joined, able to take over), 503
+  otherwise: the readiness of a pod whose Service selects the active by its role label
+  (``deploy/kubernetes``), so that a rolling update can count a new standby as Ready.
 - ``/leader``: the election's active read from the backend when asked (``identity``,
   ``epoch``, ``since`` as wall-clock seconds, ``self``: whether it is this process); 503 with
   nulls while there is none, and with ``error`` when the backend cannot be read in time.
@@ -55,6 +58,9 @@ class ElectionEndpoints:
         if route == "/readyz":
             state = self.state()
             return Response.text(200 if state == "active" else 503, state)
+        if route == "/member":
+            state = self.state()
+            return Response.text(200 if state in ("active", "standby") else 503, state)
         if route == "/leader":
             return await self._leader()
         if route == "/metrics":
@@ -67,7 +73,7 @@ class ElectionEndpoints:
             )
             return Response.json(503 if "error" in document else 200, document)
         return Response.text(
-            404, f"no {path}: try /, /status.json, /healthz, /readyz, /leader or /metrics"
+            404, f"no {path}: try /, /status.json, /healthz, /readyz, /member, /leader or /metrics"
         )
 
     def _health(self) -> dict[str, Any]:

@@ -43,6 +43,10 @@ async def test_the_page_and_its_document(sqlite_backend: Any) -> None:
             routes = ElectionEndpoints(db, "/web", b"b", lambda: b.state.value, Registry())
             address = await tg.start(serve, "127.0.0.1", 0, routes)
 
+            # the readiness of a pod whose Service selects the active by its role label:
+            # a standby is Ready too (deploy/kubernetes), a process out of the election is not
+            assert (await get(address, "/member"))[::2] == (200, b"standby\n")
+
             status, headers, page = await get(address, "/")
             assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
             assert b"status.json" in page and b"<script>" in page  # no build step: all inline
@@ -88,6 +92,7 @@ async def test_a_backend_that_does_not_answer_is_an_error_in_time(memory_backend
         routes = ElectionEndpoints(driver, "/web", b"a", lambda: "neutral", Registry())
         async with anyio.create_task_group() as tg:
             address = await tg.start(serve, "127.0.0.1", 0, routes)
+            assert (await get(address, "/member"))[::2] == (503, b"neutral\n")
             driver.freeze()  # every call waits: the reading is bounded by the session timeout
             with anyio.fail_after(10):
                 status, doc = await document(address)

@@ -102,12 +102,20 @@ class Api:
                 await client.aclose()
 
     def _request(
-        self, method: str, url: str, body: Any, params: dict[str, str] | None, within: float | None
+        self,
+        method: str,
+        url: str,
+        body: Any,
+        params: dict[str, str] | None,
+        within: float | None,
+        content_type: str | None = None,
     ) -> httpx.Request:
         if self._client is None:
             raise ConnectionLost("the Kubernetes driver is not started (or closed)")
         content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = {**self._headers, "Content-Length": str(len(content))}
+        if content_type is not None:  # a PATCH's
+            headers["Content-Type"] = content_type
         timeout = httpx.Timeout(within * 0.9 if within else None)
         request = self._client.build_request(
             method, url, params=params, headers=headers, timeout=timeout
@@ -123,6 +131,7 @@ class Api:
         *,
         within: float,
         params: dict[str, str] | None = None,
+        content_type: str | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """One request: the status and the decoded body, or ``ConnectionLost`` if no answer
         came ``within`` seconds (the outcome of a write is then unknown)."""
@@ -130,7 +139,7 @@ class Api:
             with anyio.fail_after(within):
                 # httpx's own timeout first: an error that ends its reads, where a cancelled
                 # read would leave its generators unfinished
-                request = self._request(method, url, body, params, within)
+                request = self._request(method, url, body, params, within, content_type)
                 assert self._client is not None
                 response = await self._client.send(request)
         except TimeoutError:
