@@ -47,7 +47,7 @@ def kubeconfig(directory: Path, server: str, command: str, **extra: Any) -> Path
         "apiVersion": "client.authentication.k8s.io/v1",
         "command": command,
         "args": ["--cluster", "c1"],
-        "env": [{"name": "LIFETIME", "value": "12"}],  # renewed 10 s early: after 2 s
+        "env": [{"name": "LIFETIME", "value": "4"}],  # renewed a quarter early: after 3 s
         "interactiveMode": "Never",
         "provideClusterInfo": True,
         **extra,
@@ -94,8 +94,8 @@ async def test_an_elector_leads_on_a_plugins_tokens(guarded: FakeKubeApi, tmp_pa
         elector = Elector(driver, "/svc", "pod-0")
         tg.start_soon(elector.run, Recorder("pod-0", History()))
         await elector.wait_active()
-        # tok-1 was refused (401): the plugin ran again at once; each token is renewed 10 s
-        # before its expiry (here: 2 s after it was given), while the elector keeps leading
+        # tok-1 was refused (401): the plugin ran again at once; each token is renewed before
+        # its expiry (here: 3 s after it was given), while the elector keeps leading
         with anyio.fail_after(20):
             while len(runs.read_text().splitlines()) < 4:
                 await anyio.sleep(0.1)

@@ -138,9 +138,9 @@ class Api:
     ) -> tuple[int, dict[str, Any]]:
         """One request: the status and the decoded body, or ``ConnectionLost`` if no answer
         came ``within`` seconds (the outcome of a write is then unknown)."""
+        token = await self._exec_token()  # not the request's time (exec_auth.py)
         try:
             with anyio.fail_after(within):
-                token = await self._exec_token()
                 # httpx's own timeout first: an error that ends its reads, where a cancelled
                 # read would leave its generators unfinished
                 request = self._request(method, url, body, params, within, content_type)

@@ -6,9 +6,12 @@ runs it with ``KUBERNETES_EXEC_INFO`` set to an ``ExecCredential`` whose ``spec`
 it may prompt (``interactive``; never here: ``ha`` runs as a service, with no terminal) and,
 with ``provideClusterInfo``, the cluster (server, CA, TLS options). The command prints an
 ``ExecCredential`` of the same apiVersion whose ``status`` holds a ``token`` and, optionally,
-an ``expirationTimestamp``. The token is kept until then (a little before: a request must not
-leave with a token that runs out on the way) and the command run again for the next request;
-an answer 401 runs it again at once (the token was revoked or rotated), as client-go does.
+an ``expirationTimestamp``. The token is kept until then (a little before, a quarter of its
+life at most: a request must not leave with a token that runs out on the way) and the command
+run again for the next request; an answer 401 runs it again at once (the token was revoked or
+rotated), as client-go does. The run is not counted in the request's own time (a cloud CLI
+may take seconds): a request waits for it, bounded by ``TIMEOUT``, and the session's local
+deadline, counted from the last contact, keeps an active from outliving its session meanwhile.
 
 A command without a path separator is looked up on ``PATH``; a relative one with a separator
 is relative to the kubeconfig that names it (client-go resolves it the same way). Client
@@ -126,7 +129,7 @@ class ExecCredentials:
         async with self._lock:
             if self._token is None or anyio.current_time() >= self._until:
                 self._token, lasts = await self._run()
-                self._until = anyio.current_time() + lasts - EARLY
+                self._until = anyio.current_time() + lasts - min(EARLY, lasts / 4)
                 self.worked = True
             return self._token
 
