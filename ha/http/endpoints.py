@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -30,7 +30,7 @@ from ..admin import election_status
 from ..drivers.base import Driver
 from ..errors import HAError
 from ..metrics import Registry
-from .page import Jobs, page_document, page_html
+from .page import Jobs, Readings, page_document, page_html
 from .server import Response
 
 __all__ = ("ElectionEndpoints",)
@@ -50,6 +50,7 @@ class ElectionEndpoints:
     state: Callable[[], str]
     registry: Registry
     jobs: Jobs | None = None
+    readings: Readings = field(default_factory=Readings, compare=False)  # the page's, shared
 
     async def __call__(self, path: str) -> Response:
         route = path.rstrip("/") or "/"
@@ -68,8 +69,10 @@ class ElectionEndpoints:
         if route == "/":
             return Response(200, page_html(), "text/html; charset=utf-8")
         if route == "/status.json":
-            document = await page_document(
-                self.driver, self.path, self.identity, self.state(), self.jobs
+            document = await self.readings.get(
+                lambda: page_document(
+                    self.driver, self.path, self.identity, self.state(), self.jobs
+                )
             )
             return Response.json(503 if "error" in document else 200, document)
         return Response.text(

@@ -8,7 +8,10 @@ election's recent history (``ha history``) and, for a job manager, its cluster's
 is computed between requests. A backend that cannot be read in time gives the document an
 ``error`` and no election: the page says so and keeps the last reading it drew, marked stale.
 
-``page_document`` is the one place that reads; the routes (``endpoints.py``) only call it.
+``page_document`` is the one place that reads; the routes (``endpoints.py``) only call it,
+through ``Readings``: every request that comes within a second of a reading gets that reading
+(a page open in several tabs, or by several people, reads the backend once a second, not once
+per viewer; a backend that does not answer holds one reading up, not one per request).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from ..election.history import read_history
 from ..election.nodes import ElectionNodes
 from ..errors import HAError
 
-__all__ = ("HISTORY_SHOWN", "Jobs", "page_document", "page_html")
+__all__ = ("HISTORY_SHOWN", "Jobs", "Readings", "page_document", "page_html")
 
 HISTORY_SHOWN = 20  # terms on the page's timeline (the history keeps 100: ``ha history``)
 
@@ -75,3 +78,30 @@ async def page_document(
     document["elections"].append(election)
     document["jobs"] = rows
     return document
+
+
+class Readings:
+    """The last document, shared by the requests that come within ``FRESH`` seconds of it."""
+
+    FRESH = 1.0
+
+    def __init__(self) -> None:
+        self._document: dict[str, Any] | None = None
+        self._at = -math.inf
+        self._busy: anyio.Event | None = None  # set when the reading under way ends
+
+    async def get(self, read: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        while True:
+            if self._document is not None and anyio.current_time() - self._at < self.FRESH:
+                return self._document
+            if self._busy is None:
+                break
+            await self._busy.wait()  # its result, or (it failed or was cancelled) our turn
+        busy = self._busy = anyio.Event()
+        try:
+            document = await read()
+            self._document, self._at = document, anyio.current_time()
+            return document
+        finally:
+            self._busy = None
+            busy.set()

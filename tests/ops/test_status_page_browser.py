@@ -111,6 +111,15 @@ def test_the_page_follows_a_failover_in_a_browser(tmp_path: Path) -> None:
         start(hosts, "host-a", "asyncio")  # back, behind host-b
         browser.wait_for(queue_is("host-b", "host-a"), "host-a back")
         browser.screenshot(where / "status-page-after-failover.png")
+
+        hosts.procs["host-b"].send_signal(signal.SIGKILL)  # the page's own server is gone
+        hosts.procs["host-b"].wait()
+        browser.wait_for("!document.getElementById('error').hidden", "the page to say so")
+        said = browser.evaluate("document.getElementById('error').textContent")
+        assert said.startswith("cannot read the status (") and "showing what was read" in said
+        assert browser.evaluate(LEADER) == "host-b"  # the last reading, kept, dimmed
+        assert browser.evaluate("document.getElementById('content').className") == "stale"
+        browser.screenshot(where / "status-page-server-gone.png")
         assert browser.errors == []  # no script error in the page all along
 
 
