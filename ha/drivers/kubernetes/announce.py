@@ -90,6 +90,19 @@ class LeaderNotices(LeaderLeases):
             tg.start_soon(self._notices_loop)
             await super()._run()
 
+    def _notices_pending(self) -> bool:
+        return bool(self._events) or bool(
+            self.settings.options.pod and self._role_written != self.role
+        )
+
+    async def _quiesce(self) -> None:
+        """Let the last notices go out (a stop's "stopped leading" and standby label) before
+        the tasks are cancelled, for a second at most."""
+        with anyio.move_on_after(1):
+            while self._notices_pending() and not self._notices_failing:
+                await anyio.sleep(0.02)
+        await super()._quiesce()
+
     async def _notices_loop(self) -> None:
         while True:
             self._notices_changed = anyio.Event()  # before the writes: a change meanwhile is seen
@@ -112,7 +125,7 @@ class LeaderNotices(LeaderLeases):
                         exc_info=not isinstance(exc, HAError),
                     )
                 self._notices_failing = True
-            if self._events or self._role_written != self.role and self.settings.options.pod:
+            if self._notices_pending():
                 with anyio.move_on_after(self._session_timeout / 3):  # failing: try again
                     await self._notices_changed.wait()
             else:
