@@ -57,6 +57,7 @@ class LeaderNotices(LeaderLeases):
         self._events: list[dict[str, Any]] = []
         self._role_written: str | None = None
         self._notices_changed = anyio.Event()
+        self._notices_idle = anyio.Event()  # set while nothing waits to be written
         self._notices_failing = False
 
     @property
@@ -81,6 +82,8 @@ class LeaderNotices(LeaderLeases):
     def _note(self, path: str, who: str, message: str) -> None:
         self._events.append(self._event_record(path, who, message))
         del self._events[:-MAX_PENDING]
+        if self._notices_idle.is_set():
+            self._notices_idle = anyio.Event()
         self._notices_changed.set()
 
     # --- the loop ------------------------------------------------------------------------------
@@ -100,7 +103,7 @@ class LeaderNotices(LeaderLeases):
         the tasks are cancelled, for a second at most."""
         with anyio.move_on_after(1):
             while self._notices_pending() and not self._notices_failing:
-                await anyio.sleep(0.02)
+                await self._notices_idle.wait()  # replaced by each new notice (``_note``)
         await super()._quiesce()
 
     async def _notices_loop(self) -> None:
@@ -129,6 +132,7 @@ class LeaderNotices(LeaderLeases):
                 with anyio.move_on_after(self._session_timeout / 3):  # failing: try again
                     await self._notices_changed.wait()
             else:
+                self._notices_idle.set()
                 await self._notices_changed.wait()
 
     async def _label(self, pod: str, role: str) -> None:
