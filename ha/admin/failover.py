@@ -14,11 +14,14 @@ In the spirit of Hadoop's ZKFC ``gracefulFailover`` / ``cedeActive``, on a FIFO 
 3. The active cedes once the one next in the queue is the one asked for (at once without a
    target): it takes the request (writes it back marked ``ceding``, checking the version it
    read: a request cleared or replaced since is not taken), stops COMMAND, quits the election
-   *without* fencing (its breadcrumb goes with its node, it stopped cleanly) and stays out for
-   the cooling period, then joins again at the back. The next in the queue takes over with no
-   further request. Should the members ahead of the target not move within the cooling period
-   (on the active's own clock), the active drops the request and stays active. No wall clocks
-   are compared between hosts.
+   *without* fencing (its breadcrumb goes with its node, it stopped cleanly) and joins again
+   at once at the back, behind the one taking over: the election is never left without a
+   standby (Patroni's switchover makes the old primary a replica at once; ZKFC's
+   ``cedeActive`` keeps the old active out for a period, which in a pair is a window with no
+   standby). Alone in the queue (``force``) it stays out for the cooling period. The next in
+   the queue takes over with no further request. Should the members ahead of the target not
+   move within the cooling period (on the active's own clock), the active drops the request
+   and stays active. No wall clocks are compared between hosts.
 4. The operator waits until a leader with an epoch above ``E`` shows up (with a target: the
    target) and reports it.
 Only ``ha run`` supervisors honour requests, so ``request_failover`` refuses when the active, or

@@ -210,6 +210,8 @@ class ElectionStatus:
                 "identity": text(term.identity),
                 "started": term.started,
                 "cause": term.cause,
+                "ended": term.ended,
+                "end_cause": term.end_cause,
             },
             "fence_failure": None
             if failed is None

@@ -259,12 +259,16 @@ def print_elections(found: Sequence[admin.ElectionStatus], prefix: str, url: str
 
 
 def print_history(path: str, terms: Sequence[Term], failed: FenceFailure | None) -> None:
-    """``ha history``: one line per term, oldest first (a term ends when the next begins)."""
+    """``ha history``: one line per term, oldest first, with its end once the next leader
+    recorded it (a term still open leads, or was the last)."""
     if not terms:
         click.echo(f"{path}: no leader recorded yet")
     for term in terms:
         day = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(term.started))
-        click.echo(f"{day}  epoch {term.epoch}  {admin.text(term.identity)}  {term.cause}")
+        end = ""
+        if term.ended is not None:
+            end = f"  ended after {ago(term.ended - term.started)}: {term.end_cause}"
+        click.echo(f"{day}  epoch {term.epoch}  {admin.text(term.identity)}  {term.cause}{end}")
     if failed is not None:
         click.echo(f"last refused fence: {_refused(failed)}")
 

@@ -230,7 +230,8 @@ def watch(opts: Options, path: str, as_json: bool, count: int | None) -> None:
     default=admin.DEFAULT_COOLDOWN,
     show_default=True,
     metavar="S",
-    help="Seconds the old active stays out of the election.",
+    help="Seconds the active waits for the target to be next in the queue (and, forced"
+    " with no standby, stays out of the election).",
 )
 @click.option(
     "--timeout",
@@ -265,9 +266,10 @@ def failover(
 ) -> None:
     """Hand the lead over gracefully: the active cedes and a standby takes over.
 
-    The active's `ha run` stops its COMMAND, leaves without fencing and stays out for the
-    cooling period, then joins the queue again at its back; with --to, it cedes once the
-    chosen one is next in the queue, and the standbys ahead of it join again behind it.
+    The active's `ha run` stops its COMMAND, leaves without fencing and joins the queue
+    again at once, at its back: a standby behind the new active (as Patroni's switchover);
+    with --to, it cedes once the chosen one is next in the queue, and the standbys ahead of
+    it join again behind it. Forced with no standby, it stays out for the cooling period.
     Refused when no standby could take over (unless --force); fails when the new active
     does not stay active for --confirm seconds (e.g. its COMMAND exits at once).
     Exit code 3 when there is no active.

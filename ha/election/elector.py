@@ -315,7 +315,11 @@ class Elector:
             event = await self._next_input(receive, outcomes)
             if isinstance(event, ev.BackoffElapsed):
                 self._backoff_at = None
-            for effect in self._machine.handle(event):
+            was = self._machine.phase
+            effects = self._machine.handle(event)
+            if self._machine.phase is m.Phase.PAUSED and was is not m.Phase.PAUSED:
+                self._first_while_paused()
+            for effect in effects:
                 if isinstance(effect, ev.Finish):
                     return effect.error
                 outcome = await self._execute(effect, tg, contender)
@@ -389,7 +393,7 @@ class Elector:
                 if write:
                     await self._quietly("announce", driver.set(nodes.node(node), self.identity))
                 if self._term is not None:  # the history, after the takeover: no delay to it
-                    record = append_term(driver, nodes, node, self._term)
+                    record = append_term(driver, nodes, node, self._term, self._ended())
                     tg.start_soon(self._quietly, "record the term", record)
             case ev.DropCrumb(session, ticket):
                 await self._quietly("drop a breadcrumb", nodes.drop_crumb(driver, ticket))
@@ -575,6 +579,28 @@ class Elector:
         failure = FenceFailure(self.identity, old, error, time.time(), count)
         refused = record_fence_failure(self.driver, self.nodes, failure)
         tg.start_soon(self._quietly, "record the refused fence", refused)
+
+    def _first_while_paused(self) -> None:
+        """P16 holds us back: say so on this host, whose public state does not change (P15),
+        as the election has no active until someone resumes it."""
+        gone = "the active we stood by for is gone, and " if self._state is State.STANDBY else ""
+        log.warning(
+            "%s: first in the queue while the election is paused: %snobody leads until"
+            " `ha resume %s` (then we take the lead)",
+            self.path,
+            gone,
+            self.path,
+            extra={"election": self.path, "identity": self.identity.decode(errors="replace")},
+        )
+
+    def _ended(self) -> str:
+        """How the terms before ours ended, as this takeover found them: a leader that left a
+        breadcrumb (fenced on the way) lost its session; one that left none resigned."""
+        me = self.identity.decode(errors="replace")
+        if not self._fenced:
+            return f"resigned: {me} took over"
+        ran = any(step.startswith("fenced") for step in self._fenced)  # else: no fence hook
+        return f"lost its session: {me} took over" + (" and fenced it" if ran else "")
 
     # --- reporting ----------------------------------------------------------------------------
 

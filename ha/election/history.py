@@ -3,7 +3,13 @@
     PATH/history   persistent, ``ha.history/1`` JSON: {"terms": [...], "fence_failure": ...}
 
 Each new leader appends its term (epoch, identity, wall-clock start, cause) itself, in the
-background once its work has started: the takeover stays as it is (a graceful handover is one
+background once its work has started, and in the same write ends the terms before it that are
+still open: ``ended`` is its own start (for a crashed leader, when the takeover came: an upper
+bound of when it stopped), ``end_cause`` says how (it resigned, or its session ended and it was
+fenced). The last term stays open while it lasts, and after it when nobody leads again. A term
+resumed in the same session (the same epoch: contact lost and back, or a pause ended) is the
+same term: its first record stands, its start is not rewritten.
+The takeover itself is unchanged: the takeover stays as it is (a graceful handover is one
 write, a takeover after a crash none), the record follows it by a round trip. The append is one
 transaction guarded by the leader's own queue node (``Check``, as every fenced write: P3), so a
 deposed leader's late append never lands; it is a compare-and-set on the history's version,
@@ -62,6 +68,8 @@ class Term:
     identity: bytes
     started: float  # wall clock
     cause: str
+    ended: float | None = None  # wall clock: when the next leader took over; None while open
+    end_cause: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
         return {
@@ -69,6 +77,8 @@ class Term:
             "identity": _b64(self.identity),
             "started": self.started,
             "cause": self.cause,
+            "ended": self.ended,
+            "end_cause": self.end_cause,
         }
 
 
@@ -113,7 +123,14 @@ def decode_history(raw: bytes) -> History | None:
         if doc.get("format") != HISTORY_FORMAT:
             return None
         terms = tuple(
-            Term(int(t["epoch"]), _unb64(t["identity"]), float(t["started"]), str(t["cause"]))
+            Term(
+                int(t["epoch"]),
+                _unb64(t["identity"]),
+                float(t["started"]),
+                str(t["cause"]),
+                None if t.get("ended") is None else float(t["ended"]),
+                None if t.get("end_cause") is None else str(t["end_cause"]),
+            )
             for t in doc["terms"]
         )
         failed = doc.get("fence_failure")
@@ -167,11 +184,23 @@ async def _update(
     return False  # others kept winning: this record is lost, nothing else
 
 
-async def append_term(driver: Driver, nodes: ElectionNodes, node: str, term: Term) -> bool:
-    """Append ``term`` while our queue node ``node`` lives (kept in epoch order, bounded)."""
+async def append_term(
+    driver: Driver, nodes: ElectionNodes, node: str, term: Term, ends: str = "resigned"
+) -> bool:
+    """Append ``term`` while our queue node ``node`` lives (kept in epoch order, bounded),
+    ending the open terms before it with ``ends`` at its start. A term of the same epoch
+    already there stays as it is (resumed in the same session: not a new term)."""
 
     def add(history: History) -> History:
-        terms = sorted({t.epoch: t for t in (*history.terms, term)}.values(), key=_epoch)
+        if any(t.epoch == term.epoch for t in history.terms):
+            return history
+        terms = [
+            replace(t, ended=term.started, end_cause=ends)
+            if t.ended is None and t.epoch < term.epoch
+            else t
+            for t in history.terms
+        ]
+        terms = sorted((*terms, term), key=_epoch)
         return replace(history, terms=tuple(terms[-LIMIT:]))
 
     return await _update(driver, nodes, add, nodes.node(node))

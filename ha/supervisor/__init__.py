@@ -180,7 +180,7 @@ class Supervisor:
         )
         async with anyio.create_task_group() as tg:  # the endpoint lives as long as we do
             bound = await tg.start(serve, host, port, routes)
-            log.info("http on %s:%d: /healthz /readyz /leader /metrics", *bound)
+            log.info("http on %s:%d: / (status page) /healthz /readyz /leader /metrics", *bound)
             await self._run()
             tg.cancel_scope.cancel()
 

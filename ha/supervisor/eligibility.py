@@ -20,16 +20,19 @@ The rules:
   brings it back (a success threshold of 1). A member that never passed stays out on a failure.
 - Cooldown: COMMAND ending by itself while active leaves the election for a delay that
   doubles on each quick exit (1s up to 30s, back to 1s after a run of over a minute), so a
-  crash loop does not keep the lead; ceding for a failover leaves it for the request's
-  cooling period.
+  crash loop does not keep the lead. Ceding for a failover does not: the old active joins
+  again at once, at the back of the queue, behind the one taking over (Patroni's switchover,
+  whose old primary is a replica at once), so an HA pair is never left without a standby.
+  Only an active alone in the queue (a forced failover: nobody to hand over to) stays out
+  for the request's cooling period, which is what forcing it asks for.
 - Failover requests (``ha/admin/failover.py``). The queue is FIFO, so "hand over to T" is
   "everyone ahead of T steps aside". A request is pending while the queue's leader has the
   request's epoch; once anyone else leads it is history. While it is pending:
 
   * a member ahead of the target (not the active) leaves and joins again at once: it lands
     behind the target, so it needs no cooling period; a member behind the target does nothing;
-  * the active cedes (stops COMMAND, quits without fence, stays out for the cooling period,
-    then joins again at the back) once the one next in the queue is the one asked for: at
+  * the active cedes (stops COMMAND, quits without fence, joins again at the back) once the
+    one next in the queue is the one asked for: at
     once without a target, else when the target is second in the queue. It waits for the
     members ahead of the target to move, up to the cooling period on its own clock; then the
     request is dropped and it stays active. Waiting, rather than ceding at once, means no
@@ -155,6 +158,7 @@ class Eligibility:
         # reads the queue again soon (the queue's changes wake nobody)
         self.pending = False
         self._open: _Open | None = None
+        self._alone = False  # nobody else was in the queue when we last read it as the active
 
     def verdict(self, now: float) -> Verdict:
         """Take part now, or stay out (and why, until when)."""
@@ -242,6 +246,7 @@ class Eligibility:
             line = f"failover to {_target(to)} dropped: the election is paused; staying active"
             return Decision(say=((logging.WARNING, line),))
         if active:
+            self._alone = all(who == me for who in queue)
             return self._cede(now, request, queue, first, expired)
         if to is not None and to != me and me in queue and to in queue:
             if 0 < queue.index(me) < queue.index(to):
@@ -297,7 +302,9 @@ class Eligibility:
             return Decision()
         self._over(request.id)
         line = f"graceful failover to {_target(request.to)} asked by {request.by or '?'}: ceding"
-        cede = Decision(say=(_info(line),))
+        if not self._alone:  # behind the one taking over: a standby at once
+            return Decision(quit=True, wake=True, say=(_info(line + ", then standing by"),))
+        cede = Decision(say=(_info(line + " (forced: nobody to hand over to)"),))
         return cede.then(self._cool_down(now, request.cooldown, "ceded the lead"))
 
     def _over(self, request_id: str) -> None:

@@ -39,7 +39,7 @@ class Settings:
     priority: int = 0  # a preferred leader's rank (0: none), ha/election/preference.py
     settle: float = 10.0  # seconds in the queue before a preferred standby gets the lead back
     extra_env: Mapping[str, str] = field(default_factory=dict)
-    http: tuple[str, int] | None = None  # --http: serve /healthz /readyz /leader /metrics
+    http: tuple[str, int] | None = None  # --http: serve /, /healthz /readyz /leader /metrics
     on_exit: OnExit = OnExit.RESTART  # COMMAND exited while active (exits.py)
     max_restarts: int = 3  # restarts in a row, with on_exit restart, before ceding
     started: float = STARTED  # a term's first run ending sooner is not restarted (exits.py)

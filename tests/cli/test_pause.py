@@ -72,6 +72,9 @@ def test_pause_stops_failover_until_resume(
         assert shown.returncode == 3  # no active
         assert "b is first" in shown.stdout and "waits for `ha resume`" in shown.stdout
         assert hosts.child("b") is None
+        # b's own log says it (#30): its public state (standby) does not change
+        said = "/svc: first in the queue while the election is paused: the active we stood by"
+        wait_until(lambda: said in hosts.log("b"), "b's warning")
 
         marker.touch()
         resumed = ha("resume", "/svc", env=hosts.env)
@@ -91,6 +94,10 @@ def test_pause_stops_failover_until_resume(
         text = ha("history", "/svc", env=hosts.env).stdout.splitlines()
         assert [line.split()[4:6] for line in text] == [["a", "first"], ["b", "won"]]
         assert "(fenced 'a')" in text[1]  # it took over from a crash
+        # a's term ended when b took over, by a lost session; b's is open (#30)
+        assert (first["ended"], second["ended"]) == (second["started"], None)
+        assert first["end_cause"] == "lost its session: b took over and fenced it"
+        assert "ended after " in text[0] and text[0].endswith(first["end_cause"])
 
         # every election under a prefix, one line each
         for other in ("/grp/x", "/grp/y"):

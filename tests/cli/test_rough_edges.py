@@ -133,11 +133,15 @@ def test_failover_to_a_member_that_cannot_take_over_says_what_it_is(tmp_path: Pa
     with Hosts(tmp_path) as hosts:
         hosts.start("a")
         hosts.settled()
-        hosts.start("b")
-        hosts.settled()
         asked = time.monotonic()  # a cedes after this: its cooling period ends 30 s after
-        done = ha("failover", "/svc", "--to", "b", "--cooldown", "30", env=hosts.env)
-        assert done.returncode == 0, done.stderr
+        # alone, forced: a cedes and stays out for the cooling period (with a standby it
+        # would stand by at once); b then takes the lead
+        forced = ha("failover", "/svc", "--force", "--cooldown", "30", "--no-wait", env=hosts.env)
+        assert forced.returncode == 0, forced.stderr
+        states = lambda: {m["identity"]: m["state"] for m in hosts.status()["members"]}  # noqa: E731
+        wait_until(lambda: states().get("a") == "out", "a out")
+        hosts.start("b")
+        wait_until(lambda: states() == {"a": "out", "b": "active"}, "b active, a out")
         # a ceded and cools down for 30 s: it is out, and is not listed as a standby
         out = one_error_line(ha("failover", "/svc", "--to", "a", env=hosts.env))
         # what is left of the cooling period: no less than 30 s minus the time since it was

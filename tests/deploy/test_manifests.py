@@ -25,9 +25,11 @@ import yaml
 
 from ha.cli import cli
 from ha.drivers.kubernetes import KubernetesDriver
+from ha.drivers.kubernetes.announce import ROLE
 from ha.election import Elector, State
 from ha.errors import ElectionFailed
 from ha.testing import History, Recorder, faults
+from tests.deploy.schemas import schema_errors
 from tests.support.backends.kubernetes import write_kubeconfig
 from tests.support.kubeapi.process import FakeKubeApi
 
@@ -135,6 +137,8 @@ async def a_real_run(url: str, election: str) -> None:
     async def shown(driver: Any) -> None:  # its Lease for kubectl written (leaders.py)
         while not (term := driver._terms.get(election)) or not term.version:
             await anyio.sleep(0.02)
+        while driver._events or driver._role_written != driver.role:  # announce.py's too
+            await anyio.sleep(0.02)
 
     async def run(elector: Elector, *, task_status: Any) -> None:
         try:
@@ -181,6 +185,8 @@ async def test_the_role_grants_what_a_real_run_uses_and_nothing_more(
     namespace, rest = url.removeprefix("k8s://").split("/", 1)
     server = verbose_kube_api
     server.create_namespace(namespace)
+    pod = {"metadata": {"name": env["POD_NAME"]}, "spec": {"containers": []}}
+    assert server.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)[0] == 201
     kubeconfig = write_kubeconfig(tmp_path, server.url, namespace)
     start, before = len(server.log.read_text().splitlines()), server.stats()["requests"]
 
@@ -236,12 +242,66 @@ def test_the_deployment_runs_ha_run_with_the_pod_name_as_its_id() -> None:
     assert run.info_name == "run"
     assert run.params["identity"] == "pod-1"
     assert run.params["command"]  # the app, after --
-    # the readiness probe asks the active-only /readyz of `ha run --http`
+    # the pod labels itself with its role (?pod=), which the Service selects the active by
+    assert "pod=pod-1" in group.params["url"].split("?", 1)[1].split("&")
+    # the readiness probe asks /member of `ha run --http`: active or standby is Ready
     host, port = run.params["http"].rsplit(":", 1)
     probe = box["readinessProbe"]["httpGet"]
-    assert probe["path"] == "/readyz"
+    assert probe["path"] == "/member"
     ports = {p["name"]: p["containerPort"] for p in box["ports"]}
     assert ports[probe["port"]] == int(port) and host == "0.0.0.0"
+
+
+def test_a_rollout_keeps_a_standby_and_the_service_follows_the_active() -> None:
+    """RollingUpdate with a surge and no unavailability: a new pod must be Ready (joined,
+    /member) before an old one stops, so the election always has a standby; the Service
+    selects the pod labelled active; a PodDisruptionBudget keeps a drain from taking both."""
+    found = documents("deployment.yaml")
+    deployment, service, budget = (
+        found[k] for k in ("Deployment", "Service", "PodDisruptionBudget")
+    )
+    strategy = deployment["spec"]["strategy"]
+    assert strategy == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"] == {**pod_labels, ROLE: "active"}
+    assert ROLE not in deployment["spec"]["selector"]["matchLabels"]  # the label changes
+    assert (
+        budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    )
+    assert budget["spec"]["maxUnavailable"] == 1 < deployment["spec"]["replicas"]
+
+
+@pytest.mark.parametrize("name", ["deployment.yaml", "role.yaml"])
+def test_the_manifests_match_the_official_schemas(name: str) -> None:
+    """Every object against the API's OpenAPI schema as the official client carries it
+    (tests/deploy/schemas.py): no unknown field, no missing required one, the right types."""
+    with open(DEPLOY / name) as file:
+        for doc in yaml.safe_load_all(file):
+            if doc:
+                assert schema_errors(doc) == [], doc["kind"]
+
+
+def test_the_schema_check_catches_what_the_api_server_refuses() -> None:
+    deployment = documents("deployment.yaml")["Deployment"]
+    wrong = yaml.safe_load(yaml.safe_dump(deployment))
+    wrong["spec"]["strategy"]["rollingUpdate"]["maxSurge "] = 1  # a typo: unknown field
+    wrong["spec"]["replicas"] = "2"  # a string where an integer goes
+    del wrong["spec"]["selector"]  # required
+    box = wrong["spec"]["template"]["spec"]["containers"][0]
+    box["readinessProbe"]["httpGet"]["port"] = ["ha"]  # int or string, not a list
+    assert [where for where, _ in schema_errors(wrong)] == [
+        "spec.replicas",
+        "spec.selector",
+        "spec.strategy.rollingUpdate.maxSurge ",
+        "spec.template.spec.containers.0.readinessProbe.httpGet.port",
+    ]
+    assert schema_errors({"apiVersion": "apps/v1beta1", "kind": "Deployment"}) == [
+        ("apps/v1beta1 Deployment", "not a kind the official client's API serves")
+    ]
+    assert schema_errors({"apiVersion": "v1", "kind": "PodDisruptionBudget"})  # policy/v1's
 
 
 def test_a_mistyped_argument_would_be_refused_by_the_same_check() -> None:

@@ -147,11 +147,25 @@ def test_kubeconfig_variable_merges_files_first_wins(
 @pytest.mark.parametrize(
     ("user", "message"),
     [
-        ({"exec": {"command": "aws"}}, "exec plugin, which ha does not run"),
+        ({"exec": {"command": "aws"}}, "exec apiVersion None is not one ha speaks"),
+        (
+            {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "aws"}},
+            "exec needs interactiveMode with client.authentication.k8s.io/v1",
+        ),
+        (
+            {
+                "exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1beta1",
+                    "command": "kubelogin",
+                    "interactiveMode": "Always",
+                }
+            },
+            "always prompts",
+        ),
         ({"auth-provider": {"name": "gcp"}}, "auth-provider plugin"),
     ],
 )
-def test_credential_plugins_are_refused_in_one_line(
+def test_bad_or_unsupported_credential_plugins_are_refused_in_one_line(
     tmp_path: Path, user: dict[str, Any], message: str
 ) -> None:
     config = kubeconfig(tmp_path, **user)

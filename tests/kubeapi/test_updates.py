@@ -44,7 +44,8 @@ async def test_a_put_creates_a_missing_lease_ignoring_its_resource_version(
     assert made["metadata"]["resourceVersion"] != "1"
     assert (await http.get(url)).json() == made
     # the same on Events (event/strategy.go), and a missing namespace is still 404
-    event = {"metadata": {"name": "e"}, "involvedObject": {"kind": "Pod", "name": "p"}}
+    involved = {"kind": "Pod", "name": "p", "namespace": kube_namespace}  # events.go: the same
+    event = {"metadata": {"name": "e"}, "involvedObject": involved}
     put_event = await http.put(f"/api/v1/namespaces/{kube_namespace}/events/e", json=event)
     assert put_event.status_code == 201, put_event.text
     elsewhere = await http.put(f"{leases('no-such-namespace')}/l", json=lease("l"))

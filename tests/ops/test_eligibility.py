@@ -199,17 +199,32 @@ def test_unhealthy_shows_before_a_cooldown_and_the_cooldown_still_counts() -> No
 # --- graceful failover: the active cedes ------------------------------------------------------
 
 
-def test_the_active_of_the_requests_epoch_cedes_and_cools_down() -> None:
+def test_the_active_of_the_requests_epoch_cedes_and_stands_by_at_once() -> None:
+    """#30: the old active joins again behind the new one at once (Patroni's switchover),
+    not after the cooling period: a pair keeps its standby through a failover."""
     rules = healthy()
     req = request(4, to=None, active=ME, cooldown=10.0)
     assert rules.failover_read(T0, req, 4, (ME, OTHER), leading=4) == Decision(take=True)
     decision = rules.taken(T0, req, True)
     assert decision.quit and decision.wake
-    assert said(decision) == ["graceful failover to any standby asked by op: ceding"]
+    assert said(decision) == [
+        "graceful failover to any standby asked by op: ceding, then standing by"
+    ]
+    assert rules.verdict(T0).eligible  # it joins again at once, at the back of the queue
+    assert rules.failover_read(T0 + 1, req, 4, (OTHER, ME), leading=None) == Decision()  # once
+
+
+def test_a_lone_active_forced_to_cede_stays_out_for_the_cooling_period() -> None:
+    rules = healthy()
+    req = request(4, to=None, active=ME, cooldown=10.0)
+    assert rules.failover_read(T0, req, 4, (ME,), leading=4) == Decision(take=True)
+    decision = rules.taken(T0, req, True)
+    assert decision.quit and said(decision) == [
+        "graceful failover to any standby asked by op: ceding (forced: nobody to hand over to)"
+    ]
     verdict = rules.verdict(T0)
     assert verdict.standing is Standing.COOLING_DOWN and verdict.wake_at == T0 + 10.0
     assert verdict.note == "ceded the lead: rejoining in 10.0s"
-    assert rules.failover_read(T0 + 1, req, 4, (OTHER,), leading=None) == Decision()  # once
     assert rules.verdict(T0 + 10.0).eligible
 
 
@@ -217,7 +232,7 @@ def test_a_cede_names_the_target_when_it_is_next() -> None:
     rules = healthy()
     decision = honour(rules, T0, request(4, active=ME), 4, (ME, TARGET, OTHER), leading=4)
     assert decision.quit
-    assert said(decision) == ["graceful failover to 'target' asked by op: ceding"]
+    assert said(decision) == ["graceful failover to 'target' asked by op: ceding, then standing by"]
 
 
 def test_the_active_of_another_epoch_does_not_cede() -> None:
@@ -256,9 +271,10 @@ def test_the_active_waits_until_the_target_is_next_then_cedes() -> None:
     # said once; the queue moves: 'other' joined again behind the target
     assert rules.failover_read(T0 + 1, req, 4, (ME, OTHER, TARGET), leading=4) == Decision()
     decision = honour(rules, T0 + 2, req, 4, (ME, TARGET, OTHER), leading=4)
-    assert decision.quit and said(decision) == ["graceful failover to 'target' asked by op: ceding"]
-    verdict = rules.verdict(T0 + 2)
-    assert verdict.standing is Standing.COOLING_DOWN and verdict.wake_at == T0 + 22.0
+    assert decision.quit and said(decision) == [
+        "graceful failover to 'target' asked by op: ceding, then standing by"
+    ]
+    assert rules.verdict(T0 + 2).eligible  # behind the target at once
     assert not rules.pending
     assert rules.failover_read(T0 + 3, req, 4, (TARGET, OTHER)) == Decision()
 
@@ -289,7 +305,9 @@ def test_a_newer_request_replaces_the_one_the_active_waits_for() -> None:
     rules.failover_read(T0, request(4, to=TARGET, active=ME), 4, (ME, OTHER, TARGET), leading=4)
     newer = request(4, to=OTHER, active=ME, cooldown=2.0)
     decision = honour(rules, T0 + 1, newer, 4, (ME, OTHER, TARGET), leading=4)
-    assert decision.quit and said(decision) == ["graceful failover to 'other' asked by op: ceding"]
+    assert decision.quit and said(decision) == [
+        "graceful failover to 'other' asked by op: ceding, then standing by"
+    ]
 
 
 # --- the active takes the request before it cedes ----------------------------------------------
@@ -316,7 +334,8 @@ def test_a_request_read_taken_already_cedes_without_taking_it_again(
     req = dataclasses.replace(request(4, to=TARGET, active=ME), ceding=True)
     decision = rules.failover_read(T0, req, 4, queue, leading=4)
     assert decision.quit and not decision.take
-    assert said(decision) == ["graceful failover to 'target' asked by op: ceding"]
+    then = " (forced: nobody to hand over to)" if queue == (ME,) else ", then standing by"
+    assert said(decision) == ["graceful failover to 'target' asked by op: ceding" + then]
 
 
 # --- paused: no failover ----------------------------------------------------------------------
@@ -668,8 +687,11 @@ class World(RuleBasedStateMachine):
         assert decision.quit == (expected is not None), (expected, decision)
         if expected == "cede":
             assert req is not None
-            self.cool_until = max(self.cool_until, self.now + req.cooldown)
-            assert not self.eligible
+            if all(who == ME for who in order):  # alone: forced, it stays out
+                self.cool_until = max(self.cool_until, self.now + req.cooldown)
+                assert not self.eligible
+            else:  # a standby behind the new active at once (#30)
+                assert self.eligible == (self.healthy is True and self.now >= self.cool_until)
         elif expected == "requeue":
             assert self.eligible == (self.healthy is True and self.now >= self.cool_until)
         if decision.quit:

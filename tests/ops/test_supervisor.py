@@ -300,12 +300,13 @@ async def test_graceful_failover_to_a_chosen_standby(tmp_path: Path) -> None:
         assert found.epoch > status.epoch
         assert not alive(pid_old)
         assert (tmp_path / f"{old}.term").exists()  # stopped gracefully, with SIGTERM
-        # the old active cools down; the other one, ahead of the target, joined again behind it
-        assert g.members[old].state == "out"
+        # the other one, ahead of the target, joined again behind it; the old active at once
+        # behind them both (#30: no cooling period out of the election)
         await wait_until(lambda: g.members[other].state == "standby", "the bystander to rejoin")
+        await wait_until(lambda: g.members[old].state == "standby", "the old active to rejoin")
         assert g.active() == target
         order = [e.identity for e in await ElectionNodes("/svc").entries(driver)]
-        assert order == [target.encode(), other.encode()]
+        assert order == [target.encode(), other.encode(), old.encode()]
         after = await g.status()
         assert after.breadcrumb is not None and after.breadcrumb.identity == target.encode()
         assert not after.failover_pending
@@ -323,7 +324,7 @@ async def test_graceful_failover_to_any_standby(tmp_path: Path) -> None:
             found = await admin.wait_for_failover(driver, "/svc", request)
         assert found.active == b"b" and found.epoch is not None
         assert found.epoch > request.epoch
-        assert g.members["a"].state == "out"
+        await wait_until(lambda: g.members["a"].state == "standby", "a to stand by behind b")
 
 
 async def test_failover_requests_that_cannot_be_honoured(tmp_path: Path) -> None:
@@ -472,11 +473,11 @@ async def test_failover_to_a_target_moves_only_the_members_ahead_of_it(tmp_path:
             found = await admin.wait_for_failover(driver, "/svc", request)
         assert found.active == b"c" and g.active() == "c"
         await wait_until(lambda: g.members["b"].state == "standby", "b to join again")
+        await wait_until(lambda: g.members["a"].state == "standby", "a to stand by")
         after = {e.identity: e.name for e in await nodes.entries(driver)}
-        assert list(after) == [b"c", b"d", b"b"]  # a cools down for 30 s
+        assert list(after) == [b"c", b"d", b"b", b"a"]  # a at once at the back (#30)
         assert after[b"c"] == before[b"c"] and after[b"d"] == before[b"d"]  # c and d stayed
         assert after[b"b"] != before[b"b"]  # b left and joined again, behind c
-        assert g.members["a"].state == "out"
         assert not alive(pid_a) and (tmp_path / "a.term").exists()  # stopped with SIGTERM
         assert child_pid(tmp_path, "b") is None and child_pid(tmp_path, "d") is None
 

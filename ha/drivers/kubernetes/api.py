@@ -23,6 +23,7 @@ import httpx
 
 from ...errors import AccessDenied, ConfigurationError, ConnectionLost, DriverError
 from .config import Cluster
+from .exec_auth import ExecCredentials
 
 __all__ = ("Api", "failure")
 
@@ -79,6 +80,8 @@ class Api:
         self.cluster = cluster
         self._client: httpx.AsyncClient | None = None
         self._headers: dict[str, str] = {}
+        plugin = cluster.exec_plugin
+        self.exec = None if plugin is None else ExecCredentials(plugin)
 
     def open(self) -> None:
         token = self.cluster.bearer()
@@ -102,12 +105,20 @@ class Api:
                 await client.aclose()
 
     def _request(
-        self, method: str, url: str, body: Any, params: dict[str, str] | None, within: float | None
+        self,
+        method: str,
+        url: str,
+        body: Any,
+        params: dict[str, str] | None,
+        within: float | None,
+        content_type: str | None = None,
     ) -> httpx.Request:
         if self._client is None:
             raise ConnectionLost("the Kubernetes driver is not started (or closed)")
         content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = {**self._headers, "Content-Length": str(len(content))}
+        if content_type is not None:  # a PATCH's
+            headers["Content-Type"] = content_type
         timeout = httpx.Timeout(within * 0.9 if within else None)
         request = self._client.build_request(
             method, url, params=params, headers=headers, timeout=timeout
@@ -123,16 +134,23 @@ class Api:
         *,
         within: float,
         params: dict[str, str] | None = None,
+        content_type: str | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """One request: the status and the decoded body, or ``ConnectionLost`` if no answer
         came ``within`` seconds (the outcome of a write is then unknown)."""
+        token = await self._exec_token()  # not the request's time (exec_auth.py)
         try:
             with anyio.fail_after(within):
                 # httpx's own timeout first: an error that ends its reads, where a cancelled
                 # read would leave its generators unfinished
-                request = self._request(method, url, body, params, within)
+                request = self._request(method, url, body, params, within, content_type)
                 assert self._client is not None
                 response = await self._client.send(request)
+                if response.status_code == 401 and token is not None and self.exec is not None:
+                    self.exec.forget(token)  # revoked or rotated: the plugin's next one, once
+                    await self._exec_token()
+                    request = self._request(method, url, body, params, within, content_type)
+                    response = await self._client.send(request)
         except TimeoutError:
             raise ConnectionLost(
                 f"no answer from the Kubernetes API at {self.cluster.server} within {within:g} s"
@@ -145,6 +163,21 @@ class Api:
             ) from exc
         return response.status_code, _decode(response.content, response.status_code)
 
+    async def _exec_token(self) -> str | None:
+        """The exec plugin's token, set as this client's bearer (None: no plugin). A plugin
+        that fails once it has given a token is a lost contact (its cloud's login service
+        may be down for a while), not a configuration error."""
+        if self.exec is None:
+            return None
+        try:
+            token = await self.exec.token()
+        except ConfigurationError as exc:
+            if self.exec.worked:
+                raise ConnectionLost(str(exc)) from None
+            raise
+        self._headers["Authorization"] = f"Bearer {token}"
+        return token
+
     @asynccontextmanager
     async def watch(self, url: str, params: dict[str, str]) -> AsyncIterator[Any]:
         """A watch (``?watch=true``): yields the response and an async iterator of its events.
@@ -152,6 +185,7 @@ class Api:
         To end it early, close the response from another task (the reader then gets
         ``ConnectionLost``): cancelling the reader would leave httpx's generators unfinished.
         A refused watch raises the error of its answer."""
+        await self._exec_token()
         request = self._request("GET", url, None, {**params, "watch": "true"}, None)
         assert self._client is not None
         try:

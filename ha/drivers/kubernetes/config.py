@@ -7,8 +7,9 @@ else ``~/.kube/config``. A kubeconfig's current context is used unless ``context
 
 What a user entry may hold: a bearer token (``token``, ``tokenFile``), a client certificate
 (``client-certificate[-data]`` and ``client-key[-data]``), user name and password (basic
-auth). An ``exec`` or ``auth-provider`` plugin is not run: the error says so, and how to get a
-token instead. A cluster entry: ``server``, ``certificate-authority[-data]``,
+auth), or an ``exec`` plugin that prints a token (``exec_auth.py``). An ``auth-provider``
+plugin (the older, removed mechanism) is not run: the error says so, and how to get a token
+instead. A cluster entry: ``server``, ``certificate-authority[-data]``,
 ``insecure-skip-tls-verify``. Every problem is one ``ConfigurationError`` naming the file.
 """
 
@@ -25,6 +26,7 @@ from typing import Any
 import yaml
 
 from ...errors import ConfigurationError
+from .exec_auth import ExecPlugin, parse_exec
 
 __all__ = ("SERVICE_ACCOUNT", "Cluster", "load")
 
@@ -48,6 +50,7 @@ class Cluster:
     token_file: str | None = None  # read at each connect (service account tokens rotate)
     basic: tuple[str, str] | None = None
     insecure: bool = False  # insecure-skip-tls-verify
+    exec_plugin: ExecPlugin | None = None  # the user's exec section (``exec_auth.py``)
 
     def bearer(self) -> str | None:
         if self.token_file is not None:
@@ -192,15 +195,18 @@ def _cluster(
     server = cluster.get("server")
     if not isinstance(server, str) or not server.startswith(("https://", "http://")):
         raise ConfigurationError(f"the {source} has no https:// server (got {server!r})")
-    if "exec" in user or "auth-provider" in user:
-        plugin = "exec" if "exec" in user else "auth-provider"
+    if "auth-provider" in user:
         raise ConfigurationError(
-            f"the user of the {source} gets its credentials from an {plugin} plugin, which ha"
-            " does not run: put a token (kubectl create token ...) or a client certificate in"
-            " the kubeconfig, or run in a pod with a service account"
+            f"the user of the {source} gets its credentials from an auth-provider plugin,"
+            " which ha does not run: use an exec plugin (kubelogin, gke-gcloud-auth-plugin),"
+            " put a token (kubectl create token ...) or a client certificate in the"
+            " kubeconfig, or run in a pod with a service account"
         )
     base = cluster["_file"].parent
     ubase = user["_file"].parent if "_file" in user else base
+    plugin = None
+    if "exec" in user:
+        plugin = parse_exec(user["exec"], f"user of the {source}", ubase, cluster)
     basic = None
     if user.get("username") is not None:
         basic = (str(user.get("username")), str(user.get("password") or ""))
@@ -218,6 +224,7 @@ def _cluster(
         token_file=_file(user.get("tokenFile"), ubase),
         basic=basic,
         insecure=bool(cluster.get("insecure-skip-tls-verify")),
+        exec_plugin=plugin,
     )
 
 

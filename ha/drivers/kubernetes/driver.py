@@ -7,7 +7,8 @@ read and checked again, so only a real node-level mismatch raises ``BadVersion``
 ``TransactionFailed`` (Flink's ``checkAndUpdateConfigMap`` does the same). A write that gets
 no answer raises ``ConnectionLost``: it may have landed (Flink's PossibleInconsistentState).
 All on the session of ``session``, with the peers' reaping of ``liveness``, the events of
-``watches``, the test hooks of ``faults`` and the leaders shown to kubectl of ``leaders``.
+``watches``, the test hooks of ``faults``, the leaders shown to kubectl of ``leaders`` and the
+Events and pod role label of ``announce``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ..base import (
     validate_path,
 )
 from . import tree as _tree
-from .leaders import LeaderLeases
+from .announce import LeaderNotices
 from .settings import Settings, parse_url
 from .tree import Plan, Tree, apply
 
@@ -41,7 +42,7 @@ __all__ = ("KubernetesDriver",)
 ATTEMPTS = 100  # tries of one transaction, while other drivers keep writing the tree
 
 
-class KubernetesDriver(LeaderLeases):
+class KubernetesDriver(LeaderNotices):
     """A session Lease and the nodes of one ``ha`` root in a namespace. Build with
     ``from_url`` (the cluster and credentials come from ``config``)."""
 

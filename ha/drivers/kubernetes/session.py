@@ -117,6 +117,7 @@ class KubernetesSession(Driver):
         params: dict[str, str] | None = None,
         own: bool = False,
         raw: bool = False,
+        content_type: str | None = None,  # a PATCH's media type
     ) -> tuple[int, dict[str, Any]]:
         """One request, as the client's faults let it through. ``own``: the driver's own
         (renewals, watch, reaping), which the faults of operations leave alone; ``raw``: made
@@ -138,7 +139,9 @@ class KubernetesSession(Driver):
                     await partition.wait()
                 if not partition.is_set():
                     raise ConnectionLost(f"no answer from Kubernetes within {within:g} s")
-            return await self._api.call(method, url, body, within=within, params=params)
+            return await self._api.call(
+                method, url, body, within=within, params=params, content_type=content_type
+            )
         except ConnectionLost:
             if not own:
                 self._wake.set()  # let the session loop find out what happened, now

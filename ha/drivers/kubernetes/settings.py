@@ -37,12 +37,13 @@ class Options:
     op_timeout: float | None = None  # default: half the session timeout
     context: str | None = None  # a kubeconfig context other than its current one
     kubeconfig: str | None = None  # a kubeconfig file, instead of $KUBECONFIG and the rest
+    pod: str | None = None  # this process's pod: labelled with its role (``announce.py``)
 
 
 OPTIONS = OptionTable(
     "Kubernetes",
     seconds=("session_timeout", "connect_timeout", "op_timeout"),
-    text=("context", "kubeconfig"),
+    text=("context", "kubeconfig", "pod"),
 )
 
 

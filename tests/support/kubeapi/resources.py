@@ -1,5 +1,6 @@
 """The kinds the fake API server serves: Namespaces, ConfigMaps (core v1), Leases
-(coordination.k8s.io/v1), and Events (core v1, so that ``kubectl describe`` finds none).
+(coordination.k8s.io/v1), Events (core v1, as the API server validates them), and Pods (their
+objects only, for label patches).
 
 One ``Resource`` per kind says where it lives in the URL space, whether it is namespaced and
 what discovery advertises for it, and the two update rules its registry strategy sets in
@@ -13,7 +14,11 @@ Namespace     no                  yes                       pkg/registry/core/na
 ConfigMap     no                  yes                       pkg/registry/core/configmap/strategy.go
 Event         yes                 yes                       pkg/registry/core/event/strategy.go
 Lease         **yes**             **no** (422)              pkg/registry/coordination/lease/strategy.go
+Pod           no                  yes                       pkg/registry/core/pod/strategy.go
 ============  ==================  ========================  ==========================================
+
+Pods are served as objects only (no scheduling, no status, no validation of their spec): what
+a test needs to see a client patch a pod's labels (``ha/drivers/kubernetes/announce.py``).
 
 Everything else (storage, validation, routing) looks kinds up here, so serving another kind
 starts with one row.
@@ -85,6 +90,7 @@ RESOURCES: tuple[Resource, ...] = (
         ),
         create_on_update=True,
     ),
+    Resource("", "v1", "pods", "pod", "Pod", True, ("po",), ("status.phase", "spec.nodeName")),
     Resource(
         "coordination.k8s.io",
         "v1",

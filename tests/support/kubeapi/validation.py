@@ -12,6 +12,14 @@ bytes; keys are not counted) hold at most 1 MiB and the two share no key (the du
 reported on ``data[key]``: pkg/apis/core/validation/validation.go ``ValidateConfigMap``,
 ``core.MaxSecretSize``), a Lease's ``leaseDurationSeconds`` is > 0 (why client-go's release writes 1,
 kubernetes/kubernetes#88194) and its ``leaseTransitions`` >= 0.
+
+Events (core v1) pass the legacy rules of pkg/apis/core/validation/events.go
+(``legacyValidateEvent``, all that a create through core/v1 gets): without an ``eventTime``,
+``involvedObject.namespace`` must equal the Event's namespace (an empty one: the Event's
+namespace is "" or ``default``); with one, an empty ``involvedObject.namespace`` is allowed
+only in ``default`` and ``kube-system``, and ``reportingComponent`` (a qualified name),
+``reportingInstance`` (at most 128), ``action`` (at most 128) and ``reason`` (at most 128) are
+required, and ``message`` holds at most 1024 characters.
 """
 
 from __future__ import annotations
@@ -128,6 +136,14 @@ def decode(resource: Resource, body: Any) -> dict[str, Any]:
                 base64.b64decode(value, validate=True)
             except (binascii.Error, ValueError):
                 raise _undecodable(resource, f"illegal base64 data in binaryData[{key}]") from None
+    if resource.kind == "Event":
+        if not isinstance(obj.get("involvedObject") or {}, dict):
+            raise _undecodable(
+                resource, "json: cannot unmarshal involvedObject into ObjectReference"
+            )
+        _check_int32(resource, obj.get("count"), "Event.count")
+        if obj.get("eventTime"):
+            _check_micro_time(resource, obj["eventTime"], "eventTime")
     if resource.kind == "Lease":
         spec = obj.get("spec")
         if spec is None:
@@ -224,6 +240,50 @@ def _lease_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
     return causes
 
 
+def _required(field: str) -> dict[str, str]:
+    return {"reason": "FieldValueRequired", "message": "Required value", "field": field}
+
+
+def _too_long(field: str, limit: int) -> dict[str, str]:
+    message = f'Invalid value: "": can have at most {limit} characters'
+    return {"reason": "FieldValueInvalid", "message": message, "field": field}
+
+
+_QUALIFIED = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+def _event_causes(obj: dict[str, Any]) -> list[dict[str, str]]:
+    namespace = obj["metadata"].get("namespace") or ""
+    involved = obj.get("involvedObject") or {}
+    theirs = involved.get("namespace") or ""
+    mismatch = _cause("involvedObject.namespace", theirs, "does not match event.namespace")
+    causes = []
+    if not obj.get("eventTime"):
+        if (namespace not in ("", "default")) if not theirs else namespace != theirs:
+            causes.append(mismatch)
+    else:
+        if not theirs and namespace not in ("default", "kube-system"):
+            causes.append(mismatch)
+        component = obj.get("reportingComponent") or ""
+        if not component:
+            causes.append(_required("reportingComponent"))
+        elif (
+            len(component) > 63
+            and "/" not in component
+            or not _QUALIFIED.fullmatch(component.rsplit("/", 1)[-1])
+        ):
+            causes.append(_cause("reportingComponent", component, "must be a qualified name"))
+        for field, limit in (("reportingInstance", 128), ("action", 128), ("reason", 128)):
+            value = obj.get(field) or ""
+            if not value:
+                causes.append(_required(field))
+            elif len(value) > limit:
+                causes.append(_too_long(field, limit))
+        if len(obj.get("message") or "") > 1024:
+            causes.append(_too_long("message", 1024))
+    return causes
+
+
 def validate(resource: Resource, obj: dict[str, Any]) -> None:
     """Raise 422 Invalid listing every broken field of a decoded object with its name set."""
     name = obj["metadata"].get("name") or ""
@@ -232,5 +292,7 @@ def validate(resource: Resource, obj: dict[str, Any]) -> None:
         causes += _config_map_causes(obj)
     if resource.kind == "Lease":
         causes += _lease_causes(obj["spec"])
+    if resource.kind == "Event":
+        causes += _event_causes(obj)
     if causes:
         raise invalid(resource.group, resource.kind, name, causes)
