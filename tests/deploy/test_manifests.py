@@ -133,7 +133,7 @@ async def a_real_run(url: str, election: str) -> None:
     history = History()
 
     async def shown(driver: Any) -> None:  # its Lease for kubectl written (leaders.py)
-        while not (term := driver._terms.get(election)) or not term.version:
+        while not (term := driver._leaders.terms.get(election)) or not term.version:
             await anyio.sleep(0.02)
 
     async def run(elector: Elector, *, task_status: Any) -> None:
