@@ -167,7 +167,8 @@ class ClientFaults:
     transport. All act in the client, as a network or a process fault would, except
     ``expire``, the backend's own (``expire`` here: ending the session from the server's side).
 
-    ``started``: whether the driver runs; ``lost_contact``: report DISCONNECTED now;
+    ``backend``: its name in ``ha.testing`` (the capabilities' name); ``started``: whether
+    the driver runs; ``lost_contact``: report DISCONNECTED now;
     ``wake``: renew now; ``restart_watch``: end the watch stream; ``die``: stop the
     background tasks, as a killed process does."""
 
@@ -214,7 +215,7 @@ class ClientFaults:
         """The connection drops now (DISCONNECTED at once): every request fails at once and
         the watch stops until ``reconnect()``; the session ages on the server."""
         if not self.started():
-            raise ConnectionLost(f"the {self.backend} driver is not started (or closed)")
+            raise ConnectionLost(f"the {self.gate.backend} driver is not started (or closed)")
         self.gate.disconnect()
         self.restart_watch()
         self.lost_contact()

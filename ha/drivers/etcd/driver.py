@@ -16,11 +16,11 @@ import anyio
 from ..._background import BackgroundTask
 from ...errors import DriverError
 from .._faults import ClientFaults, FaultHooks
+from .._parts import PartsDriver, SessionState
 from ..base import (
     Capabilities,
     ConnectionEvent,
     ConnectionState,
-    Driver,
     Op,
     SessionKind,
     SessionLease,
@@ -38,7 +38,7 @@ __all__ = ("EtcdDriver",)
 log = logging.getLogger("ha.drivers.etcd")
 
 
-class EtcdDriver(Driver):
+class EtcdDriver(PartsDriver):
     """A lease on an etcd cluster and the nodes under a key prefix. Build with ``from_url``."""
 
     capabilities = Capabilities(
@@ -102,7 +102,7 @@ class EtcdDriver(Driver):
             await self._watches.quiesce()
             await task.stop()
             self._transport.batching(False)
-            lease = self._session.end()
+            lease = self._session.state.close()
             if lease and not self._crashed:
                 try:  # its ephemeral nodes go with it, at once
                     await self._transport.revoke(lease)
@@ -117,28 +117,15 @@ class EtcdDriver(Driver):
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._transport.run)
             tg.start_soon(self._watches.run, self._session.start_revision)
-            await self._session.renew_loop()
+            await self._session.state.run()
 
     def _wake(self) -> None:
-        self._session.wake()
+        self._session.state.wake()
 
     # --- the session, as the parts keep it --------------------------------------------------
 
-    @property
-    def session_id(self) -> int | None:
-        return self._session.id
-
-    @property
-    def session_timeout(self) -> float:
-        return self._session.timeout
-
-    @property
-    def last_contact(self) -> float:
-        return self._session.last_contact
-
-    @property
-    def connected(self) -> bool:
-        return self._session.connected
+    def _session_state(self) -> SessionState:
+        return self._session.state
 
     async def session_lease(self, owner: int) -> SessionLease | None:
         return await self._session.lease_of(owner)
@@ -192,11 +179,11 @@ class EtcdDriver(Driver):
 
     def _faults(self) -> FaultHooks:
         return ClientFaults(
-            "etcd",
+            self.capabilities.name,
             self._transport.gate,
             started=lambda: self._task is not None,
-            lost_contact=self._session.lost_contact,
-            wake=self._session.wake,
+            lost_contact=self._session.state.lost_contact,
+            wake=self._session.state.wake,
             restart_watch=self._watches.restart,
             die=self._die,
             expire=self._end_session,
@@ -205,7 +192,7 @@ class EtcdDriver(Driver):
     async def _die(self) -> None:
         assert self._task is not None
         self._crashed = True
-        self._session.connected = False
+        self._session.state.connected = False
         await self._watches.quiesce()
         await self._task.stop()
 
@@ -217,4 +204,4 @@ class EtcdDriver(Driver):
         if not lease or self._task is None:
             raise RuntimeError("the etcd driver has no session to expire")
         await self._transport.revoke(lease)
-        self._session.wake()
+        self._session.state.wake()

@@ -29,8 +29,9 @@ from collections.abc import Callable
 
 import anyio
 
-from ...errors import ConnectionLost, DriverError, Unavailable
-from ..base import ConnectionEvent, ConnectionState, DriverEvent, SessionLease
+from ...errors import ConnectionLost, DriverError
+from .._renewal import Renewal
+from ..base import DriverEvent, SessionLease
 from .settings import Settings
 from .transport import Transport
 
@@ -40,8 +41,8 @@ log = logging.getLogger("ha.drivers.etcd")
 
 
 class EtcdSession:
-    """A lease on one etcd cluster, renewed by ``renew_loop``. ``restart_watch``: contact is
-    back (or a new session began), the watch should start afresh."""
+    """A lease on one etcd cluster, granted and kept alive; its states are ``state``'s
+    (``Renewal``), whose loop ``state.run`` is."""
 
     def __init__(
         self,
@@ -52,45 +53,26 @@ class EtcdSession:
     ) -> None:
         self.settings = settings
         self._transport = transport
-        self._send_event = emit
-        self._restart_watch = restart_watch
         self._requested_timeout = settings.options.session_timeout
-        self.timeout = settings.options.session_timeout  # as granted, once granted
-        self.lease = 0  # the current lease's ID; 0: none (not started, or between two)
-        self.last_contact = -math.inf
-        self.connected = False
+        self.state = Renewal(
+            settings.options.session_timeout,
+            open_session=self._grant,
+            renew=self._renew,
+            emit=emit,
+            restart_watch=restart_watch,
+            log=log,
+        )
         self.start_revision = 0  # the store's revision when the session began
-        self._wake = anyio.Event()  # renew now (an operation failed, a fault was lifted)
 
     @property
-    def id(self) -> int | None:
-        return self.lease or None
-
-    def wake(self) -> None:
-        self._wake.set()
+    def lease(self) -> int:
+        """The current lease's ID; 0: none (not started, or between two)."""
+        return self.state.id or 0
 
     async def open(self) -> None:
         """The first session, granted within the connect timeout, or ``Unavailable``."""
-        connect_timeout = self.settings.options.connect_timeout
-        last: ConnectionLost | None = None
-        with anyio.move_on_after(connect_timeout):
-            while True:
-                try:
-                    await self._grant()
-                    break
-                except ConnectionLost as exc:
-                    last = exc
-                    await anyio.sleep(0.1)
-        if not self.lease:
-            raise Unavailable(
-                f"could not reach etcd at {self.settings.where} within"
-                f" {connect_timeout:g} s (connect_timeout)" + (f"; last: {last}" if last else "")
-            )
-
-    def end(self) -> int:
-        """The session is over (the driver closes): its lease, 0 if there was none."""
-        lease, self.lease, self.connected = self.lease, 0, False
-        return lease
+        where = f"etcd at {self.settings.where}"
+        await self.state.first(self._grant, self.settings.options.connect_timeout, where)
 
     async def _grant(self) -> None:
         """Open a session: a new lease (CONNECTED is the caller's to report)."""
@@ -106,51 +88,28 @@ class EtcdSession:
                 granted,
                 self._requested_timeout,
             )
-        self.timeout = float(granted)
-        self.lease = lease
+        self.state.timeout = float(granted)
         self.start_revision = int((reply.get("header") or {}).get("revision") or 0)
-        self.last_contact = sent
-        self.connected = True
-
-    async def renew_loop(self) -> None:
-        while True:
-            wait = self.timeout / (3 if self.connected else 10)
-            with anyio.move_on_after(wait):
-                await self._wake.wait()
-            self._wake = anyio.Event()
-            if not self.lease:
-                try:
-                    await self._grant()
-                except DriverError:
-                    continue
-                self._send_event(ConnectionEvent(ConnectionState.CONNECTED, self.lease))
-                self._restart_watch()
-            else:
-                await self._renew()
+        self.state.opened(lease, sent)
 
     async def _renew(self) -> None:
         lease = self.lease
         sent = anyio.current_time()
         try:
             reply = await self._transport.call(
-                "lease/keepalive", {"ID": str(lease)}, self.timeout / 3, lease=True
+                "lease/keepalive", {"ID": str(lease)}, self.state.timeout / 3, lease=True
             )
         except DriverError:
-            self.lost_contact()
+            self.state.lost_contact()
             return
         if lease != self.lease:
             return
         if int((reply.get("result") or {}).get("TTL") or 0) <= 0:
             # etcd no longer has the lease: the session is over with its ephemeral nodes
-            self.lease, self.connected = 0, False
-            self._send_event(ConnectionEvent(ConnectionState.EXPIRED, lease))
-            self._wake.set()  # a new session at once
+            self.state.ended(lease)
+            self.state.wake()  # a new session at once
             return
-        self.last_contact = max(self.last_contact, sent)
-        if not self.connected:
-            self.connected = True
-            self._send_event(ConnectionEvent(ConnectionState.RECONNECTED, lease))
-            self._restart_watch()
+        self.state.renewed(sent)
 
     async def lease_of(self, owner: int) -> SessionLease | None:
         """Another lease's time to live (``lease/timetolive``), None if etcd has no such lease.
@@ -165,8 +124,3 @@ class EtcdSession:
         if left < 0 or granted <= 0:
             return None
         return SessionLease(float(granted - left), float(left), float(granted))
-
-    def lost_contact(self) -> None:
-        if self.connected:
-            self.connected = False
-            self._send_event(ConnectionEvent(ConnectionState.DISCONNECTED, self.id))

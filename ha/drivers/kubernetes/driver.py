@@ -6,6 +6,7 @@ compare-and-set (``tree``). A 409 means another driver wrote in between: the ope
 read and checked again, so only a real node-level mismatch raises ``BadVersion`` or
 ``TransactionFailed`` (Flink's ``checkAndUpdateConfigMap`` does the same). A write that gets
 no answer raises ``ConnectionLost``: it may have landed (Flink's PossibleInconsistentState).
+
 The driver is a facade over the parts it owns: the requests (``transport``, with the fault
 gate), the tree's ConfigMap (``store``), the session (``session``: a Lease, renewed), the
 peers' reaping (``liveness``), the node events (``watches``) and the leaders shown to kubectl
@@ -25,13 +26,13 @@ from ..._background import BackgroundTask
 from ...errors import ConfigurationError, ConnectionLost, DriverError, NoNode, TransactionFailed
 from .._faults import ClientFaults, FaultHooks
 from .._input import checked_op, node_data
+from .._parts import PartsDriver, SessionState
 from ..base import (
     Capabilities,
     ConnectionEvent,
     ConnectionState,
     Create,
     Delete,
-    Driver,
     Op,
     SessionKind,
     SessionLease,
@@ -58,7 +59,7 @@ log = logging.getLogger("ha.drivers.kubernetes")
 ATTEMPTS = 100  # tries of one transaction, while other drivers keep writing the tree
 
 
-class KubernetesDriver(Driver):
+class KubernetesDriver(PartsDriver):
     """A session Lease and the nodes of one ``ha`` root in a namespace. Build with
     ``from_url`` (the cluster and credentials come from ``config``)."""
 
@@ -113,7 +114,7 @@ class KubernetesDriver(Driver):
             await self._transport.aclose()
             raise
         self._task.start()
-        self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._session.id))
+        self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._session.state.id))
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
@@ -133,7 +134,7 @@ class KubernetesDriver(Driver):
             tg.start_soon(self._leaders.run)
             tg.start_soon(self._watches.run)
             tg.start_soon(self._reaper.run)
-            await self._session.renew_loop()
+            await self._session.state.run()
 
     async def _quiesce(self) -> None:
         """The background tasks are about to be cancelled: let their writes and streams end."""
@@ -141,13 +142,13 @@ class KubernetesDriver(Driver):
         await self._watches.quiesce()
 
     def _wake(self) -> None:
-        self._session.wake()
+        self._session.state.wake()
 
     def _session_now(self) -> int | None:
-        return self._session.id
+        return self._session.state.id
 
     def _period(self) -> float:
-        return self._session.timeout
+        return self._session.state.timeout
 
     # --- where things are, and the parts' figures (for tests) ---------------------------------
 
@@ -167,21 +168,8 @@ class KubernetesDriver(Driver):
 
     # --- the session, as the parts keep it --------------------------------------------------
 
-    @property
-    def session_id(self) -> int | None:
-        return self._session.id
-
-    @property
-    def session_timeout(self) -> float:
-        return self._session.timeout
-
-    @property
-    def last_contact(self) -> float:
-        return self._session.last_contact
-
-    @property
-    def connected(self) -> bool:
-        return self._session.connected
+    def _session_state(self) -> SessionState:
+        return self._session.state
 
     async def session_lease(self, owner: int) -> SessionLease | None:
         return await self._session.lease_of(owner)
@@ -293,7 +281,7 @@ class KubernetesDriver(Driver):
                 ops = plan(tree)
                 if any(isinstance(op, Create) and op.ephemeral for op in ops):
                     self._session.check()
-                new, results = apply(tree, ops, self._session.id)
+                new, results = apply(tree, ops, self._session.state.id)
                 if new.txn == tree.txn:  # checks only: they held at that version
                     return results
                 if await self._store.write(new) is not None:
@@ -305,11 +293,11 @@ class KubernetesDriver(Driver):
 
     def _faults(self) -> FaultHooks:
         return ClientFaults(
-            "Kubernetes",
+            self.capabilities.name,
             self._transport.gate,
             started=lambda: self._task is not None,
-            lost_contact=self._session.lost_contact,
-            wake=self._session.wake,
+            lost_contact=self._session.state.lost_contact,
+            wake=self._session.state.wake,
             restart_watch=self._watches.restart,
             die=self._die,
             expire=self._end_session,
@@ -318,7 +306,7 @@ class KubernetesDriver(Driver):
     async def _die(self) -> None:
         assert self._task is not None
         self._crashed = True
-        self._session.connected = False
+        self._session.state.connected = False
         await self._quiesce()
         await self._task.stop()
 
@@ -326,7 +314,7 @@ class KubernetesDriver(Driver):
         """The session's Lease is deleted and the session struck off the tree with its
         ephemeral nodes, now (what a peer's reaping does); the driver learns it from its next
         renewal (EXPIRED, then CONNECTED with a new session), which is sent at once."""
-        session = self._session.id
+        session = self._session.state.id
         if session is None or self._task is None:
             raise RuntimeError("the Kubernetes driver has no session to expire")
         status, _ = await self._transport.raw("DELETE", self._transport.lease_url(session))
@@ -334,4 +322,4 @@ class KubernetesDriver(Driver):
             raise DriverError(f"could not delete the session's Lease ({status})")
         # from the server's side, whatever the client's faults
         await self._store.clear({session}, raw=True)
-        self._session.wake()
+        self._session.state.wake()

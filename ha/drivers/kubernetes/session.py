@@ -32,7 +32,6 @@ The driver (``driver``) reads its session's state here; the requests go through 
 from __future__ import annotations
 
 import logging
-import math
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -40,8 +39,9 @@ from typing import Any
 
 import anyio
 
-from ...errors import ConnectionLost, DriverError, SessionExpired, Unavailable
-from ..base import ConnectionEvent, ConnectionState, DriverEvent, SessionLease
+from ...errors import ConnectionLost, DriverError, SessionExpired
+from .._renewal import Renewal
+from ..base import DriverEvent, SessionLease
 from .api import failure
 from .store import TreeStore
 from .transport import Transport
@@ -58,8 +58,8 @@ def micro_time() -> str:
 
 
 class KubernetesSession:
-    """A Lease in one namespace, renewed by ``renew_loop``. ``restart_watch``: contact is
-    back (or a new session began), the watch should start afresh."""
+    """A Lease in one namespace, created and renewed; its states are ``state``'s
+    (``Renewal``), whose loop ``state.run`` is."""
 
     def __init__(
         self,
@@ -71,51 +71,39 @@ class KubernetesSession:
         self.settings = settings = transport.settings
         self._transport = transport
         self._store = store
-        self._send_event = emit
-        self._restart_watch = restart_watch
         requested = settings.options.session_timeout
-        self.timeout = float(settings.lease_seconds)
-        if self.timeout > requested:
+        self.state = Renewal(
+            float(settings.lease_seconds),
+            open_session=self._open,
+            renew=self._renew,
+            emit=emit,
+            restart_watch=restart_watch,
+            log=log,
+        )
+        if self.state.timeout > requested:
             log.warning(
                 "a Lease counts whole seconds: session timeout %g s raised to %d s",
                 requested,
                 settings.lease_seconds,
             )
-        self.id: int | None = None
-        self.last_contact = -math.inf
-        self.connected = False
         self._lease_version = ""  # our Lease's resourceVersion, as last written
         self._lease_uid = ""  # and its uid, as the server gave it when we created it
         self._acquired = ""  # when our Lease was created (MicroTime)
-        self._wake = anyio.Event()  # renew now (an operation failed, a fault was lifted)
-
-    def wake(self) -> None:
-        self._wake.set()
 
     async def open(self) -> None:
         """The tree's ConfigMap made sure of and the first session opened, within the
         connect timeout, or ``Unavailable``."""
-        connect_timeout = self.settings.options.connect_timeout
-        last: ConnectionLost | None = None
-        with anyio.move_on_after(connect_timeout):
-            while True:
-                try:
-                    await self._store.ensure()
-                    await self._open()
-                    break
-                except ConnectionLost as exc:
-                    last = exc
-                    await anyio.sleep(0.1)
-        if self.id is None:
-            raise Unavailable(
-                f"could not reach the Kubernetes API at {self._transport.server} within"
-                f" {connect_timeout:g} s (connect_timeout)" + (f"; last: {last}" if last else "")
-            )
+        where = f"the Kubernetes API at {self._transport.server}"
+        await self.state.first(self._open_first, self.settings.options.connect_timeout, where)
+
+    async def _open_first(self) -> None:
+        await self._store.ensure()
+        await self._open()
 
     async def close(self, *, crashed: bool) -> int | None:
         """The driver closes: the session is over; unless ``crashed``, it is cleared (struck
         off the tree with its ephemeral nodes, its Lease deleted). Returns the session."""
-        session, self.id, self.connected = self.id, None, False
+        session = self.state.close()
         if session is not None and not crashed:
             try:
                 with anyio.CancelScope(shield=True):
@@ -171,33 +159,14 @@ class KubernetesSession:
                 except DriverError:
                     pass  # left for peers to reap
             raise
-        self.id = session
-        self.last_contact = sent
-        self.connected = True
-
-    async def renew_loop(self) -> None:
-        while True:
-            wait = self.timeout / (3 if self.connected else 10)
-            with anyio.move_on_after(wait):
-                await self._wake.wait()
-            self._wake = anyio.Event()
-            if self.id is None:
-                try:
-                    await self._open()
-                except DriverError as exc:
-                    log.debug("could not open a Kubernetes session: %s", exc)
-                    continue
-                self._send_event(ConnectionEvent(ConnectionState.CONNECTED, self.id))
-                self._restart_watch()
-            else:
-                await self._renew()
+        self.state.opened(session, sent)
 
     async def _renew(self) -> None:
-        session = self.id
+        session = self.state.id
         assert session is not None
         sent = anyio.current_time()
         body = self._lease_body(session, self._acquired)
-        within = self.timeout / 3
+        within = self.state.timeout / 3
         url = self._transport.lease_url(session)
         try:
             status, reply = await self._transport.request("PUT", url, body, within=within, own=True)
@@ -205,13 +174,13 @@ class KubernetesSession:
                 status, reply = await self._transport.request("GET", url, within=within, own=True)
                 if status == 200 and self._ours(reply, session):
                     self._lease_version = str(reply["metadata"]["resourceVersion"])
-                    self._wake.set()  # renew with it now; this one proves nothing
+                    self.state.wake()  # renew with it now; this one proves nothing
                     return
                 status = 404  # reaped, or taken: this session is over
         except DriverError:
-            self.lost_contact()
+            self.state.lost_contact()
             return
-        if session != self.id:
+        if session != self.state.id:
             return
         # (201: a server that ignored the uid created the Lease anew; the session is gone
         # all the same, and the new Lease, never registered, is left to the reapers)
@@ -220,14 +189,10 @@ class KubernetesSession:
             return
         if status != 200:
             log.warning("%s", failure(status, reply, "PUT", "leases", self._transport.where))
-            self.lost_contact()
+            self.state.lost_contact()
             return
         self._lease_version = str(reply["metadata"]["resourceVersion"])
-        self.last_contact = max(self.last_contact, sent)
-        if not self.connected:
-            self.connected = True
-            self._send_event(ConnectionEvent(ConnectionState.RECONNECTED, session))
-            self._restart_watch()
+        self.state.renewed(sent)
 
     def _ours(self, lease: dict[str, Any], session: int) -> bool:
         """Whether ``lease`` is the very Lease this session created, still held by it."""
@@ -246,14 +211,13 @@ class KubernetesSession:
     async def _expired(self, session: int) -> None:
         """The Lease was taken away: the session is over; clear what is left of it."""
         uid = self._lease_uid
-        self.id, self.connected = None, False
-        self._send_event(ConnectionEvent(ConnectionState.EXPIRED, session))
+        self.state.ended(session)
         try:
             await self._store.clear({session})
             await self._drop_lease(session, uid)
         except DriverError as exc:  # peers clear it: a registered session without a Lease
             log.debug("could not clear the expired session %x: %s", session, exc)
-        self._wake.set()  # a new session at once
+        self.state.wake()  # a new session at once
 
     async def lease_of(self, owner: int) -> SessionLease | None:
         """Another session's Lease: its ``renewTime`` against this host's wall clock, with the
@@ -280,13 +244,8 @@ class KubernetesSession:
         ago = max(0.0, (datetime.now(UTC) - renewed).total_seconds())
         return SessionLease(ago, duration - ago, float(duration))
 
-    def lost_contact(self) -> None:
-        if self.connected:
-            self.connected = False
-            self._send_event(ConnectionEvent(ConnectionState.DISCONNECTED, self.id))
-
     def check(self) -> int:
         """The current session for an ephemeral create, or SessionExpired."""
-        if self.id is None:
+        if self.state.id is None:
             raise SessionExpired("the Kubernetes driver has no session now (it is opening one)")
-        return self.id
+        return self.state.id

@@ -73,12 +73,12 @@ from ...errors import (
 )
 from .._faults import FaultHooks
 from .._input import checked_op, node_data
+from .._parts import PartsDriver, SessionState
 from ..base import (
     Capabilities,
     ConnectionEvent,
     ConnectionState,
     Create,
-    Driver,
     Op,
     SessionKind,
     SessionLease,
@@ -96,7 +96,7 @@ from .settings import Settings, parse_url
 __all__ = ("SqliteDriver",)
 
 
-class SqliteDriver(Driver):
+class SqliteDriver(PartsDriver):
     """Sessions, nodes and events in one SQLite file, for the processes of one host."""
 
     capabilities = Capabilities(
@@ -213,21 +213,8 @@ class SqliteDriver(Driver):
 
     # --- the session, as the parts keep it --------------------------------------------------
 
-    @property
-    def session_id(self) -> int | None:
-        return self._session.id
-
-    @property
-    def session_timeout(self) -> float:
-        return self._session.timeout
-
-    @property
-    def last_contact(self) -> float:
-        return self._session.last_contact
-
-    @property
-    def connected(self) -> bool:
-        return self._session.connected
+    def _session_state(self) -> SessionState:
+        return self._session
 
     @property
     def renewal_interval(self) -> float:

@@ -17,7 +17,8 @@ from typing import Any, Self
 from ...errors import ConfigurationError, NoNode, NotEmpty, TransactionFailed
 from .._faults import FaultHooks
 from .._input import checked_op, node_data
-from ..base import Capabilities, Check, Create, Delete, Driver, Op, SessionKind, SetData, Stat
+from .._parts import PartsDriver, SessionState
+from ..base import Capabilities, Check, Create, Delete, Op, SessionKind, SetData, Stat
 from .faults import ZooKeeperFaults
 from .mapping import stat_of, transaction_results
 from .session import KazooSession
@@ -27,7 +28,7 @@ from .watches import Watches
 __all__ = ("ZooKeeperDriver",)
 
 
-class ZooKeeperDriver(Driver):
+class ZooKeeperDriver(PartsDriver):
     """A ZooKeeper session through kazoo. Build with ``from_url`` or keyword options.
 
     A facade over the parts it owns: the kazoo client with its session and states
@@ -90,25 +91,12 @@ class ZooKeeperDriver(Driver):
     def options(self) -> Options:
         return self._session.options
 
-    @property
-    def session_id(self) -> int | None:
-        return self._session.id
-
-    @property
-    def session_timeout(self) -> float:
-        return self._session.timeout
-
-    @property
-    def last_contact(self) -> float:
-        return self._session.contact.last_contact
+    def _session_state(self) -> SessionState:
+        return self._session
 
     @property
     def renewal_interval(self) -> float:
         return self._session.contact.renewal_interval
-
-    @property
-    def connected(self) -> bool:
-        return self._session.connected
 
     def _watch_started(self, path: str) -> None:
         self._watches.started(path)

@@ -166,6 +166,11 @@ class KazooSession:
         self.gate = FaultGate("ZooKeeper", self._armed)
         self.call: Call = self._request
 
+    @property
+    def last_contact(self) -> float:
+        """When the ZooKeeper leader last heard from this session (dated by ``contact``)."""
+        return self.contact.last_contact
+
     # --- plumbing between kazoo's threads and the loop -------------------------------------
 
     def post(self, fn: Callable[[], None]) -> None:
