@@ -23,6 +23,7 @@ from typing import Protocol
 import anyio
 
 from ..errors import AccessDenied, ConnectionLost, HAError
+from ._renewal import Renewal
 
 __all__ = ("ClientFaults", "FaultGate", "FaultHooks")
 
@@ -167,10 +168,9 @@ class ClientFaults:
     transport. All act in the client, as a network or a process fault would, except
     ``expire``, the backend's own (``expire`` here: ending the session from the server's side).
 
-    ``backend``: its name in ``ha.testing`` (the capabilities' name); ``started``: whether
-    the driver runs; ``lost_contact``: report DISCONNECTED now;
-    ``wake``: renew now; ``restart_watch``: end the watch stream; ``die``: stop the
-    background tasks, as a killed process does."""
+    ``backend``: its name in ``ha.testing`` (the capabilities' name); ``session``: the
+    session's states; ``started``: whether the driver runs; ``restart_watch``: end the watch
+    stream; ``stop``: stop the background tasks (the driver is dead)."""
 
     cannot: Mapping[str, str] = {}
 
@@ -178,21 +178,19 @@ class ClientFaults:
         self,
         backend: str,
         gate: FaultGate,
+        session: Renewal,
         *,
         started: Callable[[], bool],
-        lost_contact: Callable[[], None],
-        wake: Callable[[], None],
         restart_watch: Callable[[], None],
-        die: Callable[[], Awaitable[None]],
+        stop: Callable[[], Awaitable[None]],
         expire: Callable[[], Awaitable[None]],
     ) -> None:
         self.backend = backend
         self.gate = gate
+        self.session = session
         self.started = started
-        self.lost_contact = lost_contact
-        self.wake = wake
         self.restart_watch = restart_watch
-        self.die = die
+        self.stop = stop
         self.end_session = expire
 
     async def expire(self) -> None:
@@ -218,11 +216,11 @@ class ClientFaults:
             raise ConnectionLost(f"the {self.gate.backend} driver is not started (or closed)")
         self.gate.disconnect()
         self.restart_watch()
-        self.lost_contact()
+        self.session.lost_contact()
 
     def reconnect(self) -> None:
         self.gate.reconnect()
-        self.wake()
+        self.session.wake()
 
     def partition(self) -> None:
         """The network goes silent: requests get no answer (each fails when its time is up)
@@ -233,7 +231,7 @@ class ClientFaults:
 
     def heal(self) -> None:
         self.gate.heal()
-        self.wake()
+        self.session.wake()
 
     async def crash(self) -> None:
         """Die without a goodbye, as a killed process does: no more renewals, no events,
@@ -242,4 +240,5 @@ class ClientFaults:
         if not self.started() or self.gate.dead:
             return
         self.gate.kill()
-        await self.die()
+        self.session.connected = False  # nothing said: a dead process tells no one
+        await self.stop()

@@ -16,11 +16,13 @@ import anyio
 from ..._background import BackgroundTask
 from ...errors import DriverError
 from .._faults import ClientFaults, FaultHooks
+from .._input import checked_op, node_data
 from .._parts import PartsDriver, SessionState
 from ..base import (
     Capabilities,
     ConnectionEvent,
     ConnectionState,
+    Create,
     Op,
     SessionKind,
     SessionLease,
@@ -147,9 +149,9 @@ class EtcdDriver(PartsDriver):
         sequential: bool = False,
         makepath: bool = False,
     ) -> str:
-        return await self._ops.create(
-            path, data, ephemeral=ephemeral, sequential=sequential, makepath=makepath
-        )
+        op = checked_op(Create(path, node_data(data), ephemeral, sequential))
+        assert isinstance(op, Create)
+        return await self._ops.create(op, makepath)
 
     async def get(self, path: str) -> tuple[bytes, Stat]:
         return await self._ops.get(path)
@@ -181,18 +183,17 @@ class EtcdDriver(PartsDriver):
         return ClientFaults(
             self.capabilities.name,
             self._transport.gate,
+            self._session.state,
             started=lambda: self._task is not None,
-            lost_contact=self._session.state.lost_contact,
-            wake=self._session.state.wake,
             restart_watch=self._watches.restart,
-            die=self._die,
+            stop=self._die,
             expire=self._end_session,
         )
 
     async def _die(self) -> None:
+        """A test's crash: the background tasks stop; nothing is undone at close."""
         assert self._task is not None
         self._crashed = True
-        self._session.state.connected = False
         await self._watches.quiesce()
         await self._task.stop()
 

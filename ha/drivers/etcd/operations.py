@@ -91,16 +91,9 @@ class Operations:
 
     # --- writes -----------------------------------------------------------------------------
 
-    async def create(
-        self,
-        path: str,
-        data: bytes = b"",
-        *,
-        ephemeral: bool = False,
-        sequential: bool = False,
-        makepath: bool = False,
-    ) -> str:
-        op = checked_op(Create(path, node_data(data), ephemeral, sequential))
+    async def create(self, op: Create, makepath: bool) -> str:
+        """``op`` (checked), with its missing parents if ``makepath``: the path created."""
+        path = op.path
         try:
             created = await self._one(op)
         except NoNode as exc:
@@ -162,7 +155,7 @@ class Operations:
         """The long way (``Driver.ensure_path``): one create at a time."""
         if path != "/":
             try:
-                await self.create(path, b"", makepath=True)
+                await self.create(Create(path), makepath=True)
             except NodeExists:
                 pass
 

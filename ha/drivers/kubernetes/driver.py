@@ -295,18 +295,17 @@ class KubernetesDriver(PartsDriver):
         return ClientFaults(
             self.capabilities.name,
             self._transport.gate,
+            self._session.state,
             started=lambda: self._task is not None,
-            lost_contact=self._session.state.lost_contact,
-            wake=self._session.state.wake,
             restart_watch=self._watches.restart,
-            die=self._die,
+            stop=self._die,
             expire=self._end_session,
         )
 
     async def _die(self) -> None:
+        """A test's crash: the background tasks stop; nothing is undone at close."""
         assert self._task is not None
         self._crashed = True
-        self._session.state.connected = False
         await self._quiesce()
         await self._task.stop()
 

@@ -114,23 +114,17 @@ class Transport:
         gate, request, watch = self.gate, self._request, self._api.watch
 
         async def gated_request(
-            method: str,
-            url: str,
-            body: Any = None,
-            *,
-            within: float | None = None,
-            params: dict[str, str] | None = None,
-            own: bool = False,
+            method: str, url: str, body: Any = None, *, own: bool = False, **options: Any
         ) -> Reply:
             if not own:
                 await gate.admit()
             try:
-                await gate.passage(within or self.settings.op_timeout)
+                await gate.passage(options.get("within") or self.settings.op_timeout)
             except ConnectionLost:
                 if not own:
                     self._on_lost()
                 raise
-            return await request(method, url, body, within=within, params=params, own=own)
+            return await request(method, url, body, own=own, **options)
 
         @asynccontextmanager
         async def gated_watch(url: str, params: dict[str, str]) -> AsyncIterator[Any]:
