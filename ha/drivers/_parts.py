@@ -2,7 +2,8 @@
 
 ``Driver``'s four session properties read the state of the part that keeps the session
 (``SessionState``: the etcd and Kubernetes drivers' ``Renewal``, the sqlite and ZooKeeper
-drivers' session), which each driver hands over from ``_session_state``.
+drivers' session), which each driver hands over from ``_session_state``; the parts send
+their events out through ``_pass_on``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Protocol
 
-from .base import Driver
+from .base import Driver, DriverEvent
 
 __all__ = ("PartsDriver", "SessionState")
 
@@ -37,6 +38,11 @@ class PartsDriver(Driver):
     @abstractmethod
     def _session_state(self) -> SessionState:
         """The part that keeps the session."""
+
+    def _pass_on(self, event: DriverEvent) -> None:
+        """The parts' way out for their events: ``_emit`` looked up at each event, so that a
+        wrapper set on the instance (``ha.metrics.backend.tap_node_events``) sees them all."""
+        self._emit(event)
 
     @property
     def session_id(self) -> int | None:

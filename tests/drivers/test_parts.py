@@ -4,7 +4,7 @@ Counted by name, from the source: a private attribute (``_x``, methods too) used
 a driver's package but made in another (assigned in its ``__init__``, or a class member), the
 drivers' shared modules (``ha/drivers/_*.py``, ``base.py``) counting as siblings, except that
 the facade (``driver.py``, the one subclass of ``Driver``) owns what it inherits from
-``base.py``. Such a name is a class chain sharing one ``self`` across files, or a part
+``base.py`` and ``_parts.py``. Such a name is a class chain sharing one ``self`` across files, or a part
 reaching into another's state. ``python tests/drivers/test_parts.py`` prints the figures.
 """
 
@@ -13,10 +13,16 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
+from ha.drivers.base import NodeEvent
+from ha.metrics.backend import tap_node_events
+
 DRIVERS = Path(__file__).resolve().parents[2] / "ha" / "drivers"
+FACADE_BASES = ("base.py", "_parts.py")  # Driver, PartsDriver: the facade's own
 
 
 def _made_and_used(path: Path) -> tuple[set[str], set[str]]:
@@ -69,7 +75,7 @@ def shared_privates(package: Path) -> dict[str, set[str]]:
                 for other, (other_made, _) in found.items()
                 if other != path
                 and name in other_made
-                and not (other.name == "base.py" and path.name == "driver.py")
+                and not (other.name in FACADE_BASES and path.name == "driver.py")
             ]
             if owners:
                 shared.setdefault(name, set()).add(path.name)
@@ -91,3 +97,21 @@ if __name__ == "__main__":
         print(f"{name:12} {len(shared)}")
         for attr, users in sorted(shared.items()):
             print(f"    {attr}: {', '.join(sorted(users))}")
+
+
+@pytest.mark.anyio
+async def test_the_parts_send_their_events_through_the_drivers_emit(backend: Any) -> None:
+    """``ha.metrics`` taps a driver's node events by wrapping ``_emit`` on the instance
+    (``tap_node_events``): the parts that watch must send theirs through it, looked up at
+    each event, not through the method they were handed when the driver was built."""
+    tapped: list[NodeEvent] = []
+    delivered: list[NodeEvent] = []
+    async with backend.driver(session_timeout=1.0) as driver:
+        tap_node_events(driver, "test", tapped.append)
+        driver.subscribe("/tapped", delivered.append)
+        await driver.create("/tapped")
+        await driver.delete("/tapped")
+        with anyio.fail_after(10):
+            while len(delivered) < 2:
+                await anyio.sleep(0.01)
+        assert tapped == delivered

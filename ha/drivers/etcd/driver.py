@@ -58,9 +58,9 @@ class EtcdDriver(PartsDriver):
         self.settings = settings = Settings.check(hosts, prefix, **options)
         self.space = KeySpace(settings.prefix)
         self._transport = Transport(settings, on_lost=self._wake)
-        self._watches = Watches(self.space, self._transport, self._emit)
-        self._session = EtcdSession(settings, self._transport, self._emit, self._watches.restart)
-        self._ops = Operations(self.space, self._transport, self._session)
+        self._watches = Watches(self.space, self._transport, self._pass_on)
+        self._session = EtcdSession(settings, self._transport, self._pass_on, self._watches.restart)
+        self._ops = Operations(self.space, self._transport, self._session, self._long_way)
         self._task: BackgroundTask | None = None
         self._closing = False
         self._crashed = False  # a test's crash: the process is gone, nothing is said or undone
@@ -176,6 +176,10 @@ class EtcdDriver(PartsDriver):
 
     async def ensure_paths(self, paths: Sequence[str]) -> None:
         await self._ops.ensure_paths(paths)
+
+    async def _long_way(self, path: str) -> None:
+        """``Driver.ensure_path``: a create with makepath (this driver's, as a caller's)."""
+        await super().ensure_path(path)
 
     # --- test faults (ha.testing.faults) ----------------------------------------------------
 

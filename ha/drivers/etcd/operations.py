@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -44,10 +44,17 @@ ENSURE_LEVELS = 100  # nodes made by one ensure_paths transaction (etcd allows 1
 class Operations:
     """The node operations of ``ha.drivers.base.Driver`` on etcd keys (``KeySpace``)."""
 
-    def __init__(self, space: KeySpace, transport: Transport, session: EtcdSession) -> None:
+    def __init__(
+        self,
+        space: KeySpace,
+        transport: Transport,
+        session: EtcdSession,
+        long_way: Callable[[str], Awaitable[None]],
+    ) -> None:
         self.space = space
         self._transport = transport
         self._session = session
+        self._long_way = long_way  # ensure_path one create at a time (the driver's own)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -149,15 +156,7 @@ class Operations:
         }
         if not (await self._transport.operation("kv/txn", body)).get("succeeded"):
             for path in paths:
-                await self._ensure_path(path)
-
-    async def _ensure_path(self, path: str) -> None:
-        """The long way (``Driver.ensure_path``): one create at a time."""
-        if path != "/":
-            try:
-                await self.create(Create(path), makepath=True)
-            except NodeExists:
-                pass
+                await self._long_way(path)
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         stat = await self._one(checked_op(SetData(path, node_data(data), version)))

@@ -80,9 +80,9 @@ class KubernetesDriver(PartsDriver):
         self.namespace = settings.namespace or self.cluster.namespace or "default"
         self._transport = Transport(settings, self.cluster, self.namespace, self._wake)
         self._store = TreeStore(self._transport)
-        self._watches = Watches(self._transport, self._store, self._emit, self.watched_paths)
+        self._watches = Watches(self._transport, self._store, self._pass_on, self.watched_paths)
         self._session = KubernetesSession(
-            self._transport, self._store, self._emit, self._watches.restart
+            self._transport, self._store, self._pass_on, self._watches.restart
         )
         self._reaper = Reaper(self._transport, self._store, self._session_now, self._period)
         self._leaders = LeaderLeases(self._transport, self._period)

@@ -129,7 +129,7 @@ class SqliteDriver(PartsDriver):
             synchronous=synchronous,
         )
         self._files = Files(self._settings, wrote=self._poke)
-        self._session = FileSession(self._files, self._emit, self.watched_paths)
+        self._session = FileSession(self._files, self._pass_on, self.watched_paths)
         # the renewer and the poller, stopped alone by a crash and with the rest by aclose()
         self._loops: BackgroundTask | None = None
 

@@ -51,12 +51,12 @@ class ZooKeeperDriver(PartsDriver):
             servers,
             root,
             check_options(options),
-            emit=self._emit,
+            emit=self._pass_on,
             rearm=lambda: self._watches.rearm(),
             down=lambda: self._watches.down(),
             changed=lambda: self._watches.changed(),
         )
-        self._watches = Watches(self._session, self._emit)
+        self._watches = Watches(self._session, self._pass_on)
         self._hooks = ZooKeeperFaults(self._session)
 
     @classmethod
