@@ -14,17 +14,14 @@ one spelling on every backend, as kazoo's ``KazooTestHarness.expire_session`` an
 
 from __future__ import annotations
 
-import inspect
 import json
-import sqlite3
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.to_thread
 
 from .election.journal import Transition
 from .election.lease import Lease
@@ -32,6 +29,7 @@ from .election.machine import LEGAL, State
 from .election.nodes import decode_breadcrumb
 
 if TYPE_CHECKING:
+    from .drivers._faults import FaultHooks
     from .drivers.base import Driver
 
 __all__ = (
@@ -279,19 +277,17 @@ class Faults:
     this host), zookeeper (kazoo against a real server).
     """
 
-    backend: ClassVar[str]
-    hooks: ClassVar[dict[str, str]]  # fault -> the driver's method that injects it
-    cannot: ClassVar[dict[str, str]] = {}  # fault -> why this backend cannot inject it
-
-    def __init__(self, driver: Driver) -> None:
+    def __init__(self, driver: Driver, hooks: FaultHooks) -> None:
         self.driver = driver
+        self.backend = hooks.backend
+        self.cannot = hooks.cannot  # fault -> why this backend cannot inject it
+        self._hooks = hooks
 
-    def _hook(self, fault: str) -> Callable[..., Any]:
-        name = self.hooks.get(fault)
-        if name is None:
-            why = self.cannot.get(fault, "ha.testing has no such fault for this backend")
+    def _able(self, fault: str) -> FaultHooks:
+        why = self.cannot.get(fault)
+        if why is not None:
             raise UnsupportedFault(self.backend, fault, why)
-        return getattr(self.driver, name)  # type: ignore[no-any-return]
+        return self._hooks
 
     async def crash(self) -> None:
         """The client dies without a goodbye, as a killed process does; there is no undo.
@@ -304,7 +300,7 @@ class Faults:
         Returns once the client has stopped: at once (memory), when the renewer and poller
         have stopped (sqlite), when kazoo's threads have ended (zookeeper).
         """
-        await _completed(self._hook("crash")())
+        await self._able("crash").crash()
 
     async def expire(self) -> None:
         """The backend ends the session now, as when its timeout ran out unseen.
@@ -317,10 +313,10 @@ class Faults:
         Raises ``RuntimeError`` if the driver has no session now (not started, or between
         two sessions).
         """
-        hook = self._hook("expire")
+        hooks = self._able("expire")
         if self.driver.session_id is None:
             raise RuntimeError(f"the {self.backend} driver has no session to expire")
-        await _completed(hook())
+        await hooks.expire()
 
     def disconnect(self) -> None:
         """The connection drops and the client knows it: DISCONNECTED at once; until
@@ -330,12 +326,12 @@ class Faults:
         Operations raise ``ConnectionLost``: at once on memory; on zookeeper they wait for the
         connection (kazoo queues them) up to the op timeout. sqlite has no connection.
         """
-        self._hook("disconnect")()
+        self._able("disconnect").disconnect()
 
     def reconnect(self) -> None:
         """Undo ``disconnect()``: the client connects again at once, RECONNECTED with the same
         session if it did not expire meanwhile."""
-        self._hook("reconnect")()
+        self._able("reconnect").reconnect()
 
     def partition(self) -> None:
         """The network between client and server is cut silently: nothing tells the client,
@@ -344,12 +340,12 @@ class Faults:
         raise ``ConnectionLost``. Memory only: sqlite has no network, and kazoo's socket
         cannot be silenced from inside (put ``tests/support/faultproxy.py`` or a firewall
         between a zookeeper driver and its server)."""
-        self._hook("partition")()
+        self._able("partition").partition()
 
     def heal(self) -> None:
         """Undo ``partition()``: heartbeats are answered again (RECONNECTED, or EXPIRED and a
         new session if the server expired it meanwhile)."""
-        self._hook("heal")()
+        self._able("heal").heal()
 
     def freeze(self) -> None:
         """The client stalls: every operation waits, without error, until ``thaw()``.
@@ -361,129 +357,28 @@ class Faults:
         runs out after the session timeout, others expire the session, and the driver learns
         it after ``thaw()``.
         """
-        self._hook("freeze")()
+        self._able("freeze").freeze()
 
     def thaw(self) -> None:
         """Undo ``freeze()``: the waiting operations go on."""
-        self._hook("thaw")()
+        self._able("thaw").thaw()
 
     def fail_next(self, count: int = 1, *, transient: bool = True) -> None:
         """The next ``count`` operations fail before reaching the backend, with
         ``ConnectionLost`` (transient: as a lost reply, or a busy sqlite file) or else
         ``AccessDenied``; the session and the connection are untouched. On zookeeper the
         driver's own periodic syncs count among the operations."""
-        self._hook("fail_next")(count, transient=transient)
-
-
-async def _completed(result: object) -> None:
-    if inspect.isawaitable(result):  # some hooks are coroutines, others take effect at once
-        await result
-
-
-_FAULTS = (
-    *("crash", "expire", "disconnect", "reconnect", "partition", "heal", "freeze", "thaw"),
-    "fail_next",
-)
-
-
-class _MemoryFaults(Faults):
-    backend = "memory"
-    hooks: ClassVar[dict[str, str]] = {fault: fault for fault in _FAULTS}  # MemoryDriver's own
-
-
-_NO_CONNECTION = "it opens a local file, there is no connection to drop; freeze() stalls the file"
-_NO_NETWORK = "driver and file share one host, there is no network to cut; freeze() stalls the file"
-
-
-class _SqliteFaults(Faults):
-    backend = "sqlite"
-    # expire: below, from outside the driver
-    hooks: ClassVar[dict[str, str]] = {
-        "crash": "_abandon",
-        "freeze": "_freeze",
-        "thaw": "_thaw",
-        "fail_next": "_fail_next",
-    }
-    cannot: ClassVar[dict[str, str]] = {
-        "disconnect": _NO_CONNECTION,
-        "reconnect": _NO_CONNECTION,
-        "partition": _NO_NETWORK,
-        "heal": _NO_NETWORK,
-    }
-
-    async def expire(self) -> None:
-        # the session's row is ended from outside, as another process's reaper would
-        from .drivers.sqlite import SqliteDriver
-        from .drivers.sqlite.schema import writing
-        from .drivers.sqlite.tree import end_session
-
-        assert isinstance(self.driver, SqliteDriver)
-        sid, path = self.driver.session_id, self.driver.path
-        if sid is None:
-            raise RuntimeError(f"the sqlite driver on {path} has no session to expire")
-
-        def end() -> None:
-            conn = sqlite3.connect(path, timeout=5.0, isolation_level=None)
-            try:
-                with writing(conn):
-                    end_session(conn, sid)
-            finally:
-                conn.close()
-
-        await anyio.to_thread.run_sync(end)
-
-
-_NO_SILENCE = (
-    "kazoo's socket cannot be silenced from inside the client; put a TCP proxy (pause it) or"
-    " a firewall rule between the driver and the server"
-)
-
-
-class _ZooKeeperFaults(Faults):
-    backend = "zookeeper"
-    hooks: ClassVar[dict[str, str]] = {
-        fault: "_" + fault for fault in _FAULTS if fault not in ("partition", "heal")
-    }
-    cannot: ClassVar[dict[str, str]] = {"partition": _NO_SILENCE, "heal": _NO_SILENCE}
-
-
-class _EtcdFaults(Faults):
-    backend = "etcd"
-    hooks: ClassVar[dict[str, str]] = {fault: "_" + fault for fault in _FAULTS}  # EtcdDriver's
-
-
-class _KubernetesFaults(Faults):
-    backend = "kubernetes"  # expire: the session's Lease taken away, as a peer's reaping does
-    hooks: ClassVar[dict[str, str]] = {fault: "_" + fault for fault in _FAULTS}
+        self._able("fail_next").fail_next(count, transient=transient)
 
 
 def faults(driver: Driver) -> Faults:
     """The faults of ``driver``'s client (memory, sqlite, zookeeper, etcd or kubernetes; see
-    ``Faults``).
+    ``Faults``), from the hooks its ``_faults()`` returns.
 
     ``UnsupportedFault`` for a driver of another backend, whose faults ha.testing cannot reach.
     """
-    from .drivers.memory import MemoryDriver
-    from .drivers.sqlite import SqliteDriver
-
-    if isinstance(driver, MemoryDriver):
-        return _MemoryFaults(driver)
-    if isinstance(driver, SqliteDriver):
-        return _SqliteFaults(driver)
-    name = driver.capabilities.name
-    if name == "zookeeper":
-        from .drivers.zookeeper import ZooKeeperDriver
-
-        if isinstance(driver, ZooKeeperDriver):
-            return _ZooKeeperFaults(driver)
-    if name == "etcd":
-        from .drivers.etcd import EtcdDriver
-
-        if isinstance(driver, EtcdDriver):
-            return _EtcdFaults(driver)
-    if name == "kubernetes":
-        from .drivers.kubernetes import KubernetesDriver
-
-        if isinstance(driver, KubernetesDriver):
-            return _KubernetesFaults(driver)
-    raise UnsupportedFault(name, "inject faults", f"ha.testing knows no faults of {driver!r}")
+    hooks: Callable[[], FaultHooks] | None = getattr(driver, "_faults", None)
+    if hooks is None:
+        name = driver.capabilities.name
+        raise UnsupportedFault(name, "inject faults", f"ha.testing knows no faults of {driver!r}")
+    return Faults(driver, hooks())

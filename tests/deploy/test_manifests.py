@@ -135,7 +135,7 @@ async def a_real_run(url: str, election: str) -> None:
     history = History()
 
     async def shown(driver: Any) -> None:  # its Lease for kubectl written (leaders.py)
-        while not (term := driver._terms.get(election)) or not term.version:
+        while not (term := driver._leaders.terms.get(election)) or not term.version:
             await anyio.sleep(0.02)
         while driver._events or driver._role_written != driver.role:  # announce.py's too
             await anyio.sleep(0.02)

@@ -134,7 +134,7 @@ async def test_compaction_during_a_watch_loses_no_event(
             driver.subscribe(path, events)
         # the subscriptions' first reads are done (a fixed sleep was too short under load)
         with anyio.fail_after(15):
-            while any(seen is _UNKNOWN for seen in driver._seen.values()):
+            while any(seen is _UNKNOWN for seen in driver._watches.seen.values()):
                 await anyio.sleep(0.01)
         faults(driver).disconnect()  # the watch stops where it was
         try:
@@ -176,7 +176,7 @@ async def test_events_read_again_after_a_compaction_keep_the_order_of_the_writes
         for path in ("/leader", "/a", "/b", "/pause"):
             driver.subscribe(path, seen)
         with anyio.fail_after(15):
-            while any(known is _UNKNOWN for known in driver._seen.values()):
+            while any(known is _UNKNOWN for known in driver._watches.seen.values()):
                 await anyio.sleep(0.01)
         faults(driver).disconnect()
         try:

@@ -77,9 +77,9 @@ async def test_a_node_born_in_the_subtree_meanwhile_is_not_left_behind(
     the delete makes etcd refuse it (nothing goes), and the driver's next try takes it too."""
     async with etcd_backend.driver() as driver:
         await driver.create("/t/a/b", makepath=True)
-        levels = await driver._levels("/t")
+        levels = await driver._ops.levels("/t")
         await driver.create("/t/a/b/c")  # one level deeper than read
-        reply = await driver._operation("kv/txn", subtree.guarded(driver.space, levels))
+        reply = await driver._transport.operation("kv/txn", subtree.guarded(driver.space, levels))
         assert not reply.get("succeeded")
         assert await driver.children("/t/a/b") == ["c"]
         await driver.delete("/t", recursive=True)

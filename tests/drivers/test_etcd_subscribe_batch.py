@@ -32,7 +32,7 @@ CREATED, CHANGED = NodeEventKind.CREATED, NodeEventKind.CHANGED
 
 async def _first_reads_done(driver: EtcdDriver) -> None:
     with anyio.fail_after(15):
-        while any(known is _UNKNOWN for known in driver._seen.values()):
+        while any(known is _UNKNOWN for known in driver._watches.seen.values()):
             await anyio.sleep(0.01)
 
 
@@ -56,7 +56,7 @@ async def _subscribe_together(backend: EtcdBackend, other: EtcdDriver, driver: E
     assert sent <= 2, f"the first reads of {PATHS} subscriptions took {sent} requests"
     # every baseline as the store was: (created, last write) of a node, None if absent
     for number in range(PATHS):
-        known = driver._seen[f"/n{number}"]
+        known = driver._watches.seen[f"/n{number}"]
         assert (known is None) == (number % 2 == 1), (number, known)
     # what happens after subscribing reaches each path, once
     async with anyio.create_task_group() as tg:
@@ -87,8 +87,8 @@ async def test_a_path_unsubscribed_before_its_first_read_is_left_alone(
         for number in range(0, 20, 4):  # gone before the watch's task read them
             subscriptions.pop(number).close()
         await _first_reads_done(driver)
-        assert sorted(driver._seen) == sorted(f"/m{number}" for number in subscriptions)
-        assert not driver._unread
+        assert sorted(driver._watches.seen) == sorted(f"/m{number}" for number in subscriptions)
+        assert not driver._watches.unread
         for number in range(20):
             await other.create(f"/m{number}")
         with anyio.fail_after(15):

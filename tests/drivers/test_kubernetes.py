@@ -224,7 +224,7 @@ async def test_a_change_after_subscribe_survives_a_410_that_found_the_watch_behi
     async with backend.driver() as watcher, backend.driver() as writer:
         await watcher.exists("/")
         faults(watcher).partition()
-        await wait_until(watcher._stream_ended.is_set)  # its watch reads nothing more
+        await wait_until(watcher._watches.stream_ended.is_set)  # its watch reads nothing more
         await writer.create("/p", b"0")
         events: list[NodeEvent] = []
         watcher.subscribe("/p", events.append)  # after the creation, before the change
@@ -252,7 +252,7 @@ async def test_one_410_costs_one_re_read_when_another_object_was_written_last(
     async with backend.driver() as watcher, backend.driver() as writer:
         await watcher.exists("/")
         faults(watcher).partition()
-        await wait_until(watcher._stream_ended.is_set)
+        await wait_until(watcher._watches.stream_ended.is_set)
         await writer.create("/x", b"0")
         events: list[NodeEvent] = []
         watcher.subscribe("/x", events.append)
@@ -288,7 +288,7 @@ async def test_a_re_read_after_a_410_tells_events_in_the_order_of_the_writes(
         await wait_until(lambda: len(events) == 2)  # the watch has caught up
         events.clear()
         faults(watcher).partition()
-        await wait_until(watcher._stream_ended.is_set)
+        await wait_until(watcher._watches.stream_ended.is_set)
         await writer.create("/pause")
         await writer.set("/other", b"1")
         await writer.delete("/leader")
@@ -344,7 +344,7 @@ async def test_a_silent_session_is_reaped_by_an_observer(
         assert anyio.current_time() >= contact + owner.session_timeout
         assert await observer.exists("/e") is None
         assert backend.server.request("GET", path)[0] == 404  # its Lease is gone
-        tree = await observer._read_tree()
+        tree = await observer._store.read()
         assert owner.session_id not in tree.sessions  # struck off: no late create can land
         await owner.aclose()
 
@@ -407,7 +407,7 @@ async def test_a_late_renewal_never_brings_back_a_reaped_session(
             faults(holder).partition()
             await wait_until(lambda: observer.reaped >= 1)
             assert backend.server.request("GET", path)[0] == 404
-            assert old not in (await observer._read_tree()).sessions
+            assert old not in (await observer._store.read()).sessions
             faults(holder).heal()
             await wait_until(lambda: S.CONNECTED in seen or S.RECONNECTED in seen)
             assert seen == [S.DISCONNECTED, S.EXPIRED, S.CONNECTED]

@@ -243,7 +243,7 @@ async def test_a_stale_ex_leader_never_overwrites_a_newer_holder(
             # reads first and does not write.
             old.hide_leader(PATH, 5)  # (or its renewal came first: either must not land)
             late.show_leader(PATH, b"pod-late", 7)
-            while PATH in old._terms or PATH in late._terms:
+            while PATH in old._leaders.terms or PATH in late._leaders.terms:
                 await anyio.sleep(0.05)
             renewals = 0
             last = ""
@@ -279,7 +279,7 @@ async def test_a_release_never_creates_a_deleted_lease_anew(backend: KubernetesB
                 assert server.request("DELETE", url)[0] == 200  # a user deletes the Lease
             finally:
                 server.reset_faults()
-            while PATH in driver._terms:  # released: tried again until done
+            while PATH in driver._leaders.terms:  # released: tried again until done
                 await anyio.sleep(0.05)
             assert await read_lease(backend) is None
 

@@ -481,7 +481,7 @@ async def test_a_renewal_that_commits_while_a_reaper_waits_for_the_lock_is_not_u
         end = await lease_end(sqlite_backend, sid_a)
 
         def race() -> tuple[bool, float]:
-            assert a._bg is not None and b._bg is not None
+            assert a._files.bg is not None and b._files.bg is not None
             a_has_read_the_clock, a_may_write = threading.Event(), threading.Event()
             b_asks_for_the_lock, a_has_written = threading.Event(), threading.Event()
 
@@ -496,10 +496,10 @@ async def test_a_renewal_that_commits_while_a_reaper_waits_for_the_lock_is_not_u
                     a_has_written.wait(5)
 
             renewal: list[tuple[bool, float]] = []
-            renewer = threading.Thread(target=lambda: renewal.append(a._renew(sid_a)))
-            reaper = threading.Thread(target=b._poll, args=(sid_b, []))
-            a._bg.set_trace_callback(a_step)
-            b._bg.set_trace_callback(b_step)
+            renewer = threading.Thread(target=lambda: renewal.append(a._session._renew(sid_a)))
+            reaper = threading.Thread(target=b._session._poll, args=(sid_b, []))
+            a._files.bg.set_trace_callback(a_step)
+            b._files.bg.set_trace_callback(b_step)
             try:
                 time.sleep(max(0.0, end - time.monotonic() - 0.2))
                 renewer.start()
@@ -515,8 +515,8 @@ async def test_a_renewal_that_commits_while_a_reaper_waits_for_the_lock_is_not_u
             finally:
                 a_may_write.set()
                 a_has_written.set()
-                a._bg.set_trace_callback(None)
-                b._bg.set_trace_callback(None)
+                a._files.bg.set_trace_callback(None)
+                b._files.bg.set_trace_callback(None)
             return renewal[0]
 
         alive, renewed_at = await anyio.to_thread.run_sync(race)
@@ -926,7 +926,7 @@ async def test_a_crashed_renewer_says_disconnected_at_once(
             def broken(sid: int) -> tuple[bool, float]:
                 raise RuntimeError("a bug in the renewer")
 
-            monkeypatch.setattr(driver, "_renew", broken)
+            monkeypatch.setattr(driver._session, "_renew", broken)
             sid = driver.session_id
             assert await next_event(states) == ConnectionEvent(ConnectionState.DISCONNECTED, sid)
             assert not driver.connected

@@ -169,7 +169,7 @@ async def test_reconnect_is_dated_by_its_connect_request_not_by_a_stalled_loop(
     async with zk:
         session = zk.session_id
         await wait_for(lambda: zk.connected)
-        zk._client.add_listener(on_kazoo_thread)
+        zk._session.client.add_listener(on_kazoo_thread)
         link.drop()  # kazoo reconnects at once, within the session
         # the loop stalls in a blocking call while kazoo reconnects, and a while after
         assert reconnected.wait(20), "kazoo did not reconnect"

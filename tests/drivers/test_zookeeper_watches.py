@@ -61,7 +61,7 @@ async def test_subscribing_again_reuses_the_watch_still_set(
             sub.close()
             sub = driver.subscribe("/pred", events.append)
         await driver.exists("/pred")  # any watch those subscriptions set is set by now
-        client = driver._client
+        client = driver._session.client
         assert client is not None
         assert len(client._data_watchers[zookeeper_backend.chroot + "/pred"]) == 1
         await other.set("/pred", b"x")  # nothing missed: the change comes
@@ -85,7 +85,7 @@ async def test_subscribing_again_reuses_the_watch_still_set(
         sub.close()
         await other.set("/pred", b"y")
         with anyio.fail_after(10):  # its firing reached the driver: the idle watch is gone
-            while "/pred" in driver._idle:  # noqa: ASYNC110
+            while "/pred" in driver._watches.idle:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
         sub = driver.subscribe("/pred", events.append)
         await driver.exists("/pred")

@@ -446,8 +446,8 @@ async def test_a_renewal_that_commits_before_the_reap_is_not_undone(tmp_path: Pa
         def race() -> tuple[tuple[bool, float], float, bool]:
             end = lease_end()
             assert end is not None
-            assert a._bg is not None and b._bg is not None
-            b._poll(sid_b, [])  # b knows a's lease as it is now
+            assert a._files.bg is not None and b._files.bg is not None
+            b._session._poll(sid_b, [])  # b knows a's lease as it is now
             reaper_waits, a_has_written = threading.Event(), threading.Event()
 
             def reaper_step(sql: str) -> None:
@@ -463,23 +463,23 @@ async def test_a_renewal_that_commits_before_the_reap_is_not_undone(tmp_path: Pa
                     return
                 while time.monotonic() <= end:  # the old lease ends while a renews it
                     time.sleep(0.001)
-                reaper.append(threading.Thread(target=b._poll, args=(sid_b, [])))
+                reaper.append(threading.Thread(target=b._session._poll, args=(sid_b, [])))
                 reaper[0].start()
                 reaper_waits.wait(5.0)
 
-            b._bg.set_trace_callback(reaper_step)
-            a._bg.set_trace_callback(renewal_step)
+            b._files.bg.set_trace_callback(reaper_step)
+            a._files.bg.set_trace_callback(renewal_step)
             # the clock read comes before the end by a margin no scheduling delay of this
             # thread eats (20 ms did on a loaded machine: the renewal read it after the end)
             time.sleep(max(0.0, end - time.monotonic() - 0.2))
             try:
-                renewed = a._renew(sid_a)
+                renewed = a._session._renew(sid_a)
             finally:
                 a_has_written.set()
-                a._bg.set_trace_callback(None)
+                a._files.bg.set_trace_callback(None)
                 for thread in reaper:
                     thread.join()
-                b._bg.set_trace_callback(None)
+                b._files.bg.set_trace_callback(None)
             return renewed, end, reaper_waits.is_set()
 
         (alive, renewed_at), end, b_asked = await anyio.to_thread.run_sync(race)

@@ -145,19 +145,19 @@ class Batcher(Generic[W]):
     ``open`` to ``close`` (the module says why); a subclass's ``_sender`` takes and sends."""
 
     def __init__(self, horizon: float = math.inf) -> None:
-        self._waiting: Queue[W] = Queue(horizon)
-        self._open = False  # taking requests (the senders may not run yet)
+        self.waiting: Queue[W] = Queue(horizon)
+        self.accepting = False  # taking requests (the senders may not run yet)
 
     def open(self) -> None:
         """Take requests from now on: they wait for the senders (``run``) if these are not
         running yet (a driver's first requests would otherwise each go alone)."""
-        self._open = True
+        self.accepting = True
 
     def close(self) -> None:
         """Take no more requests (callers then send their own); those waiting fail as
         ConnectionLost."""
-        self._open = False
-        for request in self._waiting.drain():
+        self.accepting = False
+        for request in self.waiting.drain():
             request.fail(closing())
 
     async def run(self) -> None:

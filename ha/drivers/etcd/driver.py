@@ -1,60 +1,46 @@
 """The etcd driver: ``etcd://h1:2379,h2:2379/prefix?session_timeout=5``, through etcd's gateway.
 
-The node operations: a read is one etcd transaction of range requests (a node, its
-incarnation record and its children's count, at one revision); a single create, set or delete
-is one transaction too (``single``); other writes and every multi-op transaction go through
-``mapping`` (read, decide, write if nothing moved). Write transactions of concurrent callers
-share one etcd transaction (``writes``), as their reads do (``reads``). All on the session of
-``session``, with the events of ``watches`` and the test hooks of ``faults``.
+A facade over the parts it owns: the requests (``transport``, with the fault gate), the
+session (``session``: one lease, renewed), the node events (``watches``) and the node
+operations (``operations``, which plan with ``mapping``). It starts and closes them, in order.
 """
 
 from __future__ import annotations
 
-import random
-import time
+import logging
 from collections.abc import Sequence
 from typing import Any, Self
 
 import anyio
 
-from ...errors import (
-    BadVersion,
-    ConfigurationError,
-    ConnectionLost,
-    DriverError,
-    NodeExists,
-    NoNode,
-    SessionExpired,
-    TransactionFailed,
-)
+from ..._background import BackgroundTask
+from ...errors import DriverError
+from .._faults import ClientFaults, FaultHooks
 from .._input import checked_op, node_data
+from .._parts import PartsDriver, SessionState
 from ..base import (
     Capabilities,
-    Check,
+    ConnectionEvent,
+    ConnectionState,
     Create,
-    Delete,
     Op,
     SessionKind,
-    SetData,
+    SessionLease,
     Stat,
-    parent_of,
-    validate_path,
 )
-from . import subtree
-from .faults import FaultHooks
-from .keys import b64, pack_value, unb64
-from .mapping import Node, Reads, Snapshot, compare, get, node_of, plan, put
+from .keys import KeySpace
+from .operations import Operations
+from .session import EtcdSession
 from .settings import Settings, parse_url
-from .single import Fallback, deletes, guarded, single
-from .writes import WriteBatcher
+from .transport import Transport
+from .watches import Watches
 
 __all__ = ("EtcdDriver",)
 
-ATTEMPTS = 50  # reads and writes of one transaction, while other clients keep moving its keys
-ENSURE_LEVELS = 100  # nodes made by one ensure_paths transaction (etcd allows 128 operations)
+log = logging.getLogger("ha.drivers.etcd")
 
 
-class EtcdDriver(FaultHooks):
+class EtcdDriver(PartsDriver):
     """A lease on an etcd cluster and the nodes under a key prefix. Build with ``from_url``."""
 
     capabilities = Capabilities(
@@ -68,8 +54,16 @@ class EtcdDriver(FaultHooks):
     )
 
     def __init__(self, hosts: str = "127.0.0.1:2379", *, prefix: str = "", **options: Any):
-        super().__init__(Settings.check(hosts, prefix, **options))
-        self._writes = WriteBatcher(self._send_write, self.settings.op_timeout)
+        super().__init__()
+        self.settings = settings = Settings.check(hosts, prefix, **options)
+        self.space = KeySpace(settings.prefix)
+        self._transport = Transport(settings, on_lost=self._wake)
+        self._watches = Watches(self.space, self._transport, self._pass_on)
+        self._session = EtcdSession(settings, self._transport, self._pass_on, self._watches.restart)
+        self._ops = Operations(self.space, self._transport, self._session, self._long_way)
+        self._task: BackgroundTask | None = None
+        self._closing = False
+        self._crashed = False  # a test's crash: the process is gone, nothing is said or undone
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -81,78 +75,70 @@ class EtcdDriver(FaultHooks):
         netloc, prefix, values = parse_url(url, options)
         return cls(netloc, prefix=prefix, **values)
 
-    # --- requests ---------------------------------------------------------------------------
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._task is not None or self._closing:
+            raise RuntimeError("driver already started")
+        self._transport.open()
+        self._task = BackgroundTask(self._run, name=f"etcd session at {self.settings.where}")
+        try:
+            await self._session.open()
+        except BaseException:
+            self._task = None
+            await self._transport.aclose()
+            raise
+        self._task.start()
+        self._transport.batching(True)  # before the task runs: the first requests wait for it
+        self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._session.lease))
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._closing = True
+        # a close under cancellation still clears up (each step is bounded: the watch's end
+        # by a second, the revoke by op_timeout): the lease and its nodes go at once
+        with anyio.CancelScope(shield=True):
+            self._transport.running = False
+            await self._watches.quiesce()
+            await task.stop()
+            self._transport.batching(False)
+            lease = self._session.state.close()
+            if lease and not self._crashed:
+                try:  # its ephemeral nodes go with it, at once
+                    await self._transport.revoke(lease)
+                except DriverError as exc:
+                    log.warning("could not revoke the etcd lease %x: %s", lease, exc)
+            await self._transport.aclose()
+        self._watches.closed()
+        if lease and not self._crashed:
+            self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
 
     async def _run(self) -> None:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._writes.run)
-            await super()._run()
+            tg.start_soon(self._transport.run)
+            tg.start_soon(self._watches.run, self._session.start_revision)
+            await self._session.state.run()
 
-    async def _request(
-        self,
-        method: str,
-        body: dict[str, Any],
-        within: float | None = None,
-        *,
-        lease: bool = False,
-    ) -> dict[str, Any]:
-        """A node operation's write transaction (one with compares) goes with those of other
-        tasks made at the same time (``writes``); any other request goes as it is."""
-        if method == "kv/txn" and "compare" in body and within is None and not lease:
-            return await self._writes.write(body)
-        return await super()._request(method, body, within, lease=lease)
+    def _wake(self) -> None:
+        self._session.state.wake()
 
-    def _batching(self, on: bool) -> None:
-        super()._batching(on)
-        if on:
-            self._writes.open()
-        else:
-            self._writes.close()
+    # --- the session, as the parts keep it --------------------------------------------------
 
-    async def _send_write(self, body: dict[str, Any]) -> dict[str, Any]:
-        return await super()._request("kv/txn", body)
+    def _session_state(self) -> SessionState:
+        return self._session.state
 
-    # --- reads ------------------------------------------------------------------------------
+    async def session_lease(self, owner: int) -> SessionLease | None:
+        return await self._session.lease_of(owner)
 
-    async def _node(self, path: str) -> tuple[Node | None, int]:
-        """The node at ``path`` (None: absent) and its number of children, at one revision."""
-        validate_path(path)
-        start, end = self.space.children(path)
-        requests = [get(start, end, count_only=True)]
-        if path != "/":
-            requests += [get(self.space.node(path)), get(self.space.incarnation(path))]
-        _, replies = await self._ranges(requests)
-        count = int(replies[0].get("count") or 0)
-        if path == "/":
-            return Node(b"", 0, 0, 0, 0.0, 0), count
-        kv, record = ((r.get("kvs") or [None])[0] for r in replies[1:])
-        return node_of(path, kv, record), count
+    def _watch_started(self, path: str) -> None:
+        self._watches.started(path)
 
-    async def get(self, path: str) -> tuple[bytes, Stat]:
-        node, count = await self._node(path)
-        if node is None:
-            raise NoNode(path)
-        return node.data, node.stat(count)
+    def _watch_stopped(self, path: str) -> None:
+        self._watches.stopped(path)
 
-    async def exists(self, path: str) -> Stat | None:
-        node, count = await self._node(path)
-        return None if node is None else node.stat(count)
-
-    async def children(self, path: str) -> list[str]:
-        validate_path(path)
-        start, end = self.space.children(path)
-        requests = [get(start, end, keys_only=True)]
-        if path != "/":
-            requests.append(get(self.space.node(path), keys_only=True))
-        _, replies = await self._ranges(requests)
-        if path != "/" and not replies[1].get("kvs"):
-            raise NoNode(path)
-        keys = (
-            self.space.name_of(unb64(kv.get("key")), start) for kv in replies[0].get("kvs") or []
-        )
-        return sorted(keys)
-
-    # --- writes -----------------------------------------------------------------------------
+    # --- nodes ------------------------------------------------------------------------------
 
     async def create(
         self,
@@ -164,173 +150,63 @@ class EtcdDriver(FaultHooks):
         makepath: bool = False,
     ) -> str:
         op = checked_op(Create(path, node_data(data), ephemeral, sequential))
-        try:
-            created = await self._one(op)
-        except NoNode as exc:
-            if not makepath or exc.path != parent_of(path):
-                raise
-            await self._make_parents(path)
-            created = await self._one(op)
-        assert isinstance(created, str)
-        return created
+        assert isinstance(op, Create)
+        return await self._ops.create(op, makepath)
 
-    async def _make_parents(self, path: str) -> None:
-        parts = path.split("/")[1:-1]
-        for depth in range(1, len(parts) + 1):
-            try:
-                await self._one(Create("/" + "/".join(parts[:depth])))
-            except NodeExists:
-                pass
+    async def get(self, path: str) -> tuple[bytes, Stat]:
+        return await self._ops.get(path)
 
-    async def ensure_path(self, path: str) -> None:
-        await self.ensure_paths([path])
-
-    async def ensure_paths(self, paths: Sequence[str]) -> None:
-        """Every missing node of ``paths`` created in one round trip: a nested transaction per
-        level creates its node if absent (each compare sees the store before the whole
-        transaction, so each level stands alone), under compares that no node on the way is
-        ephemeral (an absent key has no lease either); if one is, the long way says so."""
-        levels: dict[str, None] = {}  # every node of every path, once, parents first
-        above: dict[str, None] = {}  # those with a node below them
-        for path in paths:
-            validate_path(path)
-            parts = path.split("/")[1:] if path != "/" else []
-            chain = ["/" + "/".join(parts[:depth]) for depth in range(1, len(parts) + 1)]
-            levels.update(dict.fromkeys(chain))
-            above.update(dict.fromkeys(chain[:-1]))
-        if not levels:
-            return
-        if len(levels) > ENSURE_LEVELS and len(paths) > 1:  # over etcd's limit: path by path
-            for path in paths:
-                await self.ensure_paths([path])
-            return
-        value = pack_value(b"", time.time())
-        body = {
-            "compare": [_no_lease(self.space.node(level)) for level in above],
-            "success": [
-                {
-                    "request_txn": {
-                        "compare": [compare(self.space.node(level), "CREATE", "EQUAL", 0)],
-                        "success": [put(self.space.node(level), value)],
-                    }
-                }
-                for level in levels
-            ],
-        }
-        if not (await self._operation("kv/txn", body)).get("succeeded"):
-            for path in paths:
-                await super().ensure_path(path)
+    async def exists(self, path: str) -> Stat | None:
+        return await self._ops.exists(path)
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
-        stat = await self._one(checked_op(SetData(path, node_data(data), version)))
-        assert isinstance(stat, Stat)
-        return stat
+        return await self._ops.set(path, data, version)
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
-        validate_path(path)
-        if path == "/":
-            raise ConfigurationError("the root node cannot be deleted")
-        if not recursive:
-            await self._one(Delete(path, version))
-            return
-        for attempt in range(ATTEMPTS):
-            levels = await self._levels(path)
-            node = levels.node
-            if node is None:
-                raise NoNode(path)
-            if version != -1 and node.version != version:
-                raise BadVersion(path, version, node.version)
-            if levels.deepest - levels.depth > subtree.LEVELS:  # too deep for one transaction
-                await self._operation("kv/txn", subtree.unguarded(self.space, levels))
-                continue
-            reply = await self._operation("kv/txn", subtree.guarded(self.space, levels))
-            if reply.get("succeeded"):
-                return
-            await anyio.sleep(random.uniform(0, 0.002 * attempt))  # a node came or went: again
-        raise ConnectionLost(f"etcd: the subtree at {path} kept changing ({ATTEMPTS} tries)")
+        await self._ops.delete(path, version, recursive=recursive)
 
-    async def _levels(self, path: str) -> subtree.Levels:
-        """The node at ``path`` and the levels of its subtree, at one revision."""
-        depth = path.count("/") + 1
-        depths = range(depth, depth + subtree.BATCH)
-        revision, replies = await self._ranges(subtree.reads(self.space, path, depths))
-        levels = subtree.Levels.first(path, revision, replies)
-        while not levels.complete and levels.node is not None:
-            depths = range(depths.stop, depths.stop + subtree.BATCH)
-            requests = subtree.reads(self.space, path, depths)[2:]
-            _, replies = await self._ranges(requests, revision)
-            levels = levels.more(replies)
-        return levels
-
-    async def _one(self, op: Op) -> str | Stat | None:
-        """One op: in one round trip if it can (``single``), else read, decide and write."""
-        try:
-            one = single(op, self.space, self._lease, time.time())
-            return one.outcome(await self._operation("kv/txn", one.body))
-        except Fallback:
-            pass
-        try:
-            return (await self._apply([op]))[0]
-        except TransactionFailed as exc:
-            raise exc.cause from None
+    async def children(self, path: str) -> list[str]:
+        return await self._ops.children(path)
 
     async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
-        checked = [checked_op(op) for op in ops]
-        removed = [op for op in checked if isinstance(op, Delete)]
-        if len(removed) > 1 and len(removed) == len(checked):  # one round trip if all hold
-            try:
-                if (await self._operation("kv/txn", deletes(removed, self.space))).get("succeeded"):
-                    return [None] * len(removed)
-            except Fallback:
-                pass
-        elif len(checked) > 1 and isinstance(checked[0], Check):  # a fenced write, say
-            try:
-                one = guarded(checked, self.space, self._lease, time.time())
-                return one.outcome(await self._operation("kv/txn", one.body))
-            except Fallback:
-                pass
-        return await self._apply(checked) if checked else []
+        return await self._ops.transaction(ops)
 
-    async def _apply(self, ops: list[Op]) -> list[str | Stat | None]:
-        """Read what ``ops`` depend on, decide, and write if nothing moved (see ``mapping``)."""
-        reads = Reads.of(ops, self.space)
-        for attempt in range(ATTEMPTS):
-            lease = self._lease
-            if not lease and any(isinstance(op, Create) and op.ephemeral for op in ops):
-                raise SessionExpired("the etcd driver has no session now (it is opening one)")
-            revision, replies = await self._ranges(reads.requests(self.space))
-            snap = Snapshot.of(reads, self.space, revision, replies)
-            outcome = plan(ops, snap, self.space, lease, time.time())
-            if not outcome.writes:  # checks only: they held at that revision
-                return outcome.results
-            body = {"compare": outcome.compares, "success": outcome.writes}
-            try:
-                reply = await self._operation("kv/txn", body)
-            except DriverError as exc:
-                if "too many operations" not in str(exc):
-                    raise
-                raise DriverError(
-                    f"etcd: a transaction of {len(ops)} ops takes {len(outcome.compares)} "
-                    f"compares and {len(outcome.writes)} writes, over the server's limit on "
-                    "one transaction (--max-txn-ops, 128 by default): split it"
-                ) from None
-            if reply.get("succeeded"):
-                done = int((reply.get("header") or {}).get("revision") or 0)
-                return [_created_at(result, done) for result in outcome.results]
-            for key in outcome.assumed:  # a sequential name is taken: read it next time
-                reads.key(key)
-            await anyio.sleep(random.uniform(0, 0.002 * attempt))
-        raise ConnectionLost(f"etcd: the nodes of a transaction kept changing ({ATTEMPTS} tries)")
+    async def ensure_path(self, path: str) -> None:
+        await self._ops.ensure_paths([path])
 
+    async def ensure_paths(self, paths: Sequence[str]) -> None:
+        await self._ops.ensure_paths(paths)
 
-def _no_lease(key: bytes) -> dict[str, Any]:
-    return {"key": b64(key), "target": "LEASE", "result": "EQUAL", "lease": "0"}
+    async def _long_way(self, path: str) -> None:
+        """``Driver.ensure_path``: a create with makepath (this driver's, as a caller's)."""
+        await super().ensure_path(path)
 
+    # --- test faults (ha.testing.faults) ----------------------------------------------------
 
-def _created_at(result: str | Stat | None, revision: int) -> str | Stat | None:
-    """A Stat of a node created by the transaction, with its number (known only now)."""
-    if isinstance(result, Stat) and result.created == 0:
-        return Stat(
-            result.version, result.ephemeral_owner, result.mtime, result.num_children, revision
+    def _faults(self) -> FaultHooks:
+        return ClientFaults(
+            self.capabilities.name,
+            self._transport.gate,
+            self._session.state,
+            started=lambda: self._task is not None,
+            restart_watch=self._watches.restart,
+            stop=self._die,
+            expire=self._end_session,
         )
-    return result
+
+    async def _die(self) -> None:
+        """A test's crash: the background tasks stop; nothing is undone at close."""
+        assert self._task is not None
+        self._crashed = True
+        await self._watches.quiesce()
+        await self._task.stop()
+
+    async def _end_session(self) -> None:
+        """etcd revokes the session's lease now (its ephemeral nodes go at once); the driver
+        learns it from its next keepalive (EXPIRED, then CONNECTED with a new lease), which
+        is sent at once."""
+        lease = self._session.lease
+        if not lease or self._task is None:
+            raise RuntimeError("the etcd driver has no session to expire")
+        await self._transport.revoke(lease)
+        self._session.state.wake()

@@ -25,14 +25,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...errors import (
-    BadVersion,
     ConfigurationError,
     DriverError,
-    NodeExists,
-    NoNode,
-    NotEmpty,
     TransactionFailed,
 )
+from .._nodes import NODE_ERRORS, check_create, check_empty, check_version
 from ..base import Check, Create, Delete, Op, SetData, Stat, parent_of
 from .keys import Incarnation, KeySpace, b64, kv_int, pack_value, unb64, unpack_value
 
@@ -242,10 +239,8 @@ class _Run:
         if isinstance(op, Create):
             return self.create(op)
         node = self.exists(op.path)
-        if node is None:
-            raise NoNode(op.path)
-        if op.version != -1 and node.version != op.version:
-            raise BadVersion(op.path, op.version, node.version)
+        check_version(op.path, op.version, None if node is None else node.version)
+        assert node is not None
         if isinstance(op, Check):
             return None
         if op.path == "/":
@@ -253,8 +248,7 @@ class _Run:
         state = self.state(op.path)
         state.written = True
         if isinstance(op, Delete):
-            if self.children.get(op.path):
-                raise NotEmpty(op.path)
+            check_empty(op.path, children=bool(self.children.get(op.path)))
             state.now = None
             self.children.get(parent_of(op.path), set()).discard(op.path.rsplit("/", 1)[1])
             return None
@@ -263,14 +257,15 @@ class _Run:
         return state.now.stat(len(self.children.get(op.path, ())))
 
     def create(self, op: Create) -> str:
-        if self.exists(op.path) is not None:
-            raise NodeExists(op.path)
+        exists = self.exists(op.path) is not None
         parent = parent_of(op.path)
-        above = self.exists(parent)
-        if above is None:
-            raise NoNode(parent)
-        if above.lease:
-            raise NoNode(f"{op.path} (ephemeral nodes cannot have children)")
+        above = None if exists else self.exists(parent)  # a node that exists has its parent
+        check_create(
+            op.path,
+            exists=exists,
+            parent=above is not None,
+            parent_ephemeral=bool(above and above.lease),
+        )
         state = self.state(op.path)
         lease = self.lease if op.ephemeral else 0
         state.now = Node(op.data, 0, 0, lease, self.mtime, 0)
@@ -346,6 +341,6 @@ def plan(ops: Sequence[Op], snap: Snapshot, space: KeySpace, lease: int, mtime: 
     for index, op in enumerate(ops):
         try:
             results.append(run.apply(run.named(op) if isinstance(op, Create) else op))
-        except (NodeExists, NoNode, BadVersion, NotEmpty) as exc:
+        except NODE_ERRORS as exc:
             raise TransactionFailed(index, exc) from None
     return Plan(run.compares(), run.writes(), results, run.assumed)

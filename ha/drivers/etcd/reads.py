@@ -61,14 +61,14 @@ class ReadBatcher(Batcher[_Read]):
 
     async def read(self, ranges: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
         """The transaction's header and the replies to ``ranges`` (at most ``LIMIT``)."""
-        if not self._open:
+        if not self.accepting:
             return await self._request(ranges)
         request = _Read(ranges=ranges)
-        self._waiting.put(request)
+        self.waiting.put(request)
         return await request.wait()
 
     async def _sender(self) -> None:
-        waiting = self._waiting
+        waiting = self.waiting
         while True:
             await waiting.wait()
             batch: list[_Read] = []

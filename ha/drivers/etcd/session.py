@@ -10,226 +10,75 @@ Timing: etcd's leader expires a lease TTL seconds after it last renewed it, chec
 ``last_contact`` is therefore the time a keepalive was *sent*, once its reply shows the lease
 still alive (a TTL): never later than the server's renewal. A grant is dated the same way.
 Other requests do not renew a lease and never move ``last_contact``. The lease's requests
-(grant, keepalive, revoke) have a connection of their own: a keepalive never waits behind the
-node operations of a busy driver (1,000 electors starting at once), whose queue could
-otherwise outlast the third of the timeout a keepalive is given.
+(grant, keepalive, revoke) have a connection of their own (``transport``).
 
 States: a keepalive that fails (no reply in time, connection refused) -> DISCONNECTED, and the
 loop tries again every tenth of the timeout; the next one answered with a TTL -> RECONNECTED.
 A reply without a TTL means etcd no longer has the lease -> EXPIRED, then a new grant ->
 CONNECTED with the new ID. ``aclose`` revokes the lease, so the ephemeral nodes go at once.
+
+The driver (``driver``) reads its session's state here; the requests go through its
+``transport``, and the events out through the ``emit`` it hands over.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from collections.abc import Callable
 
 import anyio
 
-from ..._background import BackgroundTask
-from ...errors import ConnectionLost, DriverError, SessionExpired, Unavailable
-from .._faults import Injected
-from ..base import ConnectionEvent, ConnectionState, Driver, SessionLease
-from .gateway import Gateway
-from .keys import KeySpace
-from .reads import ReadBatcher
+from ...errors import ConnectionLost, DriverError
+from .._renewal import Renewal
+from ..base import DriverEvent, SessionLease
 from .settings import Settings
+from .transport import Transport
 
 __all__ = ("EtcdSession",)
 
 log = logging.getLogger("ha.drivers.etcd")
 
 
-class EtcdSession(Driver):
-    """A lease on one etcd cluster, renewed in the background."""
+class EtcdSession:
+    """A lease on one etcd cluster, granted and kept alive; its states are ``state``'s
+    (``Renewal``), whose loop ``state.run`` is."""
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.settings = settings
-        self.space = KeySpace(settings.prefix)
-        self._gateway = Gateway(settings)
-        self._lease_gateway = Gateway(settings)  # grant, keepalive, revoke: never queued
-        self._reads = ReadBatcher(lambda body: self._request("kv/txn", body), settings.op_timeout)
-        self._requested_timeout = settings.options.session_timeout
-        self._session_timeout = settings.options.session_timeout
-        self._lease = 0  # the current lease's ID; 0: none (not started, or between two)
-        self._task: BackgroundTask | None = None
-        self._closing = False
-        self._wake = anyio.Event()  # renew now (an operation failed, a fault was lifted)
-        self._start_revision = 0  # the store's revision when the session began
-        # faults (faults.py): errors and a gate for operations; the client cut off, its
-        # network silenced (an event set on heal), or its process gone
-        self._injected = Injected()
-        self._cut = False
-        self._partitioned: anyio.Event | None = None
-        self._crashed = False
-
-    # --- requests ---------------------------------------------------------------------------
-
-    async def _request(
+    def __init__(
         self,
-        method: str,
-        body: dict[str, Any],
-        within: float | None = None,
-        *,
-        lease: bool = False,
-    ) -> dict[str, Any]:
-        """One request to etcd, as the client's faults let it through (``lease``: one of the
-        lease's own, on its connection)."""
-        within = within or self.settings.op_timeout
-        if self._task is None or self._crashed:
-            raise ConnectionLost("the etcd driver is not started (or closed)")
-        if self._cut:
-            raise ConnectionLost("the etcd driver is disconnected")
-        if self._partitioned is not None:  # silence: no reply comes until heal
-            partition = self._partitioned
-            with anyio.move_on_after(within):
-                await partition.wait()
-            if not partition.is_set():
-                raise ConnectionLost(f"no reply from etcd within {within:g} s")
-        gateway = self._lease_gateway if lease else self._gateway
-        return await gateway.call(method, body, within)
+        settings: Settings,
+        transport: Transport,
+        emit: Callable[[DriverEvent], None],
+        restart_watch: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self._transport = transport
+        self._requested_timeout = settings.options.session_timeout
+        self.state = Renewal(
+            settings.options.session_timeout,
+            open_session=self._grant,
+            renew=self._renew,
+            emit=emit,
+            restart_watch=restart_watch,
+            log=log,
+        )
+        self.start_revision = 0  # the store's revision when the session began
 
-    async def _ranges(
-        self, requests: list[dict[str, Any]], revision: int = 0, *, own: bool = False
-    ) -> tuple[int, list[dict[str, Any]]]:
-        """Several reads at one revision (``revision``, or now): the revision and each read's
-        reply. In transactions of at most 100 (etcd's default limit is 128 operations), with
-        other tasks' reads made at the same time (``reads``) unless pinned to a revision.
-        ``own``: the driver's own reads (the watch's), which operations' faults leave alone,
-        sent on their own."""
-        replies: list[dict[str, Any]] = []
-        for first in range(0, len(requests), 100):
-            batch = requests[first : first + 100]
-            if revision:
-                batch = [
-                    {"request_range": {**r["request_range"], "revision": str(revision)}}
-                    for r in batch
-                ]
-            if own or revision:  # pinned reads alone: a compacted revision fails only them
-                send = self._request if own else self._operation
-                reply = await send("kv/txn", {"success": batch})
-                header, responses = reply.get("header") or {}, reply.get("responses") or []
-            else:
-                header, responses = await self._coalesced(batch)
-            revision = revision or int(header.get("revision") or 0)
-            replies += [r.get("response_range") or {} for r in responses]
-        return revision, replies
+    @property
+    def lease(self) -> int:
+        """The current lease's ID; 0: none (not started, or between two)."""
+        return self.state.id or 0
 
-    async def _coalesced(self, ranges: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
-        """A read made for a node operation, coalesced with others (``reads``)."""
-        await self._injected.wait_thawed()
-        self._injected.raise_next()
-        try:
-            return await self._reads.read(ranges)
-        except (ConnectionLost, SessionExpired):
-            self._wake.set()  # as _operation does
-            raise
-
-    async def _operation(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
-        """A request made for a node operation (not the session's own)."""
-        await self._injected.wait_thawed()
-        self._injected.raise_next()
-        try:
-            return await self._request(method, body)
-        except (ConnectionLost, SessionExpired):
-            self._wake.set()  # let the session loop find out what happened, now
-            raise
-
-    # --- lifecycle --------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        if self._task is not None or self._closing:
-            raise RuntimeError("driver already started")
-        self._gateway.open()
-        self._lease_gateway.open()
-        self._task = BackgroundTask(self._run, name=f"etcd session at {self.settings.where}")
-        connect_timeout = self.settings.options.connect_timeout
-        last: ConnectionLost | None = None
-        try:
-            with anyio.move_on_after(connect_timeout):
-                while True:
-                    try:
-                        await self._grant()
-                        break
-                    except ConnectionLost as exc:
-                        last = exc
-                        await anyio.sleep(0.1)
-            if not self._lease:
-                raise Unavailable(
-                    f"could not reach etcd at {self.settings.where} within"
-                    f" {connect_timeout:g} s (connect_timeout)"
-                    + (f"; last: {last}" if last else "")
-                )
-        except BaseException:
-            self._task = None
-            await self._gateway.aclose()
-            await self._lease_gateway.aclose()
-            raise
-        self._task.start()
-        self._batching(True)  # before the task runs: the first requests wait for its senders
-        self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._lease))
-
-    async def aclose(self) -> None:
-        task, self._task = self._task, None
-        if task is None:
-            return
-        self._closing = True
-        # a close under cancellation still clears up (each step is bounded: the watch's end
-        # by a second, the revoke by op_timeout): the lease and its nodes go at once
-        with anyio.CancelScope(shield=True):
-            await self._quiesce()
-            await task.stop()
-            self._batching(False)
-            lease, had_session = self._lease, self._session_id is not None
-            self._lease, self._session_id, self._connected = 0, None, False
-            if lease and not self._crashed:
-                try:  # its ephemeral nodes go with it, at once
-                    await self._lease_gateway.call(
-                        "lease/revoke", {"ID": str(lease)}, self.settings.op_timeout
-                    )
-                except DriverError as exc:
-                    log.warning("could not revoke the etcd lease %x: %s", lease, exc)
-            await self._gateway.aclose()
-            await self._lease_gateway.aclose()
-        self._closed()
-        if had_session and not self._crashed:
-            self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
-
-    async def _run(self) -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._watch_loop)
-            tg.start_soon(self._reads.run)
-            await self._renew_loop()
-
-    def _batching(self, on: bool) -> None:
-        """Open the batchers to requests (their senders run in the task), or close them."""
-        if on:
-            self._reads.open()
-        else:
-            self._reads.close()
-
-    async def _watch_loop(self) -> None:
-        """Hook: the node events' loop (watches.py)."""
-
-    async def _quiesce(self) -> None:
-        """Hook: the background tasks are about to be cancelled."""
-
-    def _closed(self) -> None:
-        """Hook: the driver is closed."""
-
-    def _restart_watch(self) -> None:
-        """Hook: contact is back (or a new session began): the watch should start afresh."""
-
-    # --- the session ------------------------------------------------------------------------
+    async def open(self) -> None:
+        """The first session, granted within the connect timeout, or ``Unavailable``."""
+        where = f"etcd at {self.settings.where}"
+        await self.state.first(self._grant, self.settings.options.connect_timeout, where)
 
     async def _grant(self) -> None:
         """Open a session: a new lease (CONNECTED is the caller's to report)."""
         sent = anyio.current_time()
         ttl = max(1, math.ceil(self._requested_timeout))
-        reply = await self._request("lease/grant", {"TTL": ttl}, lease=True)
+        reply = await self._transport.call("lease/grant", {"TTL": ttl}, lease=True)
         lease, granted = int(reply.get("ID") or 0), int(reply.get("TTL") or 0)
         if not lease or granted <= 0:
             raise ConnectionLost(f"etcd granted no lease: {reply.get('error') or reply}")
@@ -239,67 +88,39 @@ class EtcdSession(Driver):
                 granted,
                 self._requested_timeout,
             )
-        self._session_timeout = float(granted)
-        self._lease = self._session_id = lease
-        self._start_revision = int((reply.get("header") or {}).get("revision") or 0)
-        self._last_contact = sent
-        self._connected = True
-
-    async def _renew_loop(self) -> None:
-        while True:
-            wait = self._session_timeout / (3 if self._connected else 10)
-            with anyio.move_on_after(wait):
-                await self._wake.wait()
-            self._wake = anyio.Event()
-            if not self._lease:
-                try:
-                    await self._grant()
-                except DriverError:
-                    continue
-                self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._lease))
-                self._restart_watch()
-            else:
-                await self._renew()
+        self.state.timeout = float(granted)
+        self.start_revision = int((reply.get("header") or {}).get("revision") or 0)
+        self.state.opened(lease, sent)
 
     async def _renew(self) -> None:
-        lease = self._lease
+        lease = self.lease
         sent = anyio.current_time()
         try:
-            reply = await self._request(
-                "lease/keepalive", {"ID": str(lease)}, self._session_timeout / 3, lease=True
+            reply = await self._transport.call(
+                "lease/keepalive", {"ID": str(lease)}, self.state.timeout / 3, lease=True
             )
         except DriverError:
-            self._lost_contact()
+            self.state.lost_contact()
             return
-        if lease != self._lease:
+        if lease != self.lease:
             return
         if int((reply.get("result") or {}).get("TTL") or 0) <= 0:
             # etcd no longer has the lease: the session is over with its ephemeral nodes
-            self._lease, self._session_id, self._connected = 0, None, False
-            self._emit(ConnectionEvent(ConnectionState.EXPIRED, lease))
-            self._wake.set()  # a new session at once
+            self.state.ended(lease)
+            self.state.wake()  # a new session at once
             return
-        self._last_contact = max(self._last_contact, sent)
-        if not self._connected:
-            self._connected = True
-            self._emit(ConnectionEvent(ConnectionState.RECONNECTED, lease))
-            self._restart_watch()
+        self.state.renewed(sent)
 
-    async def session_lease(self, owner: int) -> SessionLease | None:
+    async def lease_of(self, owner: int) -> SessionLease | None:
         """Another lease's time to live (``lease/timetolive``), None if etcd has no such lease.
 
         An estimate: etcd tells the TTL left in whole seconds, rounded down, so "renewed ago"
         (the granted TTL less what is left) may be up to a second more than it is, never
         less; and a new etcd leader restarts every lease's TTL, as if all were just renewed.
         """
-        reply = await self._operation("lease/timetolive", {"ID": str(owner)})
+        reply = await self._transport.operation("lease/timetolive", {"ID": str(owner)})
         left = int(reply.get("TTL") or 0)  # proto3 JSON leaves out a zero
         granted = int(reply.get("grantedTTL") or 0)
         if left < 0 or granted <= 0:
             return None
         return SessionLease(float(granted - left), float(left), float(granted))
-
-    def _lost_contact(self) -> None:
-        if self._connected:
-            self._connected = False
-            self._emit(ConnectionEvent(ConnectionState.DISCONNECTED, self._session_id))

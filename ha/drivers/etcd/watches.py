@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -31,12 +32,12 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ...errors import ConnectionLost, DriverError
-from ..base import NodeEvent, NodeEventKind
+from ..base import DriverEvent, NodeEvent, NodeEventKind
 from .gateway import Compacted
-from .keys import Incarnation, b64, kv_int, unb64
+from .keys import Incarnation, KeySpace, b64, kv_int, unb64
 from .mapping import get, node_of
 from .reads import LIMIT
-from .session import EtcdSession
+from .transport import Transport
 
 __all__ = ("Watches",)
 
@@ -49,13 +50,17 @@ Seen = tuple[int, int] | None
 _UNKNOWN: Any = object()
 
 
-class Watches(EtcdSession):
-    """The prefix's watch, read and turned into the subscribed paths' events."""
+class Watches:
+    """The prefix's watch, read and turned into the subscribed paths' events (``emit``)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._seen: dict[str, Any] = {}  # subscribed path -> Seen, or _UNKNOWN
-        self._unread: dict[str, None] = {}  # the paths _UNKNOWN in _seen, in subscribing order
+    def __init__(
+        self, space: KeySpace, transport: Transport, emit: Callable[[DriverEvent], None]
+    ) -> None:
+        self.space = space
+        self._transport = transport
+        self._send_event = emit
+        self.seen: dict[str, Any] = {}  # subscribed path -> Seen, or _UNKNOWN
+        self.unread: dict[str, None] = {}  # the paths _UNKNOWN in seen, in subscribing order
         self._read_revision = 0  # the last revision the reader received
         self._done_revision = 0  # the last revision whose events were delivered
         self._inbox: MemoryObjectSendStream[tuple[str, Any]] | None = None
@@ -67,35 +72,37 @@ class Watches(EtcdSession):
 
     # --- subscriptions ----------------------------------------------------------------------
 
-    def _watch_started(self, path: str) -> None:
-        self._seen[path] = _UNKNOWN
-        self._unread[path] = None
+    def started(self, path: str) -> None:
+        self.seen[path] = _UNKNOWN
+        self.unread[path] = None
         if self._inbox is not None:
             self._inbox.send_nowait(("subscribed", path))
 
-    def _watch_stopped(self, path: str) -> None:
-        self._seen.pop(path, None)
-        self._unread.pop(path, None)
+    def stopped(self, path: str) -> None:
+        self.seen.pop(path, None)
+        self.unread.pop(path, None)
 
-    def _restart_watch(self) -> None:
+    def restart(self) -> None:
+        """Contact is back (or a new session began): start the stream afresh."""
         self._stop_stream.set()
 
-    async def _quiesce(self) -> None:
+    async def quiesce(self) -> None:
         """End the watch stream before the tasks are cancelled (see Gateway.stream)."""
         self._stop_stream.set()
         with anyio.move_on_after(1):
             await self._stream_ended.wait()
 
-    def _closed(self) -> None:
+    def closed(self) -> None:
         self._inbox = None
 
     # --- the two tasks ----------------------------------------------------------------------
 
-    async def _watch_loop(self) -> None:
-        self._read_revision = self._done_revision = self._start_revision
+    async def run(self, start_revision: int) -> None:
+        """The two tasks, from the revision the session began at."""
+        self._read_revision = self._done_revision = start_revision
         send, receive = anyio.create_memory_object_stream[tuple[str, Any]](math.inf)
         self._inbox = send
-        for path in self._seen:  # subscribed before the session began
+        for path in self.seen:  # subscribed before the session began
             send.send_nowait(("subscribed", path))
         async with anyio.create_task_group() as tg, send, receive:
             tg.start_soon(self._reader, send)
@@ -104,9 +111,6 @@ class Watches(EtcdSession):
     async def _reader(self, send: MemoryObjectSendStream[tuple[str, Any]]) -> None:
         while True:
             self._stop_stream = anyio.Event()
-            if self._cut or self._partitioned is not None:
-                await anyio.sleep(0.05)
-                continue
             resync = False
             self._stream_ended = anyio.Event()
             try:
@@ -147,7 +151,7 @@ class Watches(EtcdSession):
             tg.start_soon(closer)
             self._cancelled = False
             try:
-                async with self._gateway.stream("watch", request) as (response, messages):
+                async with self._transport.stream("watch", request) as (response, messages):
                     await self._messages(messages, send)
             except DriverError as exc:
                 error = exc
@@ -204,9 +208,9 @@ class Watches(EtcdSession):
             revision = kv_int(kv, "mod_revision")
             self._done_revision = max(self._done_revision, revision)
             where = self.space.path_of(unb64(kv.get("key")))
-            if where is None or where[0] != "node" or where[1] not in self._seen:
+            if where is None or where[0] != "node" or where[1] not in self.seen:
                 continue
-            path, before = where[1], self._seen[where[1]]
+            path, before = where[1], self.seen[where[1]]
             if event.get("type") == "DELETE":
                 kinds, now = [DELETED], None
             elif kv_int(kv, "version") == 1:
@@ -218,9 +222,9 @@ class Watches(EtcdSession):
                 created = known[0] if known else kv_int(kv, "create_revision")
                 kinds, now = [CHANGED], (created, revision)
             if before is not _UNKNOWN:
-                self._seen[path] = now
+                self.seen[path] = now
             for kind in kinds:
-                self._emit(NodeEvent(path, kind))
+                self._send_event(NodeEvent(path, kind))
 
     async def _read(self, paths: list[str], revision: int) -> tuple[int, list[Seen]]:
         """What etcd holds at ``paths`` at ``revision`` (0: now), and the revision read: a path's
@@ -234,7 +238,7 @@ class Watches(EtcdSession):
             batch = ranges[first : first + LIMIT]
             if revision:
                 batch = [_at(revision, r) for r in batch]
-            header, responses = await self._reads.read(batch)
+            header, responses = await self._transport.reads.read(batch)
             revision = revision or int(header.get("revision") or 0)
             replies += [r.get("response_range") or {} for r in responses]
         seen: list[Seen] = []
@@ -247,8 +251,8 @@ class Watches(EtcdSession):
     async def _first_read(self) -> None:
         """What is known of the paths subscribed and not yet read: as of the events delivered
         so far (no event is delivered meanwhile), in one read of them all."""
-        while self._unread:
-            paths = list(self._unread)
+        while self.unread:
+            paths = list(self.unread)
             try:
                 try:
                     _, found = await self._read(paths, self._done_revision)
@@ -258,14 +262,14 @@ class Watches(EtcdSession):
                 await anyio.sleep(0.05)
                 continue
             for path, seen in zip(paths, found, strict=True):
-                if path in self._unread:  # not unsubscribed meanwhile
-                    self._seen[path] = seen
-                    del self._unread[path]
+                if path in self.unread:  # not unsubscribed meanwhile
+                    self.seen[path] = seen
+                    del self.unread[path]
 
     async def _resync(self) -> None:
         """Read every subscribed path again and report what changed since it was last known."""
         while True:
-            paths = list(self._seen)
+            paths = list(self.seen)
             try:
                 revision, found = await self._read(paths, 0)
             except DriverError:
@@ -277,11 +281,11 @@ class Watches(EtcdSession):
         # of a pause and of its leader's exit hears of the pause first)
         changes: list[tuple[int, int, str, list[NodeEventKind]]] = []
         for index, (path, now) in enumerate(zip(paths, found, strict=True)):
-            before = self._seen.get(path, _UNKNOWN)
-            if path not in self._seen:
+            before = self.seen.get(path, _UNKNOWN)
+            if path not in self.seen:
                 continue
-            self._seen[path] = now
-            self._unread.pop(path, None)
+            self.seen[path] = now
+            self.unread.pop(path, None)
             if before is _UNKNOWN or before == now:
                 continue
             if before is None:
@@ -295,7 +299,7 @@ class Watches(EtcdSession):
             changes.append((revision + 1 if now is None else now[1], index, path, kinds))
         for _, _, path, kinds in sorted(changes):
             for kind in kinds:
-                self._emit(NodeEvent(path, kind))
+                self._send_event(NodeEvent(path, kind))
         self._read_revision = self._done_revision = revision
 
 

@@ -184,16 +184,16 @@ class WriteBatcher(Batcher[_Write]):
 
     async def write(self, body: dict[str, Any]) -> dict[str, Any]:
         """The reply to the transaction ``body``, as if it had been sent alone."""
-        found = footprint(body) if self._open else None
+        found = footprint(body) if self.accepting else None
         if found is None:
             return await self._send(body)
         request = _Write(body=body, footprint=found)
-        self._waiting.put(request)
+        self.waiting.put(request)
         return await request.wait()
 
     async def _sender(self) -> None:
         while True:
-            await self._waiting.wait()
+            await self.waiting.wait()
             batch = self._take()
             if batch:
                 await serve(batch, self._replies)
@@ -202,7 +202,7 @@ class WriteBatcher(Batcher[_Write]):
         """The first waiting write and those after it that can go with it (``Footprint``,
         ``MAX_OPS``, ``MAX_BYTES``); the others keep their place, the withdrawn are dropped.
         Empty if every waiting write was withdrawn."""
-        pending = self._waiting
+        pending = self.waiting
         if pending.peek() is None:
             return []
         first = pending.pop()

@@ -29,14 +29,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 
 from ...errors import HAError
 from .api import failure
-from .leaders import LeaderLeases, lease_name
+from .leaders import lease_name
 from .session import micro_time
+from .transport import Transport
 
 __all__ = ("ROLE", "LeaderNotices")
 
@@ -48,12 +50,15 @@ REASON = "LeaderElection"  # client-go's
 MAX_PENDING = 64  # Events waiting to be written: older ones are dropped past it (a long outage)
 
 
-class LeaderNotices(LeaderLeases):
-    """Events on leader changes, and the role label of this process's pod."""
+class LeaderNotices:
+    """Events on leader changes, and the role label of this process's pod: a part of the
+    driver, told of each change by it, beside the leader view (``leaders.py``)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._leading: set[str] = set()
+    def __init__(self, transport: Transport, period: Callable[[], float]) -> None:
+        self._transport = transport
+        self._period = period  # the session timeout, as granted
+        self._pod = transport.settings.options.pod
+        self._leading: dict[str, str] = {}  # path -> who leads it from here
         self._events: list[dict[str, Any]] = []
         self._role_written: str | None = None
         self._notices_changed = anyio.Event()
@@ -64,19 +69,15 @@ class LeaderNotices(LeaderLeases):
     def role(self) -> str:
         return "active" if self._leading else "standby"
 
-    # --- the hooks of ha.drivers.base --------------------------------------------------------
+    # --- the driver's hooks (ha.drivers.base: show_leader, hide_leader) ---------------------
 
     def show_leader(self, path: str, identity: bytes, epoch: int) -> None:
-        super().show_leader(path, identity, epoch)
-        self._leading.add(path)
         who = identity.decode(errors="backslashreplace")
+        self._leading[path] = who
         self._note(path, who, f"{who} became leader (epoch {epoch})")
 
     def hide_leader(self, path: str, epoch: int) -> None:
-        super().hide_leader(path, epoch)
-        term = self._terms.get(path)
-        who = term.identity if term is not None else "?"
-        self._leading.discard(path)
+        who = self._leading.pop(path, "?")
         self._note(path, who, f"{who} stopped leading (epoch {epoch})")
 
     def _note(self, path: str, who: str, message: str) -> None:
@@ -88,31 +89,23 @@ class LeaderNotices(LeaderLeases):
 
     # --- the loop ------------------------------------------------------------------------------
 
-    async def _run(self) -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._notices_loop)
-            await super()._run()
-
     def _notices_pending(self) -> bool:
-        return bool(self._events) or bool(
-            self.settings.options.pod and self._role_written != self.role
-        )
+        return bool(self._events) or bool(self._pod and self._role_written != self.role)
 
-    async def _quiesce(self) -> None:
+    async def quiesce(self) -> None:
         """Let the last notices go out (a stop's "stopped leading" and standby label) before
         the tasks are cancelled, for a second at most."""
         with anyio.move_on_after(1):
             while self._notices_pending() and not self._notices_failing:
                 await self._notices_idle.wait()  # replaced by each new notice (``_note``)
-        await super()._quiesce()
 
-    async def _notices_loop(self) -> None:
+    async def run(self) -> None:
         while True:
             self._notices_changed = anyio.Event()  # before the writes: a change meanwhile is seen
             try:
-                if self.settings.options.pod and self._role_written != self.role:
+                if self._pod and self._role_written != self.role:
                     role = self.role
-                    await self._label(self.settings.options.pod, role)
+                    await self._label(self._pod, role)
                     self._role_written = role
                 while self._events:
                     await self._post(self._events[0])
@@ -123,47 +116,48 @@ class LeaderNotices(LeaderLeases):
                     log.warning(
                         "could not tell Kubernetes of a leader change (information only: the"
                         " election goes on; tried again every %g s): %s",
-                        self._session_timeout / 3,
+                        self._period() / 3,
                         exc,
                         exc_info=not isinstance(exc, HAError),
                     )
                 self._notices_failing = True
             if self._notices_pending():
-                with anyio.move_on_after(self._session_timeout / 3):  # failing: try again
+                with anyio.move_on_after(self._period() / 3):  # failing: try again
                     await self._notices_changed.wait()
             else:
                 self._notices_idle.set()
                 await self._notices_changed.wait()
 
     async def _label(self, pod: str, role: str) -> None:
-        url = f"/api/v1/namespaces/{self.namespace}/pods/{pod}"
+        url = f"/api/v1/namespaces/{self._transport.namespace}/pods/{pod}"
         patch = {"metadata": {"labels": {ROLE: role}}}
-        status, reply = await self._request(
+        status, reply = await self._transport.request(
             "PATCH", url, patch, own=True, content_type="application/merge-patch+json"
         )
         if status != 200:
-            raise failure(status, reply, "PATCH", "pods", self.where)
+            raise failure(status, reply, "PATCH", "pods", self._transport.where)
 
     async def _post(self, event: dict[str, Any]) -> None:
-        url = f"/api/v1/namespaces/{self.namespace}/events"
-        status, reply = await self._request("POST", url, event, own=True)
+        url = f"/api/v1/namespaces/{self._transport.namespace}/events"
+        status, reply = await self._transport.request("POST", url, event, own=True)
         if status == 409:  # our name again (a retry whose first answer was lost): it is there
             return
         if status != 201:
-            raise failure(status, reply, "POST", "events", self.where)
+            raise failure(status, reply, "POST", "events", self._transport.where)
 
     def _event_record(self, path: str, who: str, message: str) -> dict[str, Any]:
-        lease = lease_name(self.settings.name, path)
+        lease = lease_name(self._transport.settings.name, path)
+        namespace = self._transport.namespace
         now = micro_time().split(".")[0] + "Z"  # firstTimestamp: a metav1.Time, whole seconds
         return {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{lease}.{time.time_ns():x}", "namespace": self.namespace},
+            "metadata": {"name": f"{lease}.{time.time_ns():x}", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
                 "name": lease,
-                "namespace": self.namespace,
+                "namespace": namespace,
             },
             "reason": REASON,
             "message": message[:1024],

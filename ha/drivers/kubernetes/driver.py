@@ -6,27 +6,37 @@ compare-and-set (``tree``). A 409 means another driver wrote in between: the ope
 read and checked again, so only a real node-level mismatch raises ``BadVersion`` or
 ``TransactionFailed`` (Flink's ``checkAndUpdateConfigMap`` does the same). A write that gets
 no answer raises ``ConnectionLost``: it may have landed (Flink's PossibleInconsistentState).
-All on the session of ``session``, with the peers' reaping of ``liveness``, the events of
-``watches``, the test hooks of ``faults``, the leaders shown to kubectl of ``leaders`` and the
-Events and pod role label of ``announce``.
+
+The driver is a facade over the parts it owns: the requests (``transport``, with the fault
+gate), the tree's ConfigMap (``store``), the session (``session``: a Lease, renewed), the
+peers' reaping (``liveness``), the node events (``watches``), the leaders shown to kubectl
+(``leaders``) and the Events and pod role label of leader changes (``announce``). It starts
+and closes them, in order.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Sequence
 from typing import Any, Self
 
 import anyio
 
-from ...errors import ConfigurationError, ConnectionLost, NoNode, TransactionFailed
+from ..._background import BackgroundTask
+from ...errors import ConfigurationError, ConnectionLost, DriverError, NoNode, TransactionFailed
+from .._faults import ClientFaults, FaultHooks
 from .._input import checked_op, node_data
+from .._parts import PartsDriver, SessionState
 from ..base import (
     Capabilities,
+    ConnectionEvent,
+    ConnectionState,
     Create,
     Delete,
     Op,
     SessionKind,
+    SessionLease,
     SetData,
     Stat,
     TreeSize,
@@ -34,15 +44,24 @@ from ..base import (
 )
 from . import tree as _tree
 from .announce import LeaderNotices
+from .config import load
+from .leaders import LeaderLeases
+from .liveness import Reaper
+from .session import KubernetesSession
 from .settings import Settings, parse_url
+from .store import TreeStore
+from .transport import Transport
 from .tree import Plan, Tree, apply
+from .watches import Watches
 
 __all__ = ("KubernetesDriver",)
+
+log = logging.getLogger("ha.drivers.kubernetes")
 
 ATTEMPTS = 100  # tries of one transaction, while other drivers keep writing the tree
 
 
-class KubernetesDriver(LeaderNotices):
+class KubernetesDriver(PartsDriver):
     """A session Lease and the nodes of one ``ha`` root in a namespace. Build with
     ``from_url`` (the cluster and credentials come from ``config``)."""
 
@@ -57,8 +76,23 @@ class KubernetesDriver(LeaderNotices):
     )
 
     def __init__(self, namespace: str | None = None, name: str = "ha", **options: Any) -> None:
-        super().__init__(Settings.check(namespace, name, **options))
+        super().__init__()
+        self.settings = settings = Settings.check(namespace, name, **options)
+        self.cluster = load(settings.options.kubeconfig, settings.options.context)
+        self.namespace = settings.namespace or self.cluster.namespace or "default"
+        self._transport = Transport(settings, self.cluster, self.namespace, self._wake)
+        self._store = TreeStore(self._transport)
+        self._watches = Watches(self._transport, self._store, self._pass_on, self.watched_paths)
+        self._session = KubernetesSession(
+            self._transport, self._store, self._pass_on, self._watches.restart
+        )
+        self._reaper = Reaper(self._transport, self._store, self._session_now, self._period)
+        self._leaders = LeaderLeases(self._transport, self._period)
+        self._notices = LeaderNotices(self._transport, self._period)
         self._writing = anyio.Lock()
+        self._task: BackgroundTask | None = None
+        self._closing = False
+        self._crashed = False  # a test's crash: the process is gone, nothing is said or undone
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -69,10 +103,94 @@ class KubernetesDriver(LeaderNotices):
         namespace, name, values = parse_url(url, options)
         return cls(namespace, name, **values)
 
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._task is not None or self._closing:
+            raise RuntimeError("driver already started")
+        self._transport.open()
+        self._task = BackgroundTask(self._run, name=f"Kubernetes session in {self.where}")
+        try:
+            await self._session.open()
+        except BaseException:
+            self._task = None
+            await self._transport.aclose()
+            raise
+        self._task.start()
+        self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._session.state.id))
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._closing = True
+        with anyio.CancelScope(shield=True):  # a close under cancellation still clears up
+            await self._quiesce()  # (each part waits a second at most)
+        await task.stop()
+        session = await self._session.close(crashed=self._crashed)
+        await self._transport.aclose()
+        if session is not None and not self._crashed:
+            self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
+
+    async def _run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._leaders.run)
+            tg.start_soon(self._notices.run)
+            tg.start_soon(self._watches.run)
+            tg.start_soon(self._reaper.run)
+            await self._session.state.run()
+
+    async def _quiesce(self) -> None:
+        """The background tasks are about to be cancelled: let their writes and streams end."""
+        await self._notices.quiesce()  # first: a stop's last Event and label go out
+        await self._leaders.quiesce()
+        await self._watches.quiesce()
+
+    def _wake(self) -> None:
+        self._session.state.wake()
+
+    def _session_now(self) -> int | None:
+        return self._session.state.id
+
+    def _period(self) -> float:
+        return self._session.state.timeout
+
+    # --- where things are, and the parts' figures (for tests) ---------------------------------
+
+    @property
+    def where(self) -> str:
+        return self._transport.where
+
+    @property
+    def reaped(self) -> int:
+        """Sessions this driver reaped."""
+        return self._reaper.reaped
+
+    @property
+    def resyncs(self) -> int:
+        """Full re-reads of the tree after a 410."""
+        return self._watches.resyncs
+
+    # --- the session, as the parts keep it --------------------------------------------------
+
+    def _session_state(self) -> SessionState:
+        return self._session.state
+
+    async def session_lease(self, owner: int) -> SessionLease | None:
+        return await self._session.lease_of(owner)
+
+    def show_leader(self, path: str, identity: bytes, epoch: int) -> None:
+        self._leaders.show_leader(path, identity, epoch)
+        self._notices.show_leader(path, identity, epoch)
+
+    def hide_leader(self, path: str, epoch: int) -> None:
+        self._leaders.hide_leader(path, epoch)
+        self._notices.hide_leader(path, epoch)
+
     # --- reads ------------------------------------------------------------------------------
 
     async def _tree(self) -> Tree:
-        return await self._read_tree()
+        return await self._store.read()
 
     async def get(self, path: str) -> tuple[bytes, Stat]:
         validate_path(path)
@@ -98,7 +216,8 @@ class KubernetesDriver(LeaderNotices):
 
     def known_tree_size(self) -> TreeSize | None:
         # the tree as the watch last saw it (no version: not seen yet)
-        return self._size_of(self._known) if self._known.version else None
+        known = self._store.known
+        return self._size_of(known) if known.version else None
 
     def _size_of(self, tree: Tree) -> TreeSize:
         where = f"ConfigMap {self.namespace}/{self.settings.tree}"
@@ -168,11 +287,45 @@ class KubernetesDriver(LeaderNotices):
                 tree = await self._tree()
                 ops = plan(tree)
                 if any(isinstance(op, Create) and op.ephemeral for op in ops):
-                    self._check_session()
-                new, results = apply(tree, ops, self._session_id)
+                    self._session.check()
+                new, results = apply(tree, ops, self._session.state.id)
                 if new.txn == tree.txn:  # checks only: they held at that version
                     return results
-                if await self._write_tree(new) is not None:
+                if await self._store.write(new) is not None:
                     return results
                 await anyio.sleep(0.001 * secrets.randbelow(attempt + 1))
         raise ConnectionLost(f"the ha tree kept changing ({ATTEMPTS} tries of one transaction)")
+
+    # --- test faults (ha.testing.faults) ----------------------------------------------------
+
+    def _faults(self) -> FaultHooks:
+        return ClientFaults(
+            self.capabilities.name,
+            self._transport.gate,
+            self._session.state,
+            started=lambda: self._task is not None,
+            restart_watch=self._watches.restart,
+            stop=self._die,
+            expire=self._end_session,
+        )
+
+    async def _die(self) -> None:
+        """A test's crash: the background tasks stop; nothing is undone at close."""
+        assert self._task is not None
+        self._crashed = True
+        await self._quiesce()
+        await self._task.stop()
+
+    async def _end_session(self) -> None:
+        """The session's Lease is deleted and the session struck off the tree with its
+        ephemeral nodes, now (what a peer's reaping does); the driver learns it from its next
+        renewal (EXPIRED, then CONNECTED with a new session), which is sent at once."""
+        session = self._session.state.id
+        if session is None or self._task is None:
+            raise RuntimeError("the Kubernetes driver has no session to expire")
+        status, _ = await self._transport.raw("DELETE", self._transport.lease_url(session))
+        if status not in (200, 202, 404):
+            raise DriverError(f"could not delete the session's Lease ({status})")
+        # from the server's side, whatever the client's faults
+        await self._store.clear({session}, raw=True)
+        self._session.state.wake()

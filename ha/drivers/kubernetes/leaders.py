@@ -48,6 +48,7 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,8 +56,8 @@ import anyio
 
 from ...errors import HAError
 from .api import failure
-from .faults import FaultHooks
 from .session import micro_time
+from .transport import Transport
 from .tree import MANAGED
 
 __all__ = ("ANNOTATION", "ELECTION", "LeaderLeases", "lease_name", "overwritable")
@@ -105,12 +106,14 @@ class _Term:
     failing: bool = False  # a failure was logged: quiet until a write succeeds
 
 
-class LeaderLeases(FaultHooks):
-    """The elections this driver's electors lead, kept visible as Leases."""
+class LeaderLeases:
+    """The elections this driver's electors lead, kept visible as Leases (written every
+    third of ``period()``, the session timeout)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._terms: dict[str, _Term] = {}
+    def __init__(self, transport: Transport, period: Callable[[], float]) -> None:
+        self._transport = transport
+        self._period = period
+        self.terms: dict[str, _Term] = {}
         self._terms_changed = anyio.Event()
         self._terms_writing = False
         self._terms_idle = anyio.Event()
@@ -119,47 +122,41 @@ class LeaderLeases(FaultHooks):
 
     def show_leader(self, path: str, identity: bytes, epoch: int) -> None:
         who = identity.decode(errors="backslashreplace")
-        self._terms[path] = _Term(who, epoch, micro_time())
+        self.terms[path] = _Term(who, epoch, micro_time())
         self._terms_changed.set()
 
     def hide_leader(self, path: str, epoch: int) -> None:
-        term = self._terms.get(path)
+        term = self.terms.get(path)
         if term is not None and term.epoch == epoch:
             term.active = False
             self._terms_changed.set()
 
     # --- the loop ------------------------------------------------------------------------------
 
-    async def _run(self) -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._terms_loop)
-            await super()._run()
-
-    async def _quiesce(self) -> None:
+    async def quiesce(self) -> None:
         """Let a write under way (a release, most often: the elector stopped first) end
         before the tasks are cancelled, for a second at most."""
         if self._terms_writing:
             with anyio.move_on_after(1):
                 await self._terms_idle.wait()
-        await super()._quiesce()
 
-    async def _terms_loop(self) -> None:
+    async def run(self) -> None:
         while True:
-            with anyio.move_on_after(self._session_timeout / 3):
+            with anyio.move_on_after(self._period() / 3):
                 await self._terms_changed.wait()
             self._terms_changed = anyio.Event()
-            if not self._terms:
+            if not self.terms:
                 continue
             self._terms_writing, self._terms_idle = True, anyio.Event()
             try:
-                for path, term in list(self._terms.items()):
+                for path, term in list(self.terms.items()):
                     await self._write_term(path, term)
             finally:
                 self._terms_writing = False
                 self._terms_idle.set()
 
     async def _write_term(self, path: str, term: _Term) -> None:
-        name = lease_name(self.settings.name, path)
+        name = lease_name(self._transport.settings.name, path)
         try:
             write = self._hold if term.active else self._release
             done = await write(path, name, term)
@@ -170,45 +167,49 @@ class LeaderLeases(FaultHooks):
                     " election goes on; tried again every %g s): %s",
                     path,
                     name,
-                    self._session_timeout / 3,
+                    self._period() / 3,
                     exc,
                     exc_info=not isinstance(exc, HAError),  # a bug: its traceback, once
                 )
             term.failing = True
             return
         term.failing = False
-        if done and self._terms.get(path) is term:
-            del self._terms[path]
+        if done and self.terms.get(path) is term:
+            del self.terms[path]
 
     async def _hold(self, path: str, name: str, term: _Term) -> bool:
         """Write (or renew) the Lease for an active term; True when there is nothing more to
         write for it (a newer leader is shown, or the Lease is not ours)."""
-        url = f"{self.leases_url}/{name}"
+        url = f"{self._transport.leases_url}/{name}"
         for _ in range(ATTEMPTS):
             if not term.version:
-                status, current = await self._request("GET", url, own=True)
+                status, current = await self._transport.request("GET", url, own=True)
                 if status == 404:
                     body = self._lease(path, name, term)
-                    status, reply = await self._request("POST", self.leases_url, body, own=True)
+                    status, reply = await self._transport.request(
+                        "POST", self._transport.leases_url, body, own=True
+                    )
                     if status == 201:
                         term.version, term.uid = _version(reply), _uid(reply)
                         return False
                     if status == 409:  # someone made it first: read it
                         continue
-                    raise failure(status, reply, "POST", "leases", self.where)
+                    raise failure(status, reply, "POST", "leases", self._transport.where)
                 if status != 200:
-                    raise failure(status, current, "GET", "leases", self.where)
+                    raise failure(status, current, "GET", "leases", self._transport.where)
                 why = overwritable(current, path, term.identity, term.epoch)
                 if why is not None:
                     log.info("not showing %s as the leader of %s: %s", term.identity, path, why)
                     return True
                 term.version, term.uid = _version(current), _uid(current)
-            status, reply = await self._request("PUT", url, self._lease(path, name, term), own=True)
+            status, reply = await self._transport.request(
+                "PUT", url, self._lease(path, name, term), own=True
+            )
             if status == 200:
                 term.version = _version(reply)
                 return False
             if status not in (404, 409):
-                raise failure(status, reply, "PUT", "leases", self.where)
+                raise failure(status, reply, "PUT", "leases", self._transport.where)
             term.version = term.uid = ""  # written or deleted by someone else: read it again
         return False
 
@@ -217,9 +218,11 @@ class LeaderLeases(FaultHooks):
         if not term.version:
             return True
         body = self._lease(path, name, term)
-        status, reply = await self._request("PUT", f"{self.leases_url}/{name}", body, own=True)
+        status, reply = await self._transport.request(
+            "PUT", f"{self._transport.leases_url}/{name}", body, own=True
+        )
         if status not in (200, 404, 409):
-            raise failure(status, reply, "PUT", "leases", self.where)
+            raise failure(status, reply, "PUT", "leases", self._transport.where)
         return True
 
     def _lease(self, path: str, name: str, term: _Term) -> dict[str, Any]:
@@ -227,7 +230,8 @@ class LeaderLeases(FaultHooks):
         holder and a one-second duration, the epoch kept)."""
         renewed = micro_time()
         holder = term.identity if term.active else ""
-        duration = self.settings.lease_seconds if term.active else 1
+        settings = self._transport.settings
+        duration = settings.lease_seconds if term.active else 1
         record = {
             "holderIdentity": holder,
             "leaseDurationSeconds": duration,
@@ -237,8 +241,8 @@ class LeaderLeases(FaultHooks):
         }
         metadata: dict[str, Any] = {
             "name": name,
-            "namespace": self.namespace,
-            "labels": {**MANAGED, LEADER_OF: self.settings.name},
+            "namespace": self._transport.namespace,
+            "labels": {**MANAGED, LEADER_OF: settings.name},
             "annotations": {ELECTION: path, ANNOTATION: json.dumps(record, separators=(",", ":"))},
         }
         if term.version:

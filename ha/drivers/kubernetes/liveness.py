@@ -23,6 +23,7 @@ listed, and a session registers only after its Lease exists, so such a session i
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,8 @@ import anyio
 
 from ...errors import DriverError
 from .api import failure
-from .session import KubernetesSession
+from .store import TreeStore
+from .transport import Transport
 
 __all__ = ("Observer", "Reaper", "session_of")
 
@@ -84,45 +86,54 @@ class Observer:
         return expired
 
 
-class Reaper(KubernetesSession):
-    """The loop that expires and clears other sessions of the root."""
+class Reaper:
+    """The loop that expires and clears other sessions of the root (``session()``: this
+    driver's own, left to its renewals)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        transport: Transport,
+        store: TreeStore,
+        session: Callable[[], int | None],
+        period: Callable[[], float],
+    ) -> None:
+        self._transport = transport
+        self._store = store
+        self._session = session
+        self._period = period  # the session timeout: reaping every eighth of it
         self._observer = Observer()
         self.reaped = 0  # sessions this driver reaped (for tests)
 
-    async def _reap_loop(self) -> None:
+    async def run(self) -> None:
         while True:
-            await anyio.sleep(max(0.05, self._session_timeout / 8))
-            if self._cut or self._partitioned is not None:
-                continue
+            await anyio.sleep(max(0.05, self._period() / 8))
             try:
                 await self._reap_once()
             except DriverError as exc:
                 log.debug("reaping Kubernetes sessions: %s", exc)
 
     async def _reap_once(self) -> None:
-        registered = set(self._known.sessions)  # read before the Leases are listed
-        params = {"labelSelector": f"ha.io/root={self.settings.name}"}
-        status, body = await self._request("GET", self.leases_url, params=params, own=True)
+        t = self._transport
+        registered = set(self._store.known.sessions)  # read before the Leases are listed
+        params = {"labelSelector": f"ha.io/root={t.settings.name}"}
+        status, body = await t.request("GET", t.leases_url, params=params, own=True)
         if status != 200:
-            raise failure(status, body, "GET", "leases", self.where)
+            raise failure(status, body, "GET", "leases", t.where)
         now = anyio.current_time()
         leases = [item for item in body.get("items") or [] if isinstance(item, dict)]
-        prefix = self.settings.lease(0)[:-16]
+        prefix = t.settings.lease(0)[:-16]
         live = {session_of(lease, prefix) for lease in leases}
         dead = set()
         for name, version in self._observer.observe(leases, now):
             session = int(name[len(prefix) :], 16)
-            if session == self._session_id:
+            if session == self._session():
                 continue  # our own: the renew loop finds out
             if await self._delete_lease(name, version):
                 dead.add(session)
-        dead |= registered - live - {self._session_id}
+        dead |= registered - live - {self._session()}
         if dead:
             log.info("reaping Kubernetes sessions %s", ", ".join(f"{s:x}" for s in sorted(dead)))
-            await self._clear(dead)
+            await self._store.clear(dead)
             self.reaped += len(dead)
 
     async def _delete_lease(self, name: str, version: str) -> bool:
@@ -132,10 +143,10 @@ class Reaper(KubernetesSession):
             "kind": "DeleteOptions",
             "preconditions": {"resourceVersion": version},
         }
-        url = f"{self.leases_url}/{name}"
-        status, reply = await self._request("DELETE", url, body, own=True)
+        t = self._transport
+        status, reply = await t.request("DELETE", f"{t.leases_url}/{name}", body, own=True)
         if status in (200, 202, 404):
             return True
         if status == 409:  # renewed meanwhile: alive
             return False
-        raise failure(status, reply, "DELETE", "leases", self.where)
+        raise failure(status, reply, "DELETE", "leases", t.where)

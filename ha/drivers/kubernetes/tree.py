@@ -40,16 +40,13 @@ from functools import lru_cache
 from typing import Any
 
 from ...errors import (
-    BadVersion,
     ConfigurationError,
     CorruptData,
     DriverError,
-    NodeExists,
-    NoNode,
-    NotEmpty,
     SessionExpired,
     TransactionFailed,
 )
+from .._nodes import NODE_ERRORS, check_create, check_empty, check_version
 from ..base import Check, Create, Delete, NodeEvent, NodeEventKind, Op, SetData, Stat, parent_of
 
 __all__ = (
@@ -299,7 +296,7 @@ def apply(
     for index, op in enumerate(ops):
         try:
             result = _one(new, op, session, now)
-        except (NodeExists, NoNode, BadVersion, NotEmpty) as exc:
+        except NODE_ERRORS as exc:
             raise TransactionFailed(index, exc) from None
         results.append(result)
         if not isinstance(op, Check):
@@ -316,24 +313,21 @@ def _one(tree: Tree, op: Op, session: int | None, now: float) -> str | Stat | No
             path = f"{op.path}{tree.seq:010d}"
         if op.ephemeral and (session is None or session not in tree.sessions):
             raise SessionExpired("the Kubernetes session is gone (its Lease was reaped)")
-        if tree.node(path) is not None:
-            raise NodeExists(path)
-        parent = tree.node(parent_of(path))
-        if path == "/" or parent is None:
-            raise NoNode(parent_of(path))
-        if parent.owner is not None:
-            raise NoNode(f"{path} (ephemeral nodes cannot have children)")
+        parent = None if path == "/" else tree.node(parent_of(path))
+        check_create(
+            path,
+            exists=tree.node(path) is not None,
+            parent=parent is not None,
+            parent_ephemeral=parent is not None and parent.owner is not None,
+        )
         owner = session if op.ephemeral else None
         tree.nodes[path] = Entry(op.data, 0, tree.txn, owner, now)
         return path
     entry = tree.node(op.path)
-    if entry is None:
-        raise NoNode(op.path)
-    if op.version != -1 and entry.version != op.version:
-        raise BadVersion(op.path, op.version, entry.version)
+    check_version(op.path, op.version, None if entry is None else entry.version)
+    assert entry is not None
     if isinstance(op, Delete):
-        if tree.children(op.path):
-            raise NotEmpty(op.path)
+        check_empty(op.path, children=bool(tree.children(op.path)))
         del tree.nodes[op.path]
     elif isinstance(op, SetData):
         tree.nodes[op.path] = replace(entry, data=op.data, version=entry.version + 1, mtime=now)

@@ -22,12 +22,15 @@ written since the tree), so the watch resumed from it would be 410 again, and ag
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 
 from ...errors import ConnectionLost, DriverError
-from .liveness import Reaper
+from ..base import DriverEvent
+from .store import TreeStore
+from .transport import Transport
 from .tree import Tree, diff
 
 __all__ = ("Watches",)
@@ -35,44 +38,51 @@ __all__ = ("Watches",)
 log = logging.getLogger("ha.drivers.kubernetes")
 
 
-class Watches(Reaper):
-    """The tree's watch, turned into the subscribed paths' events."""
+class Watches:
+    """The tree's watch, turned into the events of the paths ``watched()`` (``emit``)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        transport: Transport,
+        store: TreeStore,
+        emit: Callable[[DriverEvent], None],
+        watched: Callable[[], list[str]],
+    ) -> None:
+        self._transport = transport
+        self._store = store
+        self._send_event = emit
+        self._watched = watched
         self._stop_stream = anyio.Event()  # set: close the current watch stream
-        self._stream_ended = anyio.Event()  # set while no stream is being read
-        self._stream_ended.set()
+        self.stream_ended = anyio.Event()  # set while no stream is being read
+        self.stream_ended.set()
         self._reading = False  # a watch's answer has come: its stream must be closed, not cancelled
         self._fresh = False  # a 410 came: the next watch starts from the current state
         self.resyncs = 0  # full re-reads after a 410 (for tests)
 
-    def _restart_watch(self) -> None:
+    def restart(self) -> None:
+        """Contact is back (or a new session began): start the stream afresh."""
         self._stop_stream.set()
 
-    async def _quiesce(self) -> None:
+    async def quiesce(self) -> None:
         """End the watch stream before the tasks are cancelled (see Api.watch); a watch still
         waiting for its answer has no stream yet, and is cancelled."""
         self._stop_stream.set()
         if not self._reading:
             return
         with anyio.move_on_after(1):
-            await self._stream_ended.wait()
+            await self.stream_ended.wait()
 
-    async def _watch_loop(self) -> None:
+    async def run(self) -> None:
         while True:
             self._stop_stream = anyio.Event()
-            if self._cut or self._partitioned is not None:
-                await anyio.sleep(0.05)
-                continue
-            self._stream_ended = anyio.Event()
+            self.stream_ended = anyio.Event()
             gone = False
             try:
                 gone = await self._read_stream()
             except DriverError as exc:
                 log.debug("Kubernetes watch ended: %s", exc)
             finally:
-                self._stream_ended.set()
+                self.stream_ended.set()
             if gone:
                 self.resyncs += 1
                 self._fresh = True
@@ -82,13 +92,13 @@ class Watches(Reaper):
     async def _read_stream(self) -> bool:
         """Read one watch until it ends; True if the server no longer has our version."""
         params = {
-            "fieldSelector": f"metadata.name={self.settings.tree}",
+            "fieldSelector": f"metadata.name={self._transport.settings.tree}",
             "allowWatchBookmarks": "true",
             "timeoutSeconds": "300",
         }
         if not self._fresh:
-            params["resourceVersion"] = self._known.version
-        url = self.tree_url.rsplit("/", 1)[0]
+            params["resourceVersion"] = self._store.known.version
+        url = self._transport.tree_url.rsplit("/", 1)[0]
         response: Any = None
         gone = False
         error: DriverError | None = None
@@ -101,7 +111,7 @@ class Watches(Reaper):
         async with anyio.create_task_group() as tg:  # errors caught inside: not grouped
             tg.start_soon(closer)
             try:
-                async with self._api.watch(url, params) as (response, events):
+                async with self._transport.watch(url, params) as (response, events):
                     self._reading = True
                     async for event in events:
                         if self._event(event):
@@ -128,22 +138,22 @@ class Watches(Reaper):
         version = str((body.get("metadata") or {}).get("resourceVersion") or "")
         if kind == "BOOKMARK":
             if version:
-                self._known.version = version
+                self._store.known.version = version
             return False
         if kind == "DELETED":
-            log.error("the ha tree ConfigMap %s was deleted", self.settings.tree)
+            log.error("the ha tree ConfigMap %s was deleted", self._transport.settings.tree)
             self._changed(Tree(version=version))
             return False
         if kind in ("ADDED", "MODIFIED"):
             try:
                 # the first event of a fresh watch: any number of writes since (see tree.diff)
-                self._changed(Tree.decode(body, self.tree_url), coalesced=self._fresh)
+                self._changed(Tree.decode(body, self._transport.tree_url), coalesced=self._fresh)
                 self._fresh = False
             except DriverError as exc:
                 log.error("the ha tree ConfigMap holds what ha cannot read: %s", exc)
         return False
 
     def _changed(self, tree: Tree, *, coalesced: bool = False) -> None:
-        before, self._known = self._known, tree
-        for event in diff(before, tree, self.watched_paths(), coalesced=coalesced):
-            self._emit(event)
+        before, self._store.known = self._store.known, tree
+        for event in diff(before, tree, self._watched(), coalesced=coalesced):
+            self._send_event(event)

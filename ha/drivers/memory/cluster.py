@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ...errors import BadVersion, NodeExists, NoNode, NotEmpty, TransactionFailed
+from ...errors import TransactionFailed
+from .._nodes import NODE_ERRORS, check_create, check_empty, check_version
 from ..base import (
     Check,
     Create,
@@ -141,8 +142,8 @@ class MemoryCluster:
         session.expired = True
         for path in sorted(self.ephemerals.pop(sid, ())):
             if path in self.nodes:
-                self._remove(path)
-        session.driver._server_expired(sid)
+                self.remove(path)
+        session.driver.server_expired(sid)
 
     def close_session(self, sid: int) -> None:
         self.expire(sid)
@@ -152,12 +153,13 @@ class MemoryCluster:
     def _notify(self, path: str, kind: NodeEventKind) -> None:
         event = NodeEvent(path, kind)
         for driver in list(self.watchers.get(path, ())):
-            driver._server_event(event)
+            driver.server_event(event)
 
-    def _remove(self, path: str) -> None:
+    def remove(self, path: str) -> None:
+        """Delete the node at ``path`` and everything under it, telling the watchers."""
         node = self.nodes[path]
         for child in list(node.children):  # children first: each unlinks itself from us
-            self._remove(f"{path.rstrip('/')}/{child}")
+            self.remove(f"{path.rstrip('/')}/{child}")
         del self.nodes[path]
         if node.ephemeral_owner is not None:
             self.ephemerals.get(node.ephemeral_owner, set()).discard(path)
@@ -172,28 +174,27 @@ class MemoryCluster:
             return staged[path] if path in staged else self.nodes.get(path)
 
         if isinstance(op, Create):
-            if node_at(op.path) is not None:
-                raise NodeExists(op.path)
-            if op.path == "/" or node_at(parent_of(op.path)) is None:
-                raise NoNode(parent_of(op.path))
-            parent = node_at(parent_of(op.path))
-            if parent is not None and parent.ephemeral_owner is not None:
-                raise NoNode(f"{op.path} (ephemeral nodes cannot have children)")
+            parent = None if op.path == "/" else node_at(parent_of(op.path))
+            check_create(
+                op.path,
+                exists=node_at(op.path) is not None,
+                parent=parent is not None,
+                parent_ephemeral=parent is not None and parent.ephemeral_owner is not None,
+            )
             staged[op.path] = _Node(op.data, ephemeral_owner=sid if op.ephemeral else None)
             return
         node = node_at(op.path)
-        if node is None:
-            raise NoNode(op.path)
-        if op.version != -1 and node.version != op.version:
-            raise BadVersion(op.path, op.version, node.version)
+        check_version(op.path, op.version, None if node is None else node.version)
+        assert node is not None
         if isinstance(op, Delete):
             live_children = {
                 c for c in node.children if node_at(f"{op.path.rstrip('/')}/{c}") is not None
             }
-            if live_children or any(
-                p.startswith(op.path + "/") and n is not None for p, n in staged.items()
-            ):
-                raise NotEmpty(op.path)
+            check_empty(
+                op.path,
+                children=bool(live_children)
+                or any(p.startswith(op.path + "/") and n is not None for p, n in staged.items()),
+            )
             staged[op.path] = None
         elif isinstance(op, SetData):  # later ops of the transaction see the new version
             staged[op.path] = replace(node, data=op.data, version=node.version + 1)
@@ -214,7 +215,7 @@ class MemoryCluster:
         for index, op in enumerate(ops):
             try:
                 self._check_op(op, sid, staged)
-            except (NodeExists, NoNode, BadVersion, NotEmpty) as exc:
+            except NODE_ERRORS as exc:
                 raise TransactionFailed(index, exc) from None
         if any(not isinstance(op, Check) for op in ops):
             self.zxid += 1
@@ -235,7 +236,7 @@ class MemoryCluster:
                 self._notify(op.path, NodeEventKind.CHANGED)
                 results.append(node.stat())
             elif isinstance(op, Delete):
-                self._remove(op.path)
+                self.remove(op.path)
                 results.append(None)
             else:
                 results.append(None)

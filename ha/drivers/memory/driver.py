@@ -23,7 +23,7 @@ from ...errors import (
     SessionExpired,
     TransactionFailed,
 )
-from .._faults import Injected
+from .._faults import FaultGate, FaultHooks
 from .._input import checked_op, node_data
 from .._options import OptionTable
 from ..base import (
@@ -44,6 +44,7 @@ from ..base import (
     validate_path,
 )
 from .cluster import MemoryCluster
+from .faults import MemoryFaults
 
 __all__ = ("MemoryDriver",)
 
@@ -79,7 +80,8 @@ class MemoryDriver(Driver):
         self._partitioned = False
         self._cut = False  # disconnected on purpose: no contact until reconnect()
         self._crashed = False
-        self._injected = Injected()  # freeze() and fail_next()
+        # freeze() and fail_next(): part of what this simulated client models, read by _call
+        self._injected = FaultGate("memory", arm=lambda: None)
         self.delay = 0.0
 
     @classmethod
@@ -187,7 +189,8 @@ class MemoryDriver(Driver):
 
     # --- called by the cluster ---------------------------------------------------------------
 
-    def _server_event(self, event: NodeEvent) -> None:
+    def server_event(self, event: NodeEvent) -> None:
+        """The cluster pushes a node event of a path this client watches."""
         if self._crashed:
             return
         if self._connected and self._reachable():
@@ -195,7 +198,8 @@ class MemoryDriver(Driver):
         else:
             self._held.append(event)
 
-    def _server_expired(self, sid: int) -> None:
+    def server_expired(self, sid: int) -> None:
+        """The cluster ended session ``sid`` (its own, or one this client had before)."""
         if sid == self._session_id and self._reachable():
             self._wake.set()  # a connected client is told at once, as ZooKeeper does
 
@@ -240,16 +244,19 @@ class MemoryDriver(Driver):
         """The next ``count`` operations fail: ConnectionLost, or AccessDenied if not transient."""
         self._injected.fail_next(count, transient=transient)
 
+    def _faults(self) -> FaultHooks:
+        return MemoryFaults(self)
+
     # --- operations -------------------------------------------------------------------------
 
     async def _call(self, ops: Sequence[Op]) -> list[str | Stat | None]:
         if self.delay:
             await anyio.sleep(self.delay)
-        await self._injected.wait_thawed()
+        await self._injected.thawed()
         await anyio.lowlevel.checkpoint()
         if self._pinger_task is None or self._session_id is None:
             raise ConnectionLost("driver is not started")
-        self._injected.raise_next()
+        self._injected.raise_queued()
         if not self._reachable() or not self._connected:
             raise ConnectionLost(f"memory cluster {self.cluster.name!r} unreachable")
         now = anyio.current_time()  # before the server's reading: never later than its view
@@ -322,7 +329,7 @@ class MemoryDriver(Driver):
         if recursive:
             # all or nothing: check the version, then drop the whole subtree in one step
             await self._one(Check(path, version))
-            self.cluster._remove(path)
+            self.cluster.remove(path)
             return
         await self._one(Delete(path, version))
 

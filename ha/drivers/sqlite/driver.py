@@ -47,34 +47,56 @@ Limits: one host, local file systems only (no NFS: its locks are not reliable).
 Where things are: ``settings`` (URL, options, timings), ``schema`` (the file, its
 transactions, its errors), ``tree`` (the nodes as SQL, the change log, ending sessions),
 ``clock`` (the host's CLOCK_MONOTONIC in any time namespace), ``liveness`` (leases and lock
-files: renew, reap), ``session`` (lifecycle, worker threads, the renew and poll loops), and
-here the driver itself: the node operations and the test hooks.
+files: renew, reap), ``files`` (the connections, the worker threads, the fault gate),
+``session`` (the renew and poll loops), ``faults`` (the test faults), and here the driver
+itself: a facade that owns those parts, starts and closes them, and the node operations.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from typing import Any, Self, TypeVar
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, Self
 
 import anyio
 import anyio.to_thread
 
-from ...errors import ConfigurationError, ConnectionLost, NodeExists, SessionExpired
+from ..._background import BackgroundTask
+from ...errors import (
+    ConfigurationError,
+    ConnectionLost,
+    HAError,
+    NodeExists,
+    SessionExpired,
+    Unavailable,
+)
+from .._faults import FaultHooks
 from .._input import checked_op, node_data
-from ..base import Capabilities, Create, Op, SessionKind, SessionLease, Stat, validate_path
+from .._parts import PartsDriver, SessionState
+from ..base import (
+    Capabilities,
+    ConnectionEvent,
+    ConnectionState,
+    Create,
+    Op,
+    SessionKind,
+    SessionLease,
+    Stat,
+    validate_path,
+)
 from . import tree
+from .faults import SqliteFaults
+from .files import Files, Lifecycle
 from .liveness import lease_of
-from .schema import writing
-from .session import FileSession, Lifecycle
+from .schema import map_error, os_error
+from .session import FileSession
 from .settings import Settings, parse_url
 
 __all__ = ("SqliteDriver",)
 
-T = TypeVar("T")
 
-
-class SqliteDriver(FileSession):
+class SqliteDriver(PartsDriver):
     """Sessions, nodes and events in one SQLite file, for the processes of one host."""
 
     capabilities = Capabilities(
@@ -97,16 +119,19 @@ class SqliteDriver(FileSession):
         busy_timeout: float | None = None,
         synchronous: str = "full",
     ) -> None:
-        super().__init__(
-            Settings.check(
-                path,
-                session_timeout=session_timeout,
-                poll_interval=poll_interval,
-                renew_interval=renew_interval,
-                busy_timeout=busy_timeout,
-                synchronous=synchronous,
-            )
+        super().__init__()
+        self._settings = Settings.check(
+            path,
+            session_timeout=session_timeout,
+            poll_interval=poll_interval,
+            renew_interval=renew_interval,
+            busy_timeout=busy_timeout,
+            synchronous=synchronous,
         )
+        self._files = Files(self._settings, wrote=self._poke)
+        self._session = FileSession(self._files, self._pass_on, self.watched_paths)
+        # the renewer and the poller, stopped alone by a crash and with the rest by aclose()
+        self._loops: BackgroundTask | None = None
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -116,92 +141,123 @@ class SqliteDriver(FileSession):
     @property
     def path(self) -> str:
         """The database file."""
-        return self._path
+        return self._files.path
 
     def __repr__(self) -> str:
-        return f"<SqliteDriver {self._path} session={self._session_id} {self._state.value}>"
+        state = self._files.state.value
+        return f"<SqliteDriver {self.path} session={self._session.id} {state}>"
 
-    # --- calls on the file ----------------------------------------------------------------------
+    # --- lifecycle --------------------------------------------------------------------------
 
-    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
-        self._injected_fault()
-        return await self._in_thread(self._ops_limiter, self._with_ops, fn, args)
-
-    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
-        self._injected_fault()
+    async def start(self) -> None:
+        files = self._files
+        if files.state is not Lifecycle.NEW:
+            raise ConfigurationError(f"{self!r} was already started")
+        files.limit()
         try:
-            return await self._in_thread(self._ops_limiter, self._write_sync, fn, args)
+            # shielded: a session opened and then abandoned would hold its lock until exit;
+            # a cancellation is delivered after start returns, inside ``async with``
+            with anyio.CancelScope(shield=True):
+                monotonic = await anyio.to_thread.run_sync(
+                    self._session.open, limiter=files.bg_limiter
+                )
+        except sqlite3.Error as exc:
+            raise self._start_error(map_error(exc, self.path)) from exc
+        except OSError as exc:
+            raise self._start_error(os_error(exc, self.path, "open")) from exc
+        except HAError as exc:
+            raise self._start_error(exc) from exc
+        files.state = Lifecycle.STARTED
+        self._session.started(monotonic)
+        self._loops = BackgroundTask(self._session.run, name=f"sqlite loops {self.path}")
+        self._loops.start()
+        self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._session.id))
+
+    def _start_error(self, exc: HAError) -> HAError:
+        self._files.state = Lifecycle.CLOSED
+        # a busy or unreachable file at start is Unavailable; other errors say what is wrong
+        return Unavailable(str(exc)) if isinstance(exc, ConnectionLost) else exc
+
+    async def aclose(self) -> None:
+        files = self._files
+        if files.state not in (Lifecycle.STARTED, Lifecycle.ABANDONED):
+            files.state = Lifecycle.CLOSED
+            return
+        abandoned = files.state is Lifecycle.ABANDONED
+        files.state = Lifecycle.CLOSING
+        loops, self._loops = self._loops, None
+        try:
+            if loops is not None:
+                await loops.stop()
         finally:
-            if self._poke is not None:
-                self._poke.set()  # deliver our own changes' events without waiting a poll
+            if abandoned:  # the crash dropped the files; the session is left to the reapers
+                files.state = Lifecycle.CLOSED
+            else:
+                await self._close_session()
 
-    def _with_ops(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        if self._ops is None:  # closed, or reopening a replaced file
-            raise ConnectionLost(f"{self._path}: not open")
-        return fn(self._ops, *args)
+    async def _close_session(self) -> None:
+        with anyio.CancelScope(shield=True):
+            session = self._session
+            sid, session.id, session.connected = session.id, None, False
+            try:
+                # the ops limiter waits for any operation still running on that connection
+                await anyio.to_thread.run_sync(
+                    session.shutdown, sid, limiter=self._files.ops_limiter
+                )
+            finally:
+                self._files.state = Lifecycle.CLOSED
+                self._emit(ConnectionEvent(ConnectionState.CLOSED, sid))
 
-    def _write_sync(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        conn = self._ops
-        if conn is None:
-            raise ConnectionLost(f"{self._path}: not open")
-        with writing(conn) as now:
-            tree.expire_lapsed(conn, now.host)
-            return fn(conn, *args)
+    def _poke(self) -> None:
+        self._session.poke()
 
-    # --- test hooks: faults a process can meet, for the test harness only -----------------------
+    # --- the session, as the parts keep it --------------------------------------------------
+
+    def _session_state(self) -> SessionState:
+        return self._session
+
+    @property
+    def renewal_interval(self) -> float:
+        return self._settings.renew_interval
+
+    # --- test faults (ha.testing.faults) ----------------------------------------------------
+
+    def _faults(self) -> FaultHooks:
+        return SqliteFaults(
+            self.path, self._files.gate, session=lambda: self._session.id, crash=self._abandon
+        )
 
     async def _abandon(self) -> None:
-        """Test hook: die as a killed process does, without a goodbye.
+        """Die as a killed process does, without a goodbye.
 
         Renewals and polls stop, the connections close and the session's kernel lock is released
         (closed, as the kernel does at exit: the lock file stays), but the session row and its
         ephemeral nodes stay for the other drivers to reap. Every later call fails with
         ``ConnectionLost``; ``aclose()`` then only leaves the task group.
         """
-        if self._state is not Lifecycle.STARTED:
+        files = self._files
+        if files.state is not Lifecycle.STARTED:
             return
-        self._state = Lifecycle.ABANDONED
-        self._connected = False
-        assert self._loops is not None and self._ops_limiter is not None
+        files.state = Lifecycle.ABANDONED
+        self._session.connected = False
+        assert self._loops is not None and files.ops_limiter is not None
         await self._loops.stop()
         with anyio.CancelScope(shield=True):
-            async with self._ops_limiter:  # no operation runs on the connections meanwhile
+            async with files.ops_limiter:  # no operation runs on the connections meanwhile
                 await anyio.to_thread.run_sync(
-                    lambda: self._close_files(unlink=False), limiter=self._bg_limiter
+                    lambda: files.close(unlink=False), limiter=files.bg_limiter
                 )
-
-    def _freeze(self) -> None:
-        """Test hook: every access to the file (renewals, polls, operations) waits for
-        ``_thaw()``, as when the file's disk stalls: no error, no contact, no renewal."""
-        self._injected.freeze()
-
-    def _thaw(self) -> None:
-        self._injected.thaw()
-
-    def _fail_next(self, count: int = 1, *, transient: bool = True) -> None:
-        """Test hook: the next ``count`` operations fail before reaching the file, with
-        ``ConnectionLost`` (as a busy database) or, if not transient, ``AccessDenied``."""
-        self._injected.fail_next(
-            count,
-            transient=transient,
-            lost=f"{self._path}: injected fault (database is busy)",
-            denied=f"{self._path}: injected fatal fault",
-        )
-
-    def _injected_fault(self) -> None:
-        if self._state is Lifecycle.STARTED:
-            self._injected.raise_next()
 
     # --- nodes ------------------------------------------------------------------------------------
 
     def _owner(self) -> int:
-        sid = self._session_id
+        sid = self._session.id
         if sid is None:
-            raise SessionExpired(f"{self._path}: no session (it expired; a new one is opening)")
+            raise SessionExpired(f"{self.path}: no session (it expired; a new one is opening)")
         return sid
 
     async def session_lease(self, owner: int) -> SessionLease | None:
-        return await self._read(lease_of, owner)
+        return await self._files.read(lease_of, owner)
 
     async def create(
         self,
@@ -217,29 +273,29 @@ class SqliteDriver(FileSession):
         owner = self._owner() if ephemeral else None
         if path == "/":
             raise NodeExists(path)
-        return await self._write(tree.create, path, data, owner, makepath, sequential)
+        return await self._files.write(tree.create, path, data, owner, makepath, sequential)
 
     async def get(self, path: str) -> tuple[bytes, Stat]:
         validate_path(path)
-        return await self._read(tree.get, path)
+        return await self._files.read(tree.get, path)
 
     async def exists(self, path: str) -> Stat | None:
         validate_path(path)
-        return await self._read(tree.exists, path)
+        return await self._files.read(tree.exists, path)
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         validate_path(path)
-        return await self._write(tree.set_data, path, node_data(data), version)
+        return await self._files.write(tree.set_data, path, node_data(data), version)
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         validate_path(path)
         if path == "/":
             raise ConfigurationError("the root node cannot be deleted")
-        await self._write(tree.delete, path, version, recursive)
+        await self._files.write(tree.delete, path, version, recursive)
 
     async def children(self, path: str) -> list[str]:
         validate_path(path)
-        return await self._read(tree.children, path)
+        return await self._files.read(tree.children, path)
 
     async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
         checked: list[Op] = []
@@ -250,4 +306,4 @@ class SqliteDriver(FileSession):
                 owner = self._owner()
         if not checked:
             return []
-        return await self._write(tree.transact, checked, owner)
+        return await self._files.write(tree.transact, checked, owner)

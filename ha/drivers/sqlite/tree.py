@@ -27,14 +27,13 @@ import time
 from collections.abc import Sequence
 
 from ...errors import (
-    BadVersion,
     ConfigurationError,
     NodeExists,
     NoNode,
-    NotEmpty,
     SessionExpired,
     TransactionFailed,
 )
+from .._nodes import NODE_ERRORS, check_empty, check_version
 from ..base import Check, Create, NodeEventKind, Op, SetData, Stat, parent_of
 from .schema import reading
 
@@ -226,11 +225,7 @@ def create(
 
 
 def _check(conn: sqlite3.Connection, path: str, version: int) -> None:
-    actual = _version(conn, path)
-    if actual is None:
-        raise NoNode(path)
-    if version != -1 and version != actual:
-        raise BadVersion(path, version, actual)
+    check_version(path, version, _version(conn, path))
 
 
 def set_data(conn: sqlite3.Connection, path: str, data: bytes, version: int) -> Stat:
@@ -263,11 +258,9 @@ def delete(conn: sqlite3.Connection, path: str, version: int, recursive: bool) -
     if path == "/":
         raise ConfigurationError("the root node cannot be deleted")
     _check(conn, path, version)
-    if (
-        not recursive
-        and conn.execute("SELECT 1 FROM nodes WHERE parent = ? LIMIT 1", (path,)).fetchone()
-    ):
-        raise NotEmpty(path)
+    if not recursive:
+        below = conn.execute("SELECT 1 FROM nodes WHERE parent = ? LIMIT 1", (path,)).fetchone()
+        check_empty(path, children=below is not None)
     _remove(conn, path)
 
 
@@ -299,7 +292,7 @@ def transact(
     for index, op in enumerate(ops):
         try:
             results.append(_apply(conn, op, owner, creation))
-        except (NoNode, NodeExists, BadVersion, NotEmpty) as exc:
+        except NODE_ERRORS as exc:
             raise TransactionFailed(index, exc) from exc
     return results
 

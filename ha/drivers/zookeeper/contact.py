@@ -28,34 +28,43 @@ about ``1.5 * tick_time`` (by default 0.3 session timeouts) plus a few round tri
 
 from __future__ import annotations
 
-from abc import abstractmethod
+import math
 from collections import deque
+from collections.abc import Awaitable, Callable
 
 import anyio
 
 from ...errors import DriverError
-from ..base import Driver
 
 __all__ = ("ContactDating",)
 
 
-class ContactDating(Driver):
+class ContactDating:
     """Dates ``last_contact`` from the requests ZooKeeper answered and the replies that went
-    through its leader; a ``sync`` now and then (``_probe``) when nothing else does."""
+    through its leader; a ``sync`` now and then (``probe``) when nothing else does.
 
-    def __init__(self, tick_time: float | None) -> None:
-        super().__init__()
+    ``timeout()``: the session timeout as granted; ``connected()``: whether the session has
+    a connection now; ``sync``: a ``sync`` through the leader, dated as any request."""
+
+    def __init__(
+        self,
+        tick_time: float | None,
+        *,
+        timeout: Callable[[], float],
+        connected: Callable[[], bool],
+        sync: Callable[[], Awaitable[None]],
+    ) -> None:
         self._tick_time = tick_time  # the ensemble's tickTime; None: a fifth of the timeout
+        self._timeout = timeout
+        self._connected = connected
+        self._sync = sync
+        self.last_contact = -math.inf  # no contact yet
         # requests answered by the server: (sent, replied) on the loop's clock, candidates for
         # last_contact once a reply through the leader proves their touch reached the leader
         self._answered: deque[tuple[float, float]] = deque()
         self._probe_now = anyio.Event()
 
-    @abstractmethod
-    async def _sync(self) -> None:
-        """A ``sync`` through the leader, dated as any request (``_call(..., leader=True)``)."""
-
-    def _remember(self, sent: float, replied: float) -> None:
+    def remember(self, sent: float, replied: float) -> None:
         """Keep an answered request until a sync proves it. Under heavy load the oldest two
         become one (latest send, latest reply): proven later, never earlier, and the oldest
         are the ones the next sync can prove, so they must not be dropped."""
@@ -67,41 +76,44 @@ class ContactDating(Driver):
     @property
     def renewal_interval(self) -> float:
         """Each sync dates a request answered a tick earlier: about 1.5 ticks (module doc)."""
-        return 1.5 * self._tick
+        return 1.5 * self.tick
 
     @property
-    def _tick(self) -> float:
+    def tick(self) -> float:
         """How long before a reply through the leader a request must have been answered for
         that reply to prove its touch reached the leader (see the module's doc)."""
-        return self._tick_time or self._session_timeout / 5
+        return self._tick_time or self._timeout() / 5
 
-    def _through_leader(self, sent: float) -> None:
+    def through_leader(self, sent: float) -> None:
         """A request sent at ``sent`` went through the leader: date the contact."""
-        cutoff = sent - self._tick
+        cutoff = sent - self.tick
         proven = [entry[0] for entry in self._answered if entry[1] <= cutoff]
         if proven:  # their touches are in; later proofs need only later requests
             self._answered = deque(entry for entry in self._answered if entry[1] > cutoff)
             self._stamp(max(proven))
 
     def _stamp(self, contact: float) -> None:
-        if contact > self._last_contact:
-            self._last_contact = contact
+        if contact > self.last_contact:
+            self.last_contact = contact
 
-    def _connect_dated(self, contact: float | None) -> None:
+    def connect_dated(self, contact: float | None) -> None:
         """A session was granted to a connect request sent at ``contact`` (see the module's
         doc): it is later than every earlier answer."""
         self._answered.clear()
         if contact is not None:
             self._stamp(contact)
 
-    async def _probe(self) -> None:
+    def probe_now(self) -> None:
+        self._probe_now.set()
+
+    async def probe(self) -> None:
         """A ``sync`` now and then, to keep ``last_contact`` fresh: each one goes through the
         leader and so dates the latest one answered at least ``tick_time`` before it."""
         while True:
-            with anyio.move_on_after(max(self._tick / 2, self._session_timeout / 12)):
+            with anyio.move_on_after(max(self.tick / 2, self._timeout() / 12)):
                 await self._probe_now.wait()
             self._probe_now = anyio.Event()
-            if self._connected:
+            if self._connected():
                 try:
                     await self._sync()
                 except DriverError:

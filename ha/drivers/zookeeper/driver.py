@@ -1,7 +1,8 @@
 """The ZooKeeper driver: ``zk://h1:2181,h2:2181/chroot?session_timeout=5``, on kazoo.
 
 The node operations, each one kazoo request (a recursive delete: one multi), on the session of
-``session`` with its watches (``watches``) and test hooks (``faults``).
+``session`` (which dates its contact with ``contact``), with its watches (``watches``) and
+test faults (``faults``): parts the driver owns.
 
 Security: digest credentials (``auth=USER:PASSWORD``), an ACL on every node the driver creates
 (``acl=open``, or ``acl=creator``: only the creating credentials), TLS through kazoo's options
@@ -14,18 +15,25 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 from ...errors import ConfigurationError, NoNode, NotEmpty, TransactionFailed
+from .._faults import FaultHooks
 from .._input import checked_op, node_data
+from .._parts import PartsDriver, SessionState
 from ..base import Capabilities, Check, Create, Delete, Op, SessionKind, SetData, Stat
-from .faults import FaultHooks
+from .faults import ZooKeeperFaults
 from .mapping import stat_of, transaction_results
-from .settings import check_chroot, check_options, parse_hosts, parse_url
+from .session import KazooSession
+from .settings import Options, check_chroot, check_options, parse_hosts, parse_url
 from .watches import Watches
 
 __all__ = ("ZooKeeperDriver",)
 
 
-class ZooKeeperDriver(FaultHooks, Watches):
-    """A ZooKeeper session through kazoo. Build with ``from_url`` or keyword options."""
+class ZooKeeperDriver(PartsDriver):
+    """A ZooKeeper session through kazoo. Build with ``from_url`` or keyword options.
+
+    A facade over the parts it owns: the kazoo client with its session and states
+    (``session``, which dates ``last_contact`` with ``contact``), the watches (``watches``)
+    and the test faults (``faults``)."""
 
     capabilities = Capabilities(
         name="zookeeper",
@@ -38,7 +46,18 @@ class ZooKeeperDriver(FaultHooks, Watches):
 
     def __init__(self, hosts: str = "127.0.0.1:2181", *, chroot: str = "", **options: Any) -> None:
         servers, root = parse_hosts(hosts), check_chroot(chroot)
-        super().__init__(servers, root, check_options(options))
+        super().__init__()
+        self._session = KazooSession(
+            servers,
+            root,
+            check_options(options),
+            emit=self._pass_on,
+            rearm=lambda: self._watches.rearm(),
+            down=lambda: self._watches.down(),
+            changed=lambda: self._watches.changed(),
+        )
+        self._watches = Watches(self._session, self._pass_on)
+        self._hooks = ZooKeeperFaults(self._session)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -52,6 +71,42 @@ class ZooKeeperDriver(FaultHooks, Watches):
         netloc, chroot, values = parse_url(url, options)
         return cls(netloc, chroot=chroot, **values)
 
+    # --- lifecycle, and the session as the parts keep it ------------------------------------
+
+    async def start(self) -> None:
+        await self._session.start()
+
+    async def aclose(self) -> None:
+        await self._session.aclose()
+
+    @property
+    def hosts(self) -> str:
+        return self._session.hosts
+
+    @property
+    def chroot(self) -> str:
+        return self._session.chroot
+
+    @property
+    def options(self) -> Options:
+        return self._session.options
+
+    def _session_state(self) -> SessionState:
+        return self._session
+
+    @property
+    def renewal_interval(self) -> float:
+        return self._session.contact.renewal_interval
+
+    def _watch_started(self, path: str) -> None:
+        self._watches.started(path)
+
+    def _watch_stopped(self, path: str) -> None:
+        self._watches.stopped(path)
+
+    def _faults(self) -> FaultHooks:
+        return self._hooks
+
     # --- nodes ------------------------------------------------------------------------------
 
     async def create(
@@ -63,46 +118,48 @@ class ZooKeeperDriver(FaultHooks, Watches):
         sequential: bool = False,
         makepath: bool = False,
     ) -> str:
-        full, value = self._abs(path), node_data(data)
-        created = await self._call(
+        full, value = self._session.abs(path), node_data(data)
+        created = await self._session.call(
             path,
             -1,
-            lambda: self._client.create_async(
+            lambda: self._session.client.create_async(
                 full,
                 value,
-                acl=self._acl,
+                acl=self._session.acl,
                 ephemeral=ephemeral,
                 sequence=sequential,
                 makepath=makepath,
             ),
             leader=True,
         )
-        return self._rel(str(created))
+        return self._session.rel(str(created))
 
     async def get(self, path: str) -> tuple[bytes, Stat]:
-        full = self._abs(path)
-        data, stat = await self._call(path, -1, lambda: self._client.get_async(full))
+        full = self._session.abs(path)
+        data, stat = await self._session.call(
+            path, -1, lambda: self._session.client.get_async(full)
+        )
         return bytes(data or b""), stat_of(stat)
 
     async def exists(self, path: str) -> Stat | None:
-        full = self._abs(path)
-        stat = await self._call(path, -1, lambda: self._client.exists_async(full))
+        full = self._session.abs(path)
+        stat = await self._session.call(path, -1, lambda: self._session.client.exists_async(full))
         return None if stat is None else stat_of(stat)
 
     async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
-        full, value = self._abs(path), node_data(data)
-        stat = await self._call(
-            path, version, lambda: self._client.set_async(full, value, version), leader=True
+        full, value = self._session.abs(path), node_data(data)
+        stat = await self._session.call(
+            path, version, lambda: self._session.client.set_async(full, value, version), leader=True
         )
         return stat_of(stat)
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
-        full = self._abs(path)
+        full = self._session.abs(path)
         if path == "/":  # with a chroot, the driver's whole namespace
             raise ConfigurationError("the root node cannot be deleted")
         if not recursive:
-            await self._call(
-                path, version, lambda: self._client.delete_async(full, version), leader=True
+            await self._session.call(
+                path, version, lambda: self._session.client.delete_async(full, version), leader=True
             )
             return
         # the whole subtree in one multi, children first: all or nothing; retried if the tree
@@ -135,8 +192,10 @@ class ZooKeeperDriver(FaultHooks, Watches):
         return paths
 
     async def children(self, path: str) -> list[str]:
-        full = self._abs(path)
-        names = await self._call(path, -1, lambda: self._client.get_children_async(full))
+        full = self._session.abs(path)
+        names = await self._session.call(
+            path, -1, lambda: self._session.client.get_children_async(full)
+        )
         return sorted(names)
 
     async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
@@ -145,16 +204,16 @@ class ZooKeeperDriver(FaultHooks, Watches):
             return []
 
         def build() -> Any:
-            tx = self._client.transaction()
+            tx = self._session.client.transaction()
             for op in ops:
-                full = self._abs(op.path)
+                full = self._session.abs(op.path)
                 if isinstance(op, Check):
                     tx.check(full, op.version)
                 elif isinstance(op, Create):
                     tx.create(
                         full,
                         op.data,
-                        acl=self._acl,
+                        acl=self._session.acl,
                         ephemeral=op.ephemeral,
                         sequence=op.sequential,
                     )
@@ -164,5 +223,5 @@ class ZooKeeperDriver(FaultHooks, Watches):
                     tx.delete(full, op.version)
             return tx.commit_async()
 
-        results = await self._call(ops[0].path, -1, build, leader=True)
-        return transaction_results(ops, results, self._rel)
+        results = await self._session.call(ops[0].path, -1, build, leader=True)
+        return transaction_results(ops, results, self._session.rel)

@@ -16,6 +16,10 @@ CONNECTED with the same id -> RECONNECTED, LOST -> EXPIRED; kazoo then opens a n
 its own (CONNECTED with the new id). A client refused by every server for a session timeout
 after its last contact (an ensemble replaced, its zxid started again) is replaced by a fresh
 one, said in one error line: EXPIRED, then CONNECTED with the new session (``_refused``).
+
+The driver (``driver``) reads its session's state here and in ``contact`` (``last_contact``),
+and the events go out through the ``emit`` it hands over; ``watches`` hears of each
+(re)connection, of a client gone, and of each change of state before its event.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import logging
 import queue
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -39,8 +43,8 @@ from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
 from ..._clock import loop_minus_monotonic
 from ...errors import ConfigurationError, ConnectionLost, NodeExists, Unavailable
-from .._faults import Injected
-from ..base import ConnectionEvent, ConnectionState, validate_path
+from .._faults import FaultGate
+from ..base import ConnectionEvent, ConnectionState, DriverEvent, validate_path
 from .contact import ContactDating
 from .handler import InlineHandler, inline
 from .mapping import NO_REPLY, map_errors
@@ -49,6 +53,9 @@ from .settings import Options
 __all__ = ("KazooSession",)
 
 log = logging.getLogger("ha.drivers.zookeeper")
+
+# one request: path and version (for its errors), the kazoo call, and whether via the leader
+Call = Callable[..., Awaitable[Any]]
 
 
 def _bound_session_requests(client: Any, bound: float) -> None:
@@ -107,34 +114,66 @@ class _SessionLog(logging.LoggerAdapter[logging.Logger]):
         super().log(level, msg, *args, **kwargs)
 
 
-class KazooSession(ContactDating):
-    """One kazoo client, started and stopped with the driver, and its session's states."""
+class KazooSession:
+    """One kazoo client, started and stopped with the driver, and its session's states.
 
-    def __init__(self, hosts: str, chroot: str, options: Options) -> None:
-        super().__init__(options.tick_time)
+    ``rearm``: the session is (re)connected, arm the watches that are not armed; ``down``:
+    the client is gone with every watch it had set; ``changed``: a connection event is about
+    to be delivered (what came before goes first)."""
+
+    def __init__(
+        self,
+        hosts: str,
+        chroot: str,
+        options: Options,
+        *,
+        emit: Callable[[DriverEvent], None],
+        rearm: Callable[[], None],
+        down: Callable[[], None],
+        changed: Callable[[], None],
+    ) -> None:
         self.hosts = hosts
         self.chroot = chroot
         self.options = options
-        self._acl = CREATOR_ALL_ACL if options.acl == "creator" else OPEN_ACL_UNSAFE
+        self._send_event = emit
+        self._rearm_watches = rearm
+        self._watches_down = down
+        self._connection_changed = changed
+        self.acl = CREATOR_ALL_ACL if options.acl == "creator" else OPEN_ACL_UNSAFE
         self._requested_timeout = options.session_timeout
-        self._session_timeout = options.session_timeout
+        self.timeout = options.session_timeout
+        self.id: int | None = None
+        self.connected = False
+        self.contact = ContactDating(
+            options.tick_time,
+            timeout=lambda: self.timeout,
+            connected=lambda: self.connected,
+            sync=self._sync,
+        )
         self._granted_timeout: float | None = None  # written by kazoo's thread
-        self._client: Any = None
+        self.client: Any = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._wake_r: socket.socket | None = None
         self._wake_w: socket.socket | None = None
-        self._closing = False
+        self.closing = False
         self._clock_offset = 0.0  # anyio.current_time() - time.monotonic(), taken on the loop
         self._connect_sent: float | None = None  # time.monotonic(); kazoo's connection thread
         self._first_session = anyio.Event()
         self._refused_since: float | None = None  # refused at every attempt since (_refused)
-        # test hooks (faults.py): injected errors and a gate on requests
-        self._injected = Injected()
+        # test faults (faults.py): injected errors and a gate on requests; once a test arms
+        # it, call is a gated one (_armed)
+        self.gate = FaultGate("ZooKeeper", self._armed)
+        self.call: Call = self._request
+
+    @property
+    def last_contact(self) -> float:
+        """When the ZooKeeper leader last heard from this session (dated by ``contact``)."""
+        return self.contact.last_contact
 
     # --- plumbing between kazoo's threads and the loop -------------------------------------
 
-    def _post(self, fn: Callable[[], None]) -> None:
+    def post(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the loop's thread soon. Safe from any thread; never blocks."""
         self._inbox.put(fn)
         wake = self._wake_w
@@ -162,7 +201,7 @@ class KazooSession(ContactDating):
                 except Exception:
                     log.exception("ZooKeeper driver callback failed")
 
-    async def _call(
+    async def _request(
         self, path: str, version: int, request: Callable[[], Any], *, leader: bool = False
     ) -> Any:
         """Issue one kazoo async request and wait for its reply on the loop.
@@ -170,16 +209,14 @@ class KazooSession(ContactDating):
         ``leader``: the request goes through the ZooKeeper leader (a write or a sync), so its
         successful reply dates the contact of requests answered earlier (see the module's doc).
         """
-        if self._tg is None or self._client is None:
+        if self._tg is None or self.client is None:
             raise ConnectionLost("the ZooKeeper driver is not started (or closed)")
-        await self._injected.wait_thawed()  # test hook: _freeze()
-        self._injected.raise_next()  # test hook: _fail_next()
         done = anyio.Event()
         sent = anyio.current_time()  # before the request is queued: never later than its sending
         with map_errors(path, version):
             result = request()
-            result.rawlink(inline(lambda _: self._post(done.set)))
-            timeout = self.options.op_timeout or self._session_timeout
+            result.rawlink(inline(lambda _: self.post(done.set)))
+            timeout = self.options.op_timeout or self.timeout
             with anyio.move_on_after(timeout):
                 await done.wait()
             if not done.is_set():
@@ -190,23 +227,37 @@ class KazooSession(ContactDating):
                 value = result.get_nowait()
             except kx.KazooException as exc:
                 if not isinstance(exc, NO_REPLY):
-                    self._remember(sent, replied)
+                    self.contact.remember(sent, replied)
                 raise
         if leader:
-            self._through_leader(sent)
-        self._remember(sent, replied)
+            self.contact.through_leader(sent)
+        self.contact.remember(sent, replied)
         return value
 
-    async def _sync(self) -> None:
-        await self._call("/", -1, lambda: self._client.sync_async("/"), leader=True)
+    def _armed(self) -> None:
+        """A test armed the gate: a started driver's requests wait while it is frozen, then
+        raise the next injected error first."""
+        gate, send = self.gate, self._request
 
-    def _abs(self, path: str) -> str:
+        async def gated(
+            path: str, version: int, request: Callable[[], Any], *, leader: bool = False
+        ) -> Any:
+            if self._tg is not None and self.client is not None:
+                await gate.admit()
+            return await send(path, version, request, leader=leader)
+
+        self.call = gated
+
+    async def _sync(self) -> None:
+        await self.call("/", -1, lambda: self.client.sync_async("/"), leader=True)
+
+    def abs(self, path: str) -> str:
         validate_path(path)
         if not self.chroot:
             return path
         return self.chroot if path == "/" else self.chroot + path
 
-    def _rel(self, path: str) -> str:
+    def rel(self, path: str) -> str:
         if not self.chroot:
             return path
         return path[len(self.chroot) :] or "/"
@@ -214,19 +265,19 @@ class KazooSession(ContactDating):
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._tg is not None or self._closing:
+        if self._tg is not None or self.closing:
             raise RuntimeError("driver already started")
         opts = self.options
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._client = self._new_client()
+        self.client = self._new_client()
         self._clock_offset = loop_minus_monotonic()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         try:
             self._tg.start_soon(self._pump)
-            await anyio.to_thread.run_sync(self._client.start_async)
+            await anyio.to_thread.run_sync(self.client.start_async)
             with anyio.move_on_after(opts.connect_timeout):
                 await self._first_session.wait()
             if not self._first_session.is_set():
@@ -235,14 +286,14 @@ class KazooSession(ContactDating):
                     f" {opts.connect_timeout:g} s (connect_timeout)"
                 )
             await self._check_chroot()
-            if self._tick > self._session_timeout / 4:
+            if self.contact.tick > self.timeout / 4:
                 log.warning(
                     "tick_time %g s is long for a session timeout of %g s: contact through a"
                     " follower is dated that much late, and an active may stop for want of it",
-                    self._tick,
-                    self._session_timeout,
+                    self.contact.tick,
+                    self.timeout,
                 )
-            self._tg.start_soon(self._probe)
+            self._tg.start_soon(self.contact.probe)
         except BaseException:
             await self._shutdown(emit=False)
             raise
@@ -267,7 +318,7 @@ class KazooSession(ContactDating):
             verify_certs=opts.verify_certs,
             check_hostname=opts.check_hostname,
         )
-        client.add_listener(self._kazoo_state)
+        client.add_listener(self.kazoo_state)
         self._date_connects(client)
         _bound_session_requests(client, self._requested_timeout / 3)
         return client
@@ -275,7 +326,7 @@ class KazooSession(ContactDating):
     async def _check_chroot(self) -> None:
         if not self.chroot:
             return
-        stat = await self._call(self.chroot, -1, lambda: self._client.exists_async(self.chroot))
+        stat = await self.call(self.chroot, -1, lambda: self.client.exists_async(self.chroot))
         if stat is not None:
             return
         if not self.options.create_chroot:
@@ -284,10 +335,10 @@ class KazooSession(ContactDating):
                 " create it, or allow the driver to (create_chroot=true)"
             )
         try:
-            await self._call(
+            await self.call(
                 self.chroot,
                 -1,
-                lambda: self._client.create_async(self.chroot, b"", acl=self._acl, makepath=True),
+                lambda: self.client.create_async(self.chroot, b"", acl=self.acl, makepath=True),
                 leader=True,
             )
         except NodeExists:
@@ -299,13 +350,13 @@ class KazooSession(ContactDating):
         await self._shutdown(emit=True)
 
     async def _shutdown(self, *, emit: bool) -> None:
-        self._closing = True
-        had_session = self._session_id is not None
-        self._session_id = None
-        self._connected = False
-        client, self._client = self._client, None
+        self.closing = True
+        had_session = self.id is not None
+        self.id = None
+        self.connected = False
+        client, self.client = self.client, None
         if client is not None:
-            client.remove_listener(self._kazoo_state)
+            client.remove_listener(self.kazoo_state)
 
             def stop() -> None:
                 try:
@@ -330,16 +381,7 @@ class KazooSession(ContactDating):
             self._wake_r = self._wake_w = None
             self._watches_down()
             if emit and had_session:
-                self._emit(ConnectionEvent(ConnectionState.CLOSED, None))
-
-    def _rearm_watches(self) -> None:
-        """Hook: the session is (re)connected: arm the watches that are not armed."""
-
-    def _watches_down(self) -> None:
-        """Hook: the client is gone with every watch it had set."""
-
-    def _connection_changed(self) -> None:
-        """Hook: a connection event is about to be delivered (what came before goes first)."""
+                self._send_event(ConnectionEvent(ConnectionState.CLOSED, None))
 
     # --- session ----------------------------------------------------------------------------
 
@@ -363,7 +405,7 @@ class KazooSession(ContactDating):
                 if getattr(handler, "_socket", None) is not None:
                     # the server took the connection and closed it without answering the
                     # session request: it refuses this client (see _refused)
-                    self._post(functools.partial(self._refused, client))
+                    self.post(functools.partial(self._refused, client))
                 raise
 
         handler._connect = dated_connect
@@ -381,14 +423,14 @@ class KazooSession(ContactDating):
         for less than a session timeout (a server that is starting, or joining its quorum,
         closes connections too) are waited out.
         """
-        if client is not self._client or self._closing or self._connected or self._tg is None:
+        if client is not self.client or self.closing or self.connected or self._tg is None:
             return
         if not client.last_zxid:  # a client that has seen nothing is refused for other reasons
             return
         now = anyio.current_time()
         if self._refused_since is None:
             self._refused_since = now
-        if min(now - self._last_contact, now - self._refused_since) <= self._session_timeout:
+        if min(now - self.contact.last_contact, now - self._refused_since) <= self.timeout:
             return
         self._refused_since = None
         log.error(
@@ -398,12 +440,12 @@ class KazooSession(ContactDating):
             self.hosts,
         )
         fresh = self._new_client()
-        self._client = fresh
-        client.remove_listener(self._kazoo_state)
-        old, self._session_id = self._session_id, None
+        self.client = fresh
+        client.remove_listener(self.kazoo_state)
+        old, self.id = self.id, None
         self._watches_down()
         if old is not None:
-            self._emit(ConnectionEvent(ConnectionState.EXPIRED, old))
+            self._send_event(ConnectionEvent(ConnectionState.EXPIRED, old))
         self._tg.start_soon(self._swap_clients, client, fresh)
 
     async def _swap_clients(self, old: Any, fresh: Any) -> None:
@@ -412,7 +454,7 @@ class KazooSession(ContactDating):
                 old.stop()  # not connected: no goodbye to send, its threads end
             finally:
                 old.close()
-            if not self._closing:
+            if not self.closing:
                 fresh.start_async()
 
         def stop_fresh() -> None:
@@ -422,30 +464,48 @@ class KazooSession(ContactDating):
         try:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(swap)
-                if self._closing:  # closed meanwhile: its stop may have come before our start
+                if self.closing:  # closed meanwhile: its stop may have come before our start
                     await anyio.to_thread.run_sync(stop_fresh)
         except Exception:
             log.warning("replacing the kazoo client failed", exc_info=True)
 
-    def _kazoo_state(self, state: str) -> None:  # kazoo's connection thread: must not block
-        client = self._client
+    def lost_contact(self) -> None:
+        """The connection dropped (a test's disconnect): DISCONNECTED now, if connected (a
+        SUSPENDED from kazoo, when it comes, then changes nothing)."""
+        if self.connected:
+            self.connected = False
+            self._send_event(ConnectionEvent(ConnectionState.DISCONNECTED, self.id))
+
+    def abandon(self) -> Any:
+        """A test's crash: nothing kazoo reports from now on is passed on. The kazoo client,
+        to kill; None if there is none (not started, or closing)."""
+        client = self.client
+        if client is None or self.closing:
+            return None
+        self.closing = True
+        self.connected = False
+        client.remove_listener(self.kazoo_state)
+        return client
+
+    def kazoo_state(self, state: str) -> None:  # kazoo's connection thread: must not block
+        client = self.client
         client_id = client.client_id if client is not None else None
         session = client_id[0] if client_id else None
         contact = None
         if state == KazooState.CONNECTED and self._connect_sent is not None:
             # CONNECTED is reported from inside the connection attempt that began then
             contact = self._connect_sent + self._clock_offset
-        self._post(
+        self.post(
             functools.partial(self._state_changed, state, session, self._granted_timeout, contact)
         )
 
     def _state_changed(
         self, state: str, session: int | None, granted: float | None, contact: float | None = None
     ) -> None:
-        if self._closing:
+        if self.closing:
             return
         self._connection_changed()
-        old = self._session_id
+        old = self.id
         if state == KazooState.CONNECTED and session is not None:
             if granted is not None:
                 if granted < self._requested_timeout:
@@ -454,29 +514,29 @@ class KazooSession(ContactDating):
                         granted,
                         self._requested_timeout,
                     )
-                self._session_timeout = granted
-            self._connected = True
+                self.timeout = granted
+            self.connected = True
             self._refused_since = None
             # the server answered a connect request sent at ``contact`` (dated on kazoo's
             # thread, not now: the loop may have been stalled since), having had the leader
             # revalidate or create the session; it is later than every earlier answer
-            self._connect_dated(contact)
+            self.contact.connect_dated(contact)
             if session == old:
-                self._emit(ConnectionEvent(ConnectionState.RECONNECTED, session))
+                self._send_event(ConnectionEvent(ConnectionState.RECONNECTED, session))
             else:
                 if old is not None:  # a new session without LOST first: the old one is gone
-                    self._emit(ConnectionEvent(ConnectionState.EXPIRED, old))
-                self._session_id = session
-                self._emit(ConnectionEvent(ConnectionState.CONNECTED, session))
+                    self._send_event(ConnectionEvent(ConnectionState.EXPIRED, old))
+                self.id = session
+                self._send_event(ConnectionEvent(ConnectionState.CONNECTED, session))
             self._first_session.set()
-            self._probe_now.set()
+            self.contact.probe_now()
             self._rearm_watches()
         elif state == KazooState.SUSPENDED:
-            if self._connected:
-                self._connected = False
-                self._emit(ConnectionEvent(ConnectionState.DISCONNECTED, old))
+            if self.connected:
+                self.connected = False
+                self._send_event(ConnectionEvent(ConnectionState.DISCONNECTED, old))
         elif state == KazooState.LOST:
-            self._connected = False
-            self._session_id = None
+            self.connected = False
+            self.id = None
             if old is not None:
-                self._emit(ConnectionEvent(ConnectionState.EXPIRED, old))
+                self._send_event(ConnectionEvent(ConnectionState.EXPIRED, old))

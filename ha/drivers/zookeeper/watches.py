@@ -18,15 +18,15 @@ from __future__ import annotations
 import functools
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from kazoo import exceptions as kx
 from kazoo.protocol.states import EventType
 
-from ..base import NodeEvent, NodeEventKind
+from ..base import DriverEvent, NodeEvent, NodeEventKind
 from .handler import inline
 from .session import KazooSession
-from .settings import Options
 
 __all__ = ("Watches",)
 
@@ -64,48 +64,50 @@ class _Pending:
         self.events: list[NodeEvent] | None = None
 
 
-class Watches(KazooSession):
-    """The subscribed paths' watches: armed on subscribe, re-armed on every (re)connection."""
+class Watches:
+    """The subscribed paths' watches: armed on subscribe, re-armed on every (re)connection
+    (``rearm``), through ``session``; their events go out through ``emit``."""
 
-    def __init__(self, hosts: str, chroot: str, options: Options) -> None:
-        super().__init__(hosts, chroot, options)
+    def __init__(self, session: KazooSession, emit: Callable[[DriverEvent], None]) -> None:
+        self._session = session
+        self._send_event = emit
         self._watches: dict[str, _Watch] = {}
         # unsubscribed paths whose server watch is still set (ZooKeeper cannot remove one):
         # subscribed again before it fires, the same watch serves, with no second watcher
         # (whose firing kazoo's thread would run too) and no request
-        self._idle: dict[str, _Watch] = {}
+        self.idle: dict[str, _Watch] = {}
         self._held: deque[_Pending | NodeEvent] = deque()  # in the server's order
 
-    def _watch_started(self, path: str) -> None:
-        idle = self._idle.pop(path, None)
+    def started(self, path: str) -> None:
+        idle = self.idle.pop(path, None)
         if idle is not None and idle.armed and not idle.arming:
             idle.active = True  # set on the server since its last read: nothing was missed
             self._watches[path] = idle
             return
         watch = _Watch(path)
         self._watches[path] = watch
-        if self._connected:
+        if self._session.connected:
             self._arm(watch)
 
-    def _watch_stopped(self, path: str) -> None:
+    def stopped(self, path: str) -> None:
         watch = self._watches.pop(path, None)
         if watch is not None:
             watch.active = False  # its firing is ignored, unless subscribed again by then
             if watch.armed:
-                self._idle[path] = watch
+                self.idle[path] = watch
 
-    def _rearm_watches(self) -> None:
+    def rearm(self) -> None:
         for watch in self._watches.values():
             if not watch.armed:
                 self._arm(watch)
 
-    def _watches_down(self) -> None:
+    def down(self) -> None:
         for watch in self._watches.values():
             watch.armed = watch.arming = False
-        self._idle.clear()
+        self.idle.clear()
         self._release_held()
 
-    def _connection_changed(self) -> None:
+    def changed(self) -> None:
         # what fired before a disconnection is delivered before it; a firing not read back
         # yet is reported by the read of the next connection (its ``fired`` is kept)
         self._release_held()
@@ -120,7 +122,7 @@ class Watches(KazooSession):
         if self._held:
             self._held.append(event)
         else:
-            self._emit(event)
+            self._send_event(event)
 
     def _resolve(self, watch: _Watch, events: list[NodeEvent]) -> None:
         """Put the events of ``watch``'s oldest firing not read back in its place."""
@@ -141,16 +143,16 @@ class Watches(KazooSession):
                     return
                 held.popleft()
                 for event in item.events:
-                    self._emit(event)
+                    self._send_event(event)
             else:
                 held.popleft()
-                self._emit(item)
+                self._send_event(item)
 
     def _arm(self, watch: _Watch) -> None:
         if watch.arming:
             watch.again = True
             return
-        client = self._client
+        client = self._session.client
         if client is None or not watch.active:
             return
         watch.arming = True
@@ -158,23 +160,23 @@ class Watches(KazooSession):
 
         @inline
         def fired(event: Any) -> None:  # kazoo's connection thread
-            self._post(functools.partial(self._fired, watch, getattr(event, "type", None)))
+            self._session.post(functools.partial(self._fired, watch, getattr(event, "type", None)))
 
         @inline
         def replied(result: Any) -> None:  # kazoo's connection thread
-            self._post(functools.partial(self._armed, watch, result))
+            self._session.post(functools.partial(self._armed, watch, result))
 
         try:
-            client.exists_async(self._abs(watch.path), watch=fired).rawlink(replied)
+            client.exists_async(self._session.abs(watch.path), watch=fired).rawlink(replied)
         except Exception:
             watch.arming = False
             log.warning("could not watch %s", watch.path, exc_info=True)
 
     def _fired(self, watch: _Watch, kind: str | None) -> None:
         watch.armed = False
-        if not watch.active or self._closing:
-            if self._idle.get(watch.path) is watch:
-                del self._idle[watch.path]
+        if not watch.active or self._session.closing:
+            if self.idle.get(watch.path) is watch:
+                del self.idle[watch.path]
             return
         # A deletion is reported at once (a lock's deletion is what a standby waits for): the
         # re-arming read then reports a re-creation against a known absence. Anything else is
@@ -191,7 +193,7 @@ class Watches(KazooSession):
 
     def _armed(self, watch: _Watch, result: Any) -> None:
         watch.arming = False
-        if not watch.active or self._closing:
+        if not watch.active or self._session.closing:
             self._resolve(watch, [])
             return
         try:
@@ -202,7 +204,7 @@ class Watches(KazooSession):
         else:
             watch.armed = True
             self._resolve(watch, [NodeEvent(watch.path, k) for k in self._diff(watch, stat)])
-        if watch.again and self._connected:
+        if watch.again and self._session.connected:
             self._arm(watch)
         self._settle(watch)
 

@@ -495,4 +495,4 @@ async def expire_session(driver: Any, hosts: str | None = None) -> None:
     ``ha.testing.faults(driver).expire()`` does, but joining the session at ``hosts`` (the
     server's own address, when the driver talks to it through a fault proxy that may be cut).
     """
-    await driver._expire(hosts)
+    await driver._faults().expire(hosts)
