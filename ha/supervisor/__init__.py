@@ -4,8 +4,8 @@ In the spirit of Hadoop's ZKFC and ``etcdctl elect``: the supervisor is a conten
 COMMAND in ``become_active`` and stops it (SIGTERM to its process group, SIGKILL after the grace
 period) when that scope is cancelled; the elector awaits the stop before anyone else is told
 anything, and its local deadline is shortened so the stop ends before the session can expire
-(``timing_for``, in ``settings.py``). COMMAND runs under a guard process (``_guard.py``, Linux,
-started by ``process.py``): the stop reaches every descendant of COMMAND, even daemons that left its process group, and returns only when
+(``timing_for``, in ``settings.py``). COMMAND runs under a guard process (``ha/_guard.py``, Linux,
+started by ``ha/_process.py``): the stop reaches every descendant of COMMAND, even daemons that left its process group, and returns only when
 none is left; if the supervisor itself dies, even by SIGKILL, the guard kills the whole tree,
 so two copies never run because a supervisor vanished. A guard rather than a cgroup: it needs
 no privileges, delegation or cgroup v2, and works in containers as they come.
@@ -49,6 +49,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .. import admin
+from .._process import Child, describe_exit, spawn
 from ..drivers.base import ConnectionState, Driver
 from ..election.elector import Elector
 from ..election.journal import JournalWriter, Transition
@@ -66,7 +67,6 @@ from .health import check_health
 from .loops import Wakeup, follow_failover, keep_member
 from .paused import PauseWatch
 from .preferred import HandBack
-from .process import Child, describe_exit, spawn
 from .settings import Settings, timing_for
 from .systemd import Notifier
 
@@ -352,7 +352,7 @@ class Supervisor:
             started = anyio.current_time()
             try:
                 # the guard refuses to start once the lease's deadline has passed, and is a
-                # watchdog on it after (process.py): a frozen supervisor's COMMAND stops
+                # watchdog on it after (ha/_process.py): a frozen supervisor's COMMAND stops
                 deadline = lease.stop_deadline()
                 child = await spawn(self.settings.command, env, deadline=deadline, grace=grace)
             except OSError as exc:
