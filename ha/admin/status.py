@@ -20,9 +20,9 @@ from ..election.history import FenceFailure, Term, read_history
 from ..election.names import Breadcrumb, decode_breadcrumb, parse_entry, priority_of
 from ..election.nodes import ElectionNodes
 from ..errors import ConfigurationError, NoNode
+from ..membership.members import read_members
+from ..membership.records import FailoverRequest, Member, Pause, b64, text
 from .leases import lease_json, read_leases
-from .members import read_members
-from .records import FailoverRequest, Member, Pause, b64, text
 
 __all__ = (
     "Contender",

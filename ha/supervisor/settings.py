@@ -34,7 +34,9 @@ class Settings:
     health: tuple[str, ...] = ()
     health_interval: float = 2.0
     health_timeout: float = 5.0
-    health_failures: int = 3  # failed checks in a row that take the member out (eligibility.py)
+    health_failures: int = (
+        3  # failed checks in a row that take the member out (membership/rules.py)
+    )
     journal: str | None = None
     priority: int = 0  # a preferred leader's rank (0: none), ha/election/names.py
     settle: float = 10.0  # seconds in the queue before a preferred standby gets the lead back

@@ -33,7 +33,7 @@ from types import TracebackType
 
 import anyio
 
-from .eligibility import Standing
+from ..membership.rules import Standing
 
 __all__ = ("ENVIRONMENT", "Notifier")
 
