@@ -7,13 +7,13 @@ their paths and the elector's encodings, in ``ha/election/nodes.py``)::
                        creation order is the leader's epoch   (the elector)
     PATH/b/TICKET      each contender's breadcrumb; one whose node is gone is a crashed
                        contender's, fenced by the next leader (the elector)
-    PATH/members/ID    ephemeral, one per running supervisor: its state, host and pid
+    PATH/members/ID    ephemeral, one per running member: its state, host and pid
     PATH/failover      the last graceful failover request (JSON)
 
+The records of these nodes, their codec and the members' side of them are
+``ha/membership/``'s (re-exported here: ``Member``, ``FailoverRequest``, ``claim_member``...).
 One module per idea:
 
-    records.py     Member and FailoverRequest: the two records ``ha run`` writes, one codec
-    members.py     the member nodes: claim, write, remove, list (a duplicate identity refused)
     status.py      ElectionStatus: one consistent reading of all the nodes (the queue in
                    order, the leftover breadcrumbs), and a watch
     leases.py      other sessions' leases (last renewal, expiry), for status to show
@@ -27,26 +27,19 @@ One module per idea:
 
 from __future__ import annotations
 
-from .elections import find_elections, is_election
-from .failover import (
-    FailoverError,
-    NoActive,
-    confirm_failover,
-    read_failover,
-    request_failover,
-    take_failover,
-    wait_for_failover,
-)
-from .format import ElectionInUse, FormatResult, format_election
-from .members import (
+from ..membership.members import (
     DuplicateIdentity,
     claim_member,
     member_path,
     remove_member,
     write_member,
 )
+from ..membership.records import DEFAULT_COOLDOWN, FailoverRequest, Member, Pause, text
+from ..membership.requests import FailoverError, read_failover, take_failover
+from .elections import find_elections, is_election
+from .failover import NoActive, confirm_failover, request_failover, wait_for_failover
+from .format import ElectionInUse, FormatResult, format_election
 from .pause import Paused, PauseRefused, pause_election, read_pause, resume_election
-from .records import DEFAULT_COOLDOWN, FailoverRequest, Member, Pause, text
 from .status import Contender, ElectionStatus, Leftover, election_status, watch_status
 
 __all__ = (

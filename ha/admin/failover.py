@@ -32,15 +32,14 @@ the lead): ``request_failover`` refuses, ``ha pause`` clears a pending request u
 has taken it, and a supervisor that reads the pause drops the request (``wait_for_failover``
 then says so).
 
-The request is the ``FailoverRequest`` record at ``PATH/failover`` (``records.py``); the
-supervisor's side of the protocol is ``ha/supervisor/eligibility.py``. An active ``ha run``
-asks for one itself to hand the lead back to a preferred standby (``--priority``:
-``ha/supervisor/preferred.py``).
+The request is the ``FailoverRequest`` record at ``PATH/failover``
+(``ha/membership/records.py``), read and taken by ``ha/membership/requests.py``; the members'
+side of the protocol is ``ha/membership/rules.py``. An active ``ha run`` asks for one itself to
+hand the lead back to a preferred standby (``--priority``: ``ha/membership/handback.py``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pwd
 import secrets
@@ -53,35 +52,20 @@ import anyio
 from ..drivers.base import Driver
 from ..election.nodes import ElectionNodes
 from ..errors import ConfigurationError, HAError, NoNode
-from .records import DEFAULT_COOLDOWN, FailoverRequest, text
+from ..membership.records import DEFAULT_COOLDOWN, FailoverRequest, text
+from ..membership.requests import FailoverError
 from .status import ElectionStatus, check_election, election_status, watch_status
 
 __all__ = (
-    "FailoverError",
     "NoActive",
     "confirm_failover",
-    "read_failover",
     "request_failover",
-    "take_failover",
     "wait_for_failover",
 )
 
 
 class NoActive(HAError):
     """The operation needs an active and there is none."""
-
-
-class FailoverError(HAError):
-    """A graceful failover was refused or did not complete."""
-
-
-async def read_failover(driver: Driver, path: str) -> FailoverRequest | None:
-    """The last request written at ``PATH/failover`` (pending or not), or None."""
-    try:
-        raw, _ = await driver.get(ElectionNodes(path).failover)
-    except NoNode:
-        return None
-    return FailoverRequest.decode(raw)
 
 
 _READY = ("standby", "neutral")  # member states that can take over
@@ -175,14 +159,6 @@ async def request_failover(
     except NoNode:
         await driver.create(node, request.encode())
     return request
-
-
-async def take_failover(driver: Driver, path: str, request: FailoverRequest, version: int) -> None:
-    """The active takes ``request``, read at ``version``, before it cedes: marked ``ceding``,
-    ``ha pause`` no longer clears it. Raises ``BadVersion`` or ``NoNode`` when it changed since
-    (cleared by a pause, replaced by a newer request)."""
-    taken = dataclasses.replace(request, ceding=True)
-    await driver.set(ElectionNodes(path).failover, taken.encode(), version)
 
 
 async def wait_for_failover(driver: Driver, path: str, request: FailoverRequest) -> ElectionStatus:

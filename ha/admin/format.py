@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..drivers.base import Driver
 from ..election.nodes import ElectionNodes, parse_entry
 from ..errors import HAError, NoNode, NotEmpty
-from .records import text
+from ..membership.records import text
 from .status import check_election
 
 __all__ = ("ElectionInUse", "FormatResult", "format_election")

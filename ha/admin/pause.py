@@ -24,7 +24,7 @@ the target could not take the lead (P16), so the active would cede to nobody. So
   history then). The mark and the clearing both need the version read, so exactly one of
   them lands.
 - ``ha failover`` refuses while paused, and ``ha run`` never cedes while the pause is read
-  (``ha/supervisor/eligibility.py``): it reads the pause after the request, so a request
+  (``ha/membership/rules.py``): it reads the pause after the request, so a request
   written after a pause (``ha failover`` racing it) is dropped. Not covered: a first request
   ever (no node yet) created while a pause is being written, read by the active just before
   the pause lands, and taken just after.
@@ -40,7 +40,8 @@ from typing import NamedTuple
 from ..drivers.base import Check, Create, Delete, Driver, Op
 from ..election.nodes import ElectionNodes
 from ..errors import HAError, NodeExists, NoNode, TransactionFailed
-from .records import FailoverRequest, Pause, text
+from ..membership.records import FailoverRequest, Pause, text
+from ..membership.requests import read_request
 from .status import check_election, election_status, read_node
 
 __all__ = ("PauseRefused", "Paused", "pause_election", "read_pause", "resume_election")
@@ -75,7 +76,7 @@ async def pause_election(driver: Driver, path: str) -> Paused:
     check_election(path)
     nodes = ElectionNodes(path)
     for _ in range(_TRIES):
-        request, version = await _read_request(driver, nodes.failover)
+        request, version = await read_request(driver, path)
         status = await election_status(driver, path)
         if not status.exists:
             raise NoNode(f"no election at {path}")
@@ -102,16 +103,6 @@ async def pause_election(driver: Driver, path: str) -> Paused:
             continue  # the failover request changed since read: read again
         return Paused(pause, False, pending)
     raise PauseRefused(f"the failover request of {path} kept changing: try again")
-
-
-async def _read_request(driver: Driver, node: str) -> tuple[FailoverRequest | None, int | None]:
-    """The failover request (None: none, or unreadable bytes) and its node's version (None:
-    no node)."""
-    try:
-        raw, stat = await driver.get(node)
-    except NoNode:
-        return None, None
-    return FailoverRequest.decode(raw), stat.version
 
 
 async def resume_election(driver: Driver, path: str) -> Pause | None:

@@ -17,12 +17,12 @@ import anyio
 
 from ..drivers.base import Driver, SessionLease, Subscription, TreeSize, validate_path
 from ..election.history import FenceFailure, Term, read_history
-from ..election.nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, parse_entry
-from ..election.preference import priority_of
+from ..election.names import Breadcrumb, decode_breadcrumb, parse_entry, priority_of
+from ..election.nodes import ElectionNodes
 from ..errors import ConfigurationError, NoNode
+from ..membership.members import read_members
+from ..membership.records import FailoverRequest, Member, Pause, b64, text
 from .leases import lease_json, read_leases
-from .members import read_members
-from .records import FailoverRequest, Member, Pause, b64, text
 
 __all__ = (
     "Contender",
@@ -78,7 +78,7 @@ class Contender:
 
     @property
     def priority(self) -> int:
-        """The priority its join published (0: none; ``ha/election/preference.py``)."""
+        """The priority its join published (0: none; ``ha/election/names.py``)."""
         return priority_of(self.ticket)
 
     def to_json(self) -> dict[str, Any]:

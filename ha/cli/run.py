@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from ..election.preference import MAX_PRIORITY
+from ..election.names import MAX_PRIORITY, check_priority
 from ..errors import ConfigurationError
 from ..http import parse_address
 from ..supervisor.exits import OnExit
@@ -216,8 +216,10 @@ def run(
     if require_fence and not fence:
         # before anything connects: nothing is joined, no member node is written
         raise UsageFailure("--require-fence: no --fence CMD given, refusing to start")
-    if not 0 <= priority <= MAX_PRIORITY:
-        raise UsageFailure(f"--priority must be from 0 (no preference) to {MAX_PRIORITY}")
+    try:
+        check_priority(priority)
+    except ConfigurationError:
+        raise UsageFailure(f"--priority must be from 0 (no preference) to {MAX_PRIORITY}") from None
     fence_argv = _argv("--fence", fence)
     health_argv = _argv("--health", health)
     _check_executable("COMMAND", command)

@@ -23,14 +23,13 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from .._process import quit_on_signals
+from .._process import Child, quit_on_signals, spawn
 from ..drivers import connect
 from ..drivers.memory import MemoryDriver
 from ..election.elector import Elector
 from ..election.journal import JournalWriter
 from ..election.lease import Lease
 from ..election.nodes import decode_breadcrumb
-from ..supervisor import Child, spawn
 from .model import Model
 
 __all__ = ("Contenders", "DemoWork", "InProcessContenders", "ProcessContenders", "worker_main")

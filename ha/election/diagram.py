@@ -1,11 +1,12 @@
 """The machine's pictures, drawn from its tables (as h11's ``make-state-diagrams.py``).
 
 ``public_diagram()`` draws the four public states and the changes ``LEGAL`` allows.
-``diagram()`` draws the phases: for every (input, phase) pair that ``HANDLED`` declares, a
-machine is put in that phase in each of its ``situations`` (with a session or not, connected or
-not, holding on or not, retries left or not) and fed the input with every variant of its fields;
-each phase it moves to is an arrow labelled with the input. The picture comes from the table and
-from the handlers it guards, so it cannot drift from either. ``python -m ha.election.diagram``
+``diagram()`` draws the phases from ``MOVES``: each move an arrow labelled with its inputs.
+``moves()`` finds the same moves by running the handlers: for every (input, phase) pair that
+``HANDLED`` declares, a machine is put in that phase in each of its ``situations`` (with a
+session or not, connected or not, holding on or not, retries left or not, what its watch and
+the pause said) and fed the input with every variant of its fields. The table test holds the
+two equal, so the picture cannot drift from the table or from the handlers it guards. ``python -m ha.election.diagram``
 prints ``docs/states.md``; a test keeps that file current.
 """
 
@@ -17,10 +18,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import events as ev
-from .machine import HANDLED, HELD, LEADING, LEGAL, PUBLIC, Machine, Phase, State
-from .nodes import Breadcrumb, encode_breadcrumb
+from .machine import Machine
+from .names import Breadcrumb, encode_breadcrumb
+from .phases import HANDLED, HELD, LEADING, LEGAL, MOVES, PUBLIC, Phase, State
 
-__all__ = ("diagram", "document", "moves", "public_diagram", "situations")
+__all__ = ("declared", "diagram", "document", "moves", "public_diagram", "situations")
 
 ME, OTHER = b"me", b"other"
 SESSION, NEW_SESSION = 1, 2
@@ -30,6 +32,20 @@ _CRUMBS = (None, encode_breadcrumb(Breadcrumb(ME, 1)), encode_breadcrumb(Breadcr
 # the queue as the machine may have seen it: a leader below us, or two nodes below
 LEADER, MIDDLE, MINE = "other_1_0000000001", "third_1_0000000002", "me_1_0000000003"
 _BELOW = ((), (LEADER,), (LEADER, MIDDLE))
+# what a machine may know besides its phase, where that knowledge decides: the leader's node
+# as its watch read it (strays, breadcrumb, breadcrumb seen gone: P6, P7) and the pause (P16:
+# paused, and changes of it since the read was asked for)
+_KNOWN: tuple[tuple[bool, bytes | None, bool, bool | None, int], ...] = (
+    (True, None, False, False, 0),
+    (False, _CRUMBS[2], False, False, 0),
+    (False, None, True, False, 0),
+    (False, _CRUMBS[2], False, None, 0),
+    (False, None, True, True, 0),
+    (True, None, False, None, 1),
+)
+_KNOWING = frozenset(
+    {Phase.WATCHING, Phase.STANDBY, Phase.REQUEUING, Phase.READING, Phase.FENCING, Phase.PAUSED}
+)
 _VALUES: dict[str, tuple[object, ...]] = {
     "bool": (False, True),
     "bytes": (OTHER, ME),
@@ -53,9 +69,10 @@ def situations(phase: Phase, cls: type[ev.Input]) -> Iterator[tuple[Machine, ev.
         (SESSION, False),
         (None, False),
     )
+    knowing = _KNOWN if phase in _KNOWING else _KNOWN[:1]
     for session, connected in contact:
-        for hold, retries, below, values in itertools.product(
-            (True, False), (5, 0), _BELOW, itertools.product(*choices)
+        for hold, retries, below, known, values in itertools.product(
+            (True, False), (5, 0), _BELOW, knowing, itertools.product(*choices)
         ):
             mach = Machine(ME, max_retries=retries, hold_on_disconnect=hold)
             mach.session, mach.connected = session, connected
@@ -67,6 +84,10 @@ def situations(phase: Phase, cls: type[ev.Input]) -> Iterator[tuple[Machine, ev.
                 mach.below = () if phase in LEADING else below
             if phase is Phase.FENCING:
                 mach.to_fence = [_CRUMBS[2]]
+            strays, crumb, gone, paused, changed = known
+            if mach.below:  # what the watch of the leader's node said
+                mach.strays, mach.crumb, mach.crumb_gone = strays, crumb, gone
+            mach.paused, mach.pause_changes = paused, changed
             kwargs: dict[str, Any] = {f.name: v for f, v in zip(fields, values, strict=True)}
             yield mach, cls(**kwargs)
 
@@ -82,7 +103,8 @@ def _field_values(
 
 
 def moves() -> dict[tuple[Phase, Phase], set[str]]:
-    """(from, to) -> the names of the inputs that can take the machine from one to the other."""
+    """(from, to) -> the names of the inputs that take the machine from one to the other, found
+    by running the handlers in every situation (the table test holds ``MOVES`` to this)."""
     found: dict[tuple[Phase, Phase], set[str]] = {}
     for cls, phases in HANDLED.items():
         for phase in phases:
@@ -93,12 +115,22 @@ def moves() -> dict[tuple[Phase, Phase], set[str]]:
     return found
 
 
+def declared() -> dict[tuple[Phase, Phase], set[str]]:
+    """The same, read from ``MOVES`` alone."""
+    found: dict[tuple[Phase, Phase], set[str]] = {}
+    for cls, table in MOVES.items():
+        for phase, targets in table.items():
+            for target in targets:
+                found.setdefault((phase, target), set()).add(cls.__name__)
+    return found
+
+
 def diagram() -> str:
     """The phases and the inputs that move the machine between them, as a Mermaid diagram."""
     order = list(Phase)
     lines = ["stateDiagram-v2", f"    [*] --> {Phase.IDLE.value}"]
     for (old, new), names in sorted(
-        moves().items(), key=lambda m: (order.index(m[0][0]), order.index(m[0][1]))
+        declared().items(), key=lambda m: (order.index(m[0][0]), order.index(m[0][1]))
     ):
         lines.append(f"    {old.value} --> {new.value}: {', '.join(sorted(names))}")
     lines += [f"    {p.value} --> [*]" for p in (Phase.DONE, Phase.FAILED)]
@@ -128,7 +160,7 @@ def document() -> str:
     )
     return f"""# The elector's states
 
-Generated by `python -m ha.election.diagram` from the tables in `ha/election/machine.py`;
+Generated by `python -m ha.election.diagram` from the tables in `ha/election/phases.py`;
 a test keeps it current.
 
 ## Public states

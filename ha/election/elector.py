@@ -44,8 +44,8 @@ from .journal import JournalWriter, Transition
 from .leadership import Leadership
 from .lease import Lease
 from .machine import State
-from .nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, identity_bytes
-from .preference import check_priority, nonce
+from .names import Breadcrumb, check_priority, decode_breadcrumb, identity_bytes, nonce
+from .nodes import ElectionNodes
 from .reporting import ElectorStatistics, FencingStatistics, Reporting, TransitionStream
 from .timing import Timing, check_deadline
 from .watching import QueueWatches, watch_pause
@@ -53,6 +53,7 @@ from .watching import QueueWatches, watch_pause
 __all__ = ("Elector",)
 
 log = logging.getLogger("ha.elector")
+QUICK = 1.0  # seconds for each step of a cancelled run's quit (leaving the queue: best effort)
 _SHARED_RNG = random.Random()
 
 
@@ -62,14 +63,14 @@ class Elector:
     ``await elector.run(contender)`` returns when the election is quit (``quit()``); it raises
     ``ElectionFailed`` after a fatal error. Also ``await task_group.start(elector.run, c)``.
     The nodes it uses are drawn in ``nodes.py`` (``elector.nodes``). ``priority`` (0: none) is
-    published with each join, for a preferred leader (``preference.py``).
+    published with each join, for a preferred leader (``names.py``).
     """
 
     __slots__ = (
         "driver", "path", "identity", "data", "timing", "nodes",
         "_journal_spec", "_reporting", "_rng", "_machine", "_state", "_lease", "_send",
         "_leadership", "_backoff_at", "_closed",
-        "_quit_pending", "_fencing", "_refusal", "_unleft", "_watches", "priority", "_term",
+        "_quit_pending", "_fencing", "_refusal", "_unresigned", "_watches", "priority", "_term",
         "_fenced", "_inbox",
     )  # fmt: skip
 
@@ -124,8 +125,9 @@ class Elector:
         # the history); None after a fence that works, or once someone leads
         self._fencing: tuple[str, int, str] | None = None
         self._refusal: tuple[str, str] | None = None  # the last refusal, until counted
-        # Leaves and Resigns that failed (or waited for contact), retried after a quit
-        self._unleft: dict[str, ev.Leave | ev.Resign] = {}
+        # a resign that failed (or waited for contact), sent again as one after the quit: the
+        # machine, done, holds nothing
+        self._unresigned: dict[str, ev.Resign] = {}
         self._watches = QueueWatches(driver, self.nodes, lambda: self._machine.session, self._feed)
         self._term: Term | None = None  # the term begun, for the history (``history.py``)
         self._fenced: list[str] = []  # whom this takeover fenced, for the term's cause
@@ -240,10 +242,10 @@ class Elector:
                     if self._quit_pending is not None:
                         self._feed(self._quit_pending)
                     task_status.started(self)
-                    error = await self._loop(tg, contender, receive)
+                    error, unfed = await self._loop(tg, contender, receive)
                     quit = error is None
                     if error is None:
-                        await self._release_after_quit()
+                        await self._release_after_quit(unfed)
                     tg.cancel_scope.cancel()
         finally:
             for sub in subs:
@@ -252,16 +254,7 @@ class Elector:
             with anyio.CancelScope(shield=True):
                 await self._leadership.stop("elector stopped")
                 if self._machine.phase not in (m.Phase.DONE, m.Phase.FAILED):
-                    # cancelled from outside: leave as a quit that keeps our breadcrumb (the
-                    # next active fences us), leaving the queue quickly, best effort
-                    for effect in self._machine.handle(ev.QuitRequested(need_fence=True)):
-                        if isinstance(effect, ev.Leave):
-                            with anyio.move_on_after(1.0):
-                                await self._leave(effect)
-                        elif isinstance(effect, ev.Report) and effect.new is not self._state:
-                            # the cancellation may have cut an effect list short, so report
-                            # from the state last published, not the machine's
-                            self._report(ev.Report(self._state, effect.new, None, effect.cause))
+                    await self._quit_cancelled(contender)
             self._send = self._inbox = None
             if isinstance(spec, str) and journal is not None:
                 journal.close()
@@ -308,8 +301,9 @@ class Elector:
         tg: anyio.abc.TaskGroup,
         contender: object,
         receive: MemoryObjectReceiveStream[ev.Input],
-    ) -> str | None:
-        """Run until the machine finishes; return its fatal error, if any."""
+    ) -> tuple[str | None, list[ev.Input]]:
+        """Run until the machine finishes; return its fatal error, if any, and the outcomes not
+        yet handed to it then (done, it acts on nothing: the release reads them)."""
         outcomes: list[ev.Input] = []  # rarely more than one; a deque costs 600 B each
         while True:
             event = await self._next_input(receive, outcomes)
@@ -321,7 +315,7 @@ class Elector:
                 self._first_while_paused()
             for effect in effects:
                 if isinstance(effect, ev.Finish):
-                    return effect.error
+                    return effect.error, outcomes
                 outcome = await self._execute(effect, tg, contender)
                 if outcome is not None:
                     outcomes.append(outcome)
@@ -403,7 +397,7 @@ class Elector:
                 if driver.connected:
                     await self._leave(effect)
                 else:
-                    self._unleft[ticket] = effect  # sent once contact is back (after the quit)
+                    self._unresigned[ticket] = effect  # sent once contact is back (after the quit)
             case ev.Leave():
                 return await self._leave(effect)
             case ev.NotifyStandby():
@@ -487,9 +481,11 @@ class Elector:
         return True
 
     async def _leave(self, effect: ev.Leave | ev.Resign) -> ev.Left | None:
-        """Leave the queue (``nodes.leave``, or ``nodes.resign``: a resign that failed is
-        tried again as one, or the next leader would fence us for nothing); a failure is
-        kept, to retry after a quit."""
+        """Leave the queue (``nodes.leave``); no answer when it failed: the machine keeps the
+        node in its ``unleft`` and sends the Leave again (after a quit: the release). A
+        Resign (``nodes.resign``) that failed is kept and sent again as one after the quit,
+        never as a Leave that keeps the breadcrumb: the next leader would fence us for
+        nothing (P13)."""
         if isinstance(effect, ev.Resign):
             name, call = "resign", self.nodes.resign(self.driver, effect.ticket, effect.node)
         else:
@@ -498,13 +494,27 @@ class Elector:
                 self.driver, effect.ticket, effect.node, keep_crumb=effect.keep_crumb
             )
         if not await self._quietly(name, call):
-            self._unleft[effect.ticket] = effect
+            if isinstance(effect, ev.Resign):
+                self._unresigned[effect.ticket] = effect
             return None
-        self._unleft.pop(effect.ticket, None)
-        self._machine.unleft.pop(effect.ticket, None)  # also after the loop has ended
+        if isinstance(effect, ev.Resign):
+            self._unresigned.pop(effect.ticket, None)  # (its Left is never fed: done)
         return ev.Left(effect.session, effect.ticket)
 
-    async def _release_after_quit(self) -> None:
+    async def _quit_cancelled(self, contender: object) -> None:
+        """The run was cancelled from outside: quit as the machine says for a quit that keeps
+        our breadcrumb (the next active fences us), each effect run by ``_execute`` as in the
+        loop and cut short after ``QUICK``: the queue is left quickly, best effort. A report
+        comes from the state last published (``_report``): the cancellation may have cut an
+        effect list short."""
+        async with anyio.create_task_group() as tg:
+            for effect in self._machine.handle(ev.QuitRequested(need_fence=True)):
+                if isinstance(effect, ev.Finish):
+                    break
+                with anyio.move_on_after(QUICK):
+                    await self._execute(effect, tg, contender)
+
+    async def _release_after_quit(self, unfed: list[ev.Input]) -> None:
         """After a quit, keep trying to leave the queue while our session may live.
 
         A quit while disconnected or while the backend is busy must not leave our node in the
@@ -514,16 +524,22 @@ class Elector:
         timeout. Bounded by two session timeouts of failing tries, then said loudly (closing
         the driver ends it).
         """
-        machine, session = self._machine, self._machine.session
-        for ticket, (node, keep_crumb) in machine.unleft.items():
-            if session is not None and ticket not in self._unleft:
-                self._unleft[ticket] = ev.Leave(session, ticket, node, keep_crumb)
-        machine.unleft = {}
-        self._unleft = {t: e for t, e in self._unleft.items() if e.session == session}
+        session = self._machine.session
+        if session is None:
+            return
+        # what the machine still owed when it finished (but what its last effects left), and
+        # a resign that failed
+        left = {o.ticket for o in unfed if isinstance(o, ev.Left)}
+        owed: dict[str, ev.Leave | ev.Resign] = {
+            ticket: ev.Leave(session, ticket, node, keep_crumb)
+            for ticket, (node, keep_crumb) in self._machine.unleft.items()
+            if ticket not in left
+        }
+        owed |= {t: e for t, e in self._unresigned.items() if e.session == session}
         timeout = self.driver.session_timeout
         give_up = anyio.current_time() + 2 * timeout
         delay = 0.05
-        while self._unleft:
+        while owed:
             if self.driver.session_id != session or self._closed:
                 return
             now = anyio.current_time()
@@ -537,9 +553,10 @@ class Elector:
                 )
                 return
             if self.driver.connected:
-                for effect in list(self._unleft.values()):
-                    await self._leave(effect)
-                if not self._unleft:
+                for ticket, effect in list(owed.items()):
+                    if await self._leave(effect) is not None:
+                        del owed[ticket]
+                if not owed:
                     return
             log.info("%s: quit: our node may still be in the queue; trying again", self.path)
             await anyio.sleep(delay)

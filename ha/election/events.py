@@ -14,8 +14,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 
-if typing.TYPE_CHECKING:
-    from .machine import State
+from .state import State
 
 __all__ = (
     "ActiveFailed",

@@ -2,7 +2,7 @@
 
 ``Machine.handle(input) -> list[Effect]``: inputs are facts that happened (past tense), effects
 are commands for the runner (``elector.py``), which executes them in order and feeds their
-outcomes back as inputs; both are defined in ``events.py``, the nodes in ``nodes.py``.
+outcomes back as inputs; both are defined in ``events.py``, the nodes' names in ``names.py``.
 
 Election protocol 2: a queue of ephemeral sequential nodes (ZooKeeper's election recipe, as
 in Curator's ``LeaderLatch``), with a breadcrumb per node for fencing (Hadoop's
@@ -98,8 +98,9 @@ P17 No term on stale contact (client-go's renew deadline, applied to starting as
     after a reconnect, again after a deadline); after DeadlineExpired the machine lists the
     queue again and acts on nothing but that answer.
 
-The phases, the public states and the table of which phases act on each input are in
-``phases.py`` (with the theory of operation); ``python -m ha.election.diagram`` draws them.
+The phases, the public states, the table of which phases act on each input and the moves
+each input may make are in ``phases.py`` (with the theory of operation);
+``python -m ha.election.diagram`` draws them.
 """
 
 from __future__ import annotations
@@ -107,14 +108,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import events as ev
-from .nodes import decode_breadcrumb, lower_lives, parse_entry, ticket_for
-from .phases import HANDLED, HELD, LEADING, LEGAL, PUBLIC, WAITING, Phase, State
+from .names import decode_breadcrumb, lower_lives, parse_entry, ticket_for
+from .phases import HANDLED, HELD, LEADING, LEGAL, MOVES, PUBLIC, WAITING, Phase, State
 
 __all__ = (
     "HANDLED",
     "HELD",
     "LEADING",
     "LEGAL",
+    "MOVES",
     "PUBLIC",
     "WAITING",
     "Machine",

@@ -1,4 +1,4 @@
-"""The election's nodes: where they live, how they are encoded, and the calls each effect needs.
+"""The election's nodes: where they live, and the backend calls each effect needs.
 
 An election at ``PATH`` is a queue (protocol 2; ``ha/admin/`` reads it all from outside)::
 
@@ -8,19 +8,15 @@ An election at ``PATH`` is a queue (protocol 2; ``ha/admin/`` reads it all from 
     PATH/b/TICKET      persistent, ``ha.breadcrumb/2`` JSON (identity, data): created in the
                        same transaction as the node, deleted with it by a graceful exit, left
                        behind by a crash for the next leader to fence.
-    PATH/members/ID    ephemeral, one per ``ha run`` supervisor (``ha/admin/members.py``)
-    PATH/failover      the last failover request (``ha/admin/failover.py``)
+    PATH/members/ID    ephemeral, one per member (``ha/membership/members.py``)
+    PATH/failover      the last failover request (``ha/membership/requests.py``)
     PATH/pause         there while the election is paused (``ha pause``; machine.py, P16)
     PATH/history       the last leaders and the last refused fence (``history.py``)
 
-TICKET is the identity, percent-encoded, then ``_`` and a random nonce. It is chosen before the
-node is created, so a contender whose create lost its reply finds its node again by listing the
-queue (Curator's protected create), and it makes every node's path new: a node is never
-created again under a path someone used before (no ABA for the fenced writes that check it).
-
-All knowledge of these paths and encodings sits in this file, as etcd's ``election.go`` holds
-its keys: the elector, ``ha status``, ``ha run`` and the demo go through ``ElectionNodes`` and
-the codecs below. The calls the machine's effects need are here too, each answered as the
+What the names say (the ticket grammar, with its priority) and the breadcrumb's encoding are
+``names.py``'s: pure, for the machine. Every path sits in this file, as etcd's ``election.go``
+holds its keys: the elector, ``ha status``, ``ha run`` and the demo go through
+``ElectionNodes``. The calls the machine's effects need are here too, each answered as the
 machine's input (``events.py``), so the runner only picks the call and bounds it in time.
 
 Blocking and cancellation: each call waits for one or two backend round trips and has no
@@ -31,18 +27,31 @@ the queue for its ticket.
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import quote, unquote_to_bytes
+from urllib.parse import quote
 
 import anyio
 
 from ..drivers.base import Check, Create, Delete, Driver, Op, Stat
-from ..errors import ConfigurationError, NodeExists, NoNode, TransactionFailed
+from ..errors import NodeExists, NoNode, TransactionFailed
 from .events import CrumbsRead, NotQueued, PredecessorGone, Queued, Watching
+
+# the names and codecs are ``names.py``'s; importable from here too, beside the paths
+from .names import (
+    BREADCRUMB_FORMAT,
+    Breadcrumb,
+    QueueEntry,
+    decode_breadcrumb,
+    encode_breadcrumb,
+    identity_bytes,
+    in_order,
+    lower_lives,
+    parse_entry,
+    ticket_for,
+    with_epoch,
+)
 
 __all__ = (
     "BREADCRUMB_FORMAT",
@@ -56,114 +65,6 @@ __all__ = (
     "parse_entry",
     "ticket_for",
 )
-
-BREADCRUMB_FORMAT = "ha.breadcrumb/2"
-
-
-# --- codecs ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Breadcrumb:
-    """Who joined (and may have led), with their data; ``epoch`` is that contender's token.
-
-    A stored breadcrumb has no epoch (its node's token is fixed only by the create that makes
-    both); the one handed to a fence hook carries it (``None`` if it could not be known).
-    """
-
-    identity: bytes
-    epoch: int | None = None
-    data: bytes = b""
-
-
-def identity_bytes(identity: bytes | str) -> bytes:
-    """A contender's identity as stored in its node and breadcrumb: non-empty bytes."""
-    if isinstance(identity, str):
-        identity = identity.encode()
-    if not isinstance(identity, bytes | bytearray) or not identity:
-        raise ConfigurationError("identity must be non-empty bytes or str (e.g. b'host-a:7077')")
-    return bytes(identity)
-
-
-def encode_breadcrumb(crumb: Breadcrumb) -> bytes:
-    doc: dict[str, object] = {
-        "format": BREADCRUMB_FORMAT,
-        "identity": base64.b64encode(crumb.identity).decode(),
-        "data": base64.b64encode(crumb.data).decode(),
-    }
-    if crumb.epoch is not None:
-        doc["epoch"] = crumb.epoch
-    return json.dumps(doc, separators=(",", ":")).encode()
-
-
-def decode_breadcrumb(raw: bytes) -> Breadcrumb | None:
-    """The breadcrumb in ``raw``, or None when it is not one of ours (corrupt or foreign).
-
-    None is an answer, not an error: the machine hands such bytes to the fence hook as they are
-    (whoever wrote them may still be active), and ``ha status`` lists them as a problem.
-    """
-    try:
-        doc = json.loads(raw)
-        if doc.get("format") != BREADCRUMB_FORMAT:
-            return None
-        epoch = doc.get("epoch")
-        if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool)):
-            return None
-        return Breadcrumb(
-            base64.b64decode(doc["identity"], validate=True),
-            epoch,
-            base64.b64decode(doc.get("data", ""), validate=True),
-        )
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
-
-
-def with_epoch(raw: bytes, epoch: int) -> bytes:
-    """A stored breadcrumb as a fence hook gets it: with its owner's token (foreign: as is)."""
-    crumb = decode_breadcrumb(raw)
-    if crumb is None:
-        return raw
-    return encode_breadcrumb(Breadcrumb(crumb.identity, epoch, crumb.data))
-
-
-def ticket_for(identity: bytes, nonce: str) -> str:
-    """A join's ticket: the identity, percent-encoded into one path segment, and a nonce."""
-    return f"{quote(identity, safe='')}_{nonce}"
-
-
-@dataclass(frozen=True, slots=True)
-class QueueEntry:
-    """One node of the queue, read from its name alone."""
-
-    name: str  # TICKET_SEQ
-    ticket: str
-    seq: int
-    identity: bytes
-
-
-def parse_entry(name: str) -> QueueEntry | None:
-    """The entry named ``name``, or None when the name is not ``TICKET_SEQ`` (foreign)."""
-    ticket, _, seq = name.rpartition("_")
-    quoted, _, nonce = ticket.rpartition("_")
-    if not seq.isdigit() or not quoted or not nonce:
-        return None
-    return QueueEntry(name, ticket, int(seq), unquote_to_bytes(quoted))
-
-
-def in_order(names: Sequence[str]) -> list[QueueEntry]:
-    """The queue's entries, lowest sequence (the leader) first; foreign names are left out."""
-    entries = [e for e in map(parse_entry, names) if e is not None]
-    entries.sort(key=lambda e: e.seq)
-    return entries
-
-
-def lower_lives(departed: str, below: tuple[str, ...]) -> bool:
-    """Whether a node below ``departed`` still lives: then ``departed`` never led (machine.py, P5)."""
-    gone = parse_entry(departed)
-    return gone is not None and any(
-        e is not None and e.seq < gone.seq for e in map(parse_entry, below)
-    )
-
 
 # --- the nodes -----------------------------------------------------------------------------------
 

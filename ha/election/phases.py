@@ -8,8 +8,9 @@ input outside the table changes nothing. That is the machine's answer to stale a
 input, in one place: the answer to an effect of a phase already left, a watch that fires after
 we moved on, a duplicate, a timer of an older backoff. Connection facts are recorded in every
 live phase; DONE and FAILED act on nothing. Inside the table a handler may still find nothing
-to do (a node that is not the one watched, an older backoff's token).
-``python -m ha.election.diagram`` draws the phases from the table.
+to do (a node that is not the one watched, an older backoff's token). ``MOVES`` declares where
+each input may take each of those phases. ``python -m ha.election.diagram`` draws the phases
+from these tables.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import enum
 
 from . import events as ev
+from .state import State
 
 __all__ = (
     "HANDLED",
@@ -24,21 +26,13 @@ __all__ = (
     "LEADING",
     "LEGAL",
     "LIVE",
+    "MOVES",
     "PUBLIC",
     "QUEUED",
     "WAITING",
     "Phase",
     "State",
 )
-
-
-class State(enum.Enum):
-    """What the contender has been told (ARCHITECTURE.md's table)."""
-
-    NEUTRAL = "neutral"
-    STANDBY = "standby"
-    ACTIVE = "active"
-    FENCED = "fenced"
 
 
 class Phase(enum.Enum):
@@ -147,4 +141,93 @@ HANDLED: dict[type[ev.Input], frozenset[Phase]] = {
     # failures and time (P8): a failure while waiting anyway, or while offline, is no news
     ev.BackoffElapsed: frozenset({Phase.BACKOFF, Phase.FENCED}),
     ev.OperationFailed: LIVE - {Phase.IDLE, Phase.BACKOFF, Phase.FENCED, Phase.OFFLINE},
+}
+
+
+# --- the moves: where each input may take each phase that acts on it ---------------------------
+# As h11's EVENT_TRIGGERED_TRANSITIONS: the destinations are data, so the diagram can be drawn
+# without running the machine. A phase that acts on an input without being named here stays
+# where it is (a re-check, a recorded disconnection). The table test holds the handlers to it:
+# every move they make is listed here, and every move listed here is made in some situation.
+
+_LOST = frozenset({Phase.FENCED, Phase.FAILED})  # P9 (fatal past max_retries)
+_FAILS = frozenset({Phase.BACKOFF, Phase.FAILED})  # P8
+_JOIN = frozenset({Phase.CONNECTING, Phase.JOINING, Phase.OFFLINE})  # contact first
+# first in the queue: act, hold while paused, or read the breadcrumbs (and the pause) again
+_WIN = frozenset({Phase.ACTIVE, Phase.PAUSED, Phase.READING})
+_TAKE = _WIN | {Phase.FENCING}  # the same, with a breadcrumb to fence first (P7)
+
+
+def _each(phases: frozenset[Phase], to: frozenset[Phase]) -> dict[Phase, frozenset[Phase]]:
+    return dict.fromkeys(phases, to)
+
+
+MOVES: dict[type[ev.Input], dict[Phase, frozenset[Phase]]] = {
+    ev.Joined: {Phase.IDLE: _JOIN},
+    ev.QuitRequested: _each(LIVE, frozenset({Phase.DONE})),
+    ev.Connected: {
+        Phase.CONNECTING: frozenset({Phase.JOINING}),
+        **_each(QUEUED - {Phase.JOINING}, frozenset({Phase.JOINING})),  # a new session (P12)
+        **_each(LEADING, _LOST),
+        Phase.DETACHED: _LOST | {Phase.VERIFYING},
+        Phase.OFFLINE: frozenset({Phase.JOINING, Phase.LISTING}),
+    },
+    ev.Disconnected: {
+        **_each(QUEUED | {Phase.CONNECTING}, frozenset({Phase.OFFLINE})),
+        Phase.ACTIVE: frozenset({Phase.DETACHED, Phase.OFFLINE}),  # P10
+        Phase.VERIFYING: frozenset({Phase.DETACHED, Phase.OFFLINE}),
+    },
+    ev.Reconnected: {
+        Phase.CONNECTING: frozenset({Phase.JOINING}),
+        Phase.DETACHED: frozenset({Phase.VERIFYING}),  # P11
+        Phase.OFFLINE: frozenset({Phase.JOINING, Phase.LISTING}),
+    },
+    ev.SessionExpired: {
+        **_each(QUEUED | {Phase.OFFLINE}, frozenset({Phase.CONNECTING})),  # P12
+        **_each(LEADING, _LOST),
+    },
+    ev.DeadlineExpired: _each(LEADING, frozenset({Phase.LISTING, Phase.OFFLINE})),  # P17
+    ev.Queued: {
+        Phase.JOINING: _WIN | {Phase.WATCHING},
+        Phase.LISTING: _WIN | {Phase.WATCHING},
+        Phase.REQUEUING: _WIN,
+        Phase.VERIFYING: _LOST | {Phase.ACTIVE},
+    },
+    ev.NotQueued: {
+        Phase.LISTING: frozenset({Phase.JOINING, Phase.OFFLINE}),
+        Phase.REQUEUING: frozenset({Phase.JOINING, Phase.OFFLINE}),
+        Phase.VERIFYING: _LOST,
+    },
+    ev.Watching: {
+        Phase.WATCHING: frozenset({Phase.STANDBY, Phase.LISTING}),  # P4; P16: read again
+        Phase.REQUEUING: frozenset({Phase.STANDBY}),
+    },
+    ev.PredecessorGone: {  # P5
+        Phase.WATCHING: _TAKE | {Phase.REQUEUING},
+        Phase.REQUEUING: _TAKE,
+    },
+    ev.NodeDeleted: {
+        **_each(QUEUED - WAITING, _FAILS),  # our own node, deleted from outside
+        Phase.WATCHING: _FAILS | _TAKE | {Phase.REQUEUING},
+        Phase.STANDBY: _FAILS | _TAKE | {Phase.REQUEUING},
+        Phase.REQUEUING: _FAILS | _TAKE,
+        **_each(LEADING, _LOST),
+    },
+    ev.NodeChanged: {Phase.STANDBY: frozenset({Phase.REQUEUING})},  # P4
+    ev.CrumbDeleted: _each(WAITING, _WIN),  # P6
+    ev.Left: {},
+    ev.CrumbsRead: {Phase.READING: frozenset({Phase.ACTIVE, Phase.FENCING, Phase.PAUSED})},
+    ev.PauseChanged: {
+        Phase.STANDBY: frozenset({Phase.REQUEUING}),
+        Phase.PAUSED: frozenset({Phase.READING}),
+    },
+    ev.FenceSucceeded: {Phase.FENCING: _WIN},
+    ev.FenceFailed: {Phase.FENCING: frozenset({Phase.BACKOFF})},  # never fatal (P8)
+    ev.ActiveFailed: _each(LEADING, _FAILS),
+    ev.Superseded: _each(LEADING, _LOST),
+    ev.BackoffElapsed: _each(frozenset({Phase.BACKOFF, Phase.FENCED}), _JOIN),
+    ev.OperationFailed: {
+        **_each(HANDLED[ev.OperationFailed] - LEADING, _FAILS),
+        **_each(LEADING, frozenset({Phase.FAILED})),  # only a fatal one: P8
+    },
 }

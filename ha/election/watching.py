@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 from ..drivers.base import Driver, NodeEvent, NodeEventKind, Subscription
 from . import events as ev
-from .nodes import ElectionNodes, parse_entry
+from .names import parse_entry
+from .nodes import ElectionNodes
 
 __all__ = ("QueueWatches", "watch_pause")
 

@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 
 from ..admin import election_status
-from ..admin.records import text
+from ..membership.records import text
 from ..drivers.base import Driver
 from ..election.history import read_history
 from ..election.nodes import ElectionNodes

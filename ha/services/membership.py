@@ -5,7 +5,7 @@ node ``PATH/members/<identity>`` that honours requests, as ``ha run`` supervisor
 ``ha.open_services(..., members=True)`` the services' process is such a member: it claims its
 node before it first joins (a second live process with its identity is refused), keeps its
 state there (the elector's, or "out" while it cools down after ceding) and follows the
-failover requests with the supervisor's own pure rules (``ha/supervisor/eligibility.py``).
+failover requests with the members' pure rules (``ha/membership/rules.py``).
 What the rules decide is done by ``HAServices``: leave the election without fence (every
 component revoked first: one failover moves them all) and join again, at the back of the
 queue, once the rules allow it (at once when stepping aside behind a target, after the
@@ -24,15 +24,16 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from .. import admin
 from ..drivers.base import ConnectionEvent
 from ..election.elector import Elector
 from ..election.journal import Transition
 from ..election.machine import State
 from ..election.nodes import ElectionNodes, identity_bytes
 from ..errors import HAError
-from ..supervisor.eligibility import Decision, Eligibility
-from ..supervisor.loops import Wakeup, follow_failover, keep_member
+from ..membership.follow import Wakeup, follow_failover, keep_member
+from ..membership.members import claim_member, remove_member
+from ..membership.records import Member
+from ..membership.rules import Decision, Eligibility
 
 if TYPE_CHECKING:
     from . import HAServices
@@ -81,10 +82,10 @@ class Membership:
         self._poke_member()  # a new session lost our ephemeral node: write it again
         self._poke_failover()
 
-    def _member(self) -> admin.Member:
+    def _member(self) -> Member:
         verdict = self.rules.verdict(anyio.current_time())
         state, note = (self.state, "") if verdict.eligible else ("out", verdict.note)
-        return admin.Member(
+        return Member(
             self.identity,
             state,
             self.epoch if state == State.ACTIVE.value else None,
@@ -97,7 +98,7 @@ class Membership:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Claim the member node, then follow requests until ``scope`` is cancelled."""
         driver, path = self.services.driver, self.services.election_path
-        await admin.claim_member(driver, path, self._member(), wait=1.5 * driver.session_timeout)
+        await claim_member(driver, path, self._member(), wait=1.5 * driver.session_timeout)
         subs = [
             driver.subscribe(ElectionNodes(path).failover, self._poke_failover),
             driver.subscribe(None, self._on_connection),
@@ -121,7 +122,7 @@ class Membership:
                 sub.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
                 try:
-                    await admin.remove_member(driver, path, self.identity)
+                    await remove_member(driver, path, self.identity)
                 except (HAError, OSError):
                     pass
 

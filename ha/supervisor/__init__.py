@@ -4,8 +4,8 @@ In the spirit of Hadoop's ZKFC and ``etcdctl elect``: the supervisor is a conten
 COMMAND in ``become_active`` and stops it (SIGTERM to its process group, SIGKILL after the grace
 period) when that scope is cancelled; the elector awaits the stop before anyone else is told
 anything, and its local deadline is shortened so the stop ends before the session can expire
-(``timing_for``, in ``settings.py``). COMMAND runs under a guard process (``_guard.py``, Linux,
-started by ``process.py``): the stop reaches every descendant of COMMAND, even daemons that left its process group, and returns only when
+(``timing_for``, in ``settings.py``). COMMAND runs under a guard process (``ha/_guard.py``, Linux,
+started by ``ha/_process.py``): the stop reaches every descendant of COMMAND, even daemons that left its process group, and returns only when
 none is left; if the supervisor itself dies, even by SIGKILL, the guard kills the whole tree,
 so two copies never run because a supervisor vanished. A guard rather than a cgroup: it needs
 no privileges, delegation or cgroup v2, and works in containers as they come.
@@ -25,8 +25,8 @@ epoch, host and pid) in its environment, and can refuse the takeover; and the ep
 if active) and rejoins once it passes;
 not while the election is paused (``ha pause``: COMMAND is left alone, ``paused.py``).
 Graceful failover requests are honoured as described in ``ha/admin/failover.py`` (the active
-asks for one itself to hand the lead back to a preferred standby: ``preferred.py``). Whether to
-take part is decided by the pure rules of ``eligibility.py``; this module reads the facts (the
+asks for one itself to hand the lead back to a preferred standby: ``ha/membership/handback.py``).
+Whether to take part is decided by the pure rules of ``ha/membership/rules.py``; this module reads the facts (the
 request, and the queue with its leader's epoch), hands them over, and does what the
 ``Decision`` says (leave, wake the waiting loop, log). Leaving quits the elector; taking part
 again starts a new one, which joins at the back of the queue.
@@ -49,6 +49,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .. import admin
+from .._process import Child, describe_exit, spawn
 from ..drivers.base import ConnectionState, Driver
 from ..election.elector import Elector
 from ..election.journal import JournalWriter, Transition
@@ -58,15 +59,16 @@ from ..election.nodes import ElectionNodes
 from ..election.timing import Backoff
 from ..errors import ElectionFailed, HAError
 from ..http import ElectionEndpoints, serve
+from ..membership.follow import Wakeup, follow_failover, keep_member
+from ..membership.handback import HandBack
+from ..membership.members import claim_member, remove_member
+from ..membership.records import Member
+from ..membership.rules import Decision, Eligibility, Standing
 from ..metrics import BackendMetrics, ElectorMetrics, Registry
-from .eligibility import Decision, Eligibility, Standing
 from .exits import OnExit, Restarts, status
 from .fencing import old_active_env
 from .health import check_health
-from .loops import Wakeup, follow_failover, keep_member
 from .paused import PauseWatch
-from .preferred import HandBack
-from .process import Child, describe_exit, spawn
 from .settings import Settings, timing_for
 from .systemd import Notifier
 
@@ -190,7 +192,7 @@ class Supervisor:
         # other's member node
         with anyio.CancelScope() as self._claiming:  # a stop ends it: then we never join
             if not self._stopping:
-                await admin.claim_member(
+                await claim_member(
                     self.driver,
                     self.settings.path,
                     self._member(),
@@ -237,7 +239,7 @@ class Supervisor:
                 tg.cancel_scope.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
             try:
-                await admin.remove_member(self.driver, self.settings.path, self.identity)
+                await remove_member(self.driver, self.settings.path, self.identity)
             except (HAError, OSError):
                 pass
         if self._journal is not None:
@@ -352,7 +354,7 @@ class Supervisor:
             started = anyio.current_time()
             try:
                 # the guard refuses to start once the lease's deadline has passed, and is a
-                # watchdog on it after (process.py): a frozen supervisor's COMMAND stops
+                # watchdog on it after (ha/_process.py): a frozen supervisor's COMMAND stops
                 deadline = lease.stop_deadline()
                 child = await spawn(self.settings.command, env, deadline=deadline, grace=grace)
             except OSError as exc:
@@ -459,13 +461,15 @@ class Supervisor:
     # --- failover requests --------------------------------------------------------------------
 
     def _hand_back(self) -> HandBack:
-        """Hands the lead to a preferred standby while we are active (``preferred.py``)."""
+        """Hands the lead to a preferred standby while we are active (``membership/handback.py``)."""
 
         def lease() -> Lease | None:
             return None if self._elector is None else self._elector.lease
 
         s = self.settings
-        return HandBack(self.driver, s.path, self.identity, s.priority, s.settle, lease)
+        return HandBack(
+            self.driver, s.path, self.identity, s.priority, s.settle, lease, admin.request_failover
+        )
 
     def _on_failover_node(self, _event: object) -> None:
         self._failover_poke.set()
@@ -525,13 +529,13 @@ class Supervisor:
     def _fencing_note(self) -> str | None:
         return None if self._elector is None else self._elector.fencing_note()
 
-    def _member(self) -> admin.Member:
+    def _member(self) -> Member:
         note = "" if self._state != "out" else (self._out_reason() or "")
         note = note or self._fencing_note() or self._restarting
         verdict = self._eligibility.verdict(anyio.current_time())
         if not note and verdict.eligible:
             note = verdict.note  # "health check failed 1 of 3": still in, for now
-        return admin.Member(
+        return Member(
             self.identity,
             self._state,
             self._epoch if self._state == State.ACTIVE.value else None,

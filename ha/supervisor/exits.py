@@ -1,6 +1,6 @@
 """What ``ha run`` does when COMMAND exits by itself while active: ``--on-exit``.
 
-Pure, like ``eligibility.py``: no I/O and no clock; the supervisor hands in how long COMMAND
+Pure, like ``ha/membership/rules.py``: no I/O and no clock; the supervisor hands in how long COMMAND
 ran and does what the answer says.
 
 - ``restart`` (the default): run COMMAND again, still active, after a delay that doubles
@@ -8,7 +8,7 @@ ran and does what the answer says.
   ``--max-restarts`` times in a row (3 by default); a run longer than ``LONG_RUN`` starts the
   count again. Past the limit it is a crash loop that restarting here does not mend: the
   supervisor cedes the lead to another host and stays out for a cooling period
-  (``eligibility.py``: 1 s doubling to 30 s), then rejoins the queue. This is what systemd's
+  (``ha/membership/rules.py``: 1 s doubling to 30 s), then rejoins the queue. This is what systemd's
   ``Restart=always`` with ``StartLimitBurst`` and supervisord's ``autorestart`` do, with the
   failover an HA pair adds: the lease is kept (no failover, no fence) when a restart is
   enough, and handed on when it is not. Only a COMMAND that came up is restarted: if the
@@ -34,6 +34,7 @@ import enum
 from dataclasses import dataclass
 
 from ..errors import ConfigurationError
+from ..membership.rules import LONG_RUN  # the rules restart their cooldown after one too
 
 __all__ = (
     "LONG_RUN",
@@ -46,7 +47,6 @@ __all__ = (
 )
 
 RESTART_BACKOFF = (0.5, 10.0)  # seconds: the first delay before a restart, and the cap
-LONG_RUN = 60.0  # seconds: a run this long was no crash loop (eligibility.py uses it too)
 STARTED = 2.0  # seconds the first run of a term must last to be restarted (``ha failover``'s
 # default --confirm: a target whose COMMAND ends sooner has not taken over)
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import anyio
 
-from .process import describe_exit, spawn
+from .._process import describe_exit, spawn
 
 __all__ = ("MAX_OUTPUT", "check_health")
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..drivers.base import validate_path
-from ..election.preference import check_priority
+from ..election.names import check_priority
 from ..election.timing import Timing, renewal_slack
 from ..errors import ConfigurationError
 from .exits import STARTED, OnExit, check_max_restarts
@@ -34,9 +34,11 @@ class Settings:
     health: tuple[str, ...] = ()
     health_interval: float = 2.0
     health_timeout: float = 5.0
-    health_failures: int = 3  # failed checks in a row that take the member out (eligibility.py)
+    health_failures: int = (
+        3  # failed checks in a row that take the member out (membership/rules.py)
+    )
     journal: str | None = None
-    priority: int = 0  # a preferred leader's rank (0: none), ha/election/preference.py
+    priority: int = 0  # a preferred leader's rank (0: none), ha/election/names.py
     settle: float = 10.0  # seconds in the queue before a preferred standby gets the lead back
     extra_env: Mapping[str, str] = field(default_factory=dict)
     http: tuple[str, int] | None = None  # --http: serve /, /healthz /readyz /leader /metrics

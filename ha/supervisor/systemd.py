@@ -14,7 +14,7 @@ socket in ``$NOTIFY_SOCKET`` (a path, or ``@name`` in the abstract namespace) an
   task of the supervisor's own task group, so only while its event loop runs: a supervisor
   that hangs or is stopped sends none, and systemd kills it (SIGABRT: faulthandler's
   traceback of the hang lands in the journal) and restarts it. The guard inside ``ha run``
-  (``_guard.py``) has stopped COMMAND on its own by then, before the session could expire.
+  (``ha/_guard.py``) has stopped COMMAND on its own by then, before the session could expire.
 
 The variables are taken out of the process's environment, so COMMAND, ``--fence`` and
 ``--health`` do not inherit them: they are the supervisor's, and systemd would refuse a
@@ -33,7 +33,7 @@ from types import TracebackType
 
 import anyio
 
-from .eligibility import Standing
+from ..membership.rules import Standing
 
 __all__ = ("ENVIRONMENT", "Notifier")
 

@@ -50,7 +50,7 @@ import anyio.abc
 
 import ha
 from ha.drivers.base import Driver
-from ha.election.preference import MAX_PRIORITY
+from ha.election.names import MAX_PRIORITY
 from ha.errors import ConfigurationError
 from ha.supervisor import Settings, Supervisor
 from tests.chaos import SUPERVISED, Fault, RoundResult

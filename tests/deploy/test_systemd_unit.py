@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ha.supervisor.process import GUARD_MARGIN
+from ha._process import GUARD_MARGIN
 from ha.supervisor.systemd import PINGS_PER_INTERVAL
 from tests.cli.helpers import alive, ha_env, sqlite_url, stop_procs, wait_until
 

@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from ha.election import events as ev
 from ha.election import machine as m
-from ha.election.diagram import diagram, document, situations
+from ha.election.diagram import declared, diagram, document, moves, situations
 from ha.election.machine import WAITING, Machine, Phase, State
 from ha.election.nodes import (
     decode_breadcrumb,
@@ -94,6 +94,17 @@ def test_every_phase_in_the_table_can_act_on_its_input(cls: type[ev.Input]) -> N
 
 def test_the_table_covers_every_input() -> None:
     assert set(m.HANDLED) == set(ev.INPUT_TYPES)
+
+
+def test_the_moves_declared_are_the_moves_the_handlers_make() -> None:
+    """MOVES is data the diagram is drawn from: every move a handler makes, in every situation,
+    is declared there, and every move declared there is made in some situation."""
+    for cls, table in m.MOVES.items():
+        assert set(table) <= m.HANDLED[cls], cls
+        for phase, targets in table.items():
+            assert phase not in targets, (cls, phase)
+    assert set(m.MOVES) == set(ev.INPUT_TYPES)
+    assert moves() == declared()
 
 
 def test_the_state_diagram_document_is_current() -> None:
@@ -328,7 +339,10 @@ class MachineModel(RuleBasedStateMachine):
             and mach.session is not None
         )
         resign = ev.Resign(mach.session or 0, mach.ticket or "", mach.node or "")
+        before = mach.phase
         effects = mach.handle(event)
+        if mach.phase is not before:  # only the moves of the table (MOVES)
+            assert mach.phase in m.MOVES[type(event)].get(before, ()), (before, event, mach.phase)
         if self.finished:
             assert effects == []
             return

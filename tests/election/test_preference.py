@@ -1,4 +1,4 @@
-"""The preferred leader's rules (``ha/election/preference.py``): pure, no event loop.
+"""The preferred leader's rules (``ha/membership/handback.py``): pure, no event loop.
 
 What a join publishes, and whom the active hands the lead to: the settled contender of the
 highest priority above its own, never one that has just joined or keeps rejoining.
@@ -14,15 +14,17 @@ import pytest
 
 from ha.admin import election_status
 from ha.election.elector import Elector
-from ha.election.nodes import QueueEntry, parse_entry, ticket_for
-from ha.election.preference import (
+from ha.election.names import (
     MAX_PRIORITY,
-    Preference,
+    QueueEntry,
     check_priority,
     nonce,
+    parse_entry,
     priority_of,
+    ticket_for,
 )
 from ha.errors import ConfigurationError
+from ha.membership.handback import Preference
 
 _seq = iter(range(1, 1 << 30))
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from ha.admin import FailoverRequest
-from ha.supervisor.eligibility import RESTART_DELAY, Decision, Eligibility, Standing, Verdict
+from ha.membership.rules import RESTART_DELAY, Decision, Eligibility, Standing, Verdict
 
 ME, OTHER, TARGET = b"me", b"other", b"target"
 T0 = 1000.0  # anyio's clock is arbitrary; the rules only compare its readings

@@ -1,5 +1,5 @@
 """The member and failover-request loops that ``ha run`` and the services share
-(``ha/supervisor/loops.py``): a wakeup set while a loop reads is not lost, and one set before
+(``ha/membership/follow.py``): a wakeup set while a loop reads is not lost, and one set before
 the loop armed it is (the read after the arm sees what it was about)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from ha import admin
 from ha.drivers.memory import MemoryCluster, MemoryDriver
-from ha.supervisor.eligibility import Decision, Eligibility
-from ha.supervisor.loops import Wakeup, follow_failover
+from ha.membership.follow import Wakeup, follow_failover
+from ha.membership.rules import Decision, Eligibility
 
 pytestmark = pytest.mark.anyio
 

@@ -3,7 +3,7 @@
 The pause clears a pending request in the transaction that writes the pause node; the active
 takes a request (marks it ceding, at the version it read) before it cedes, so exactly one of
 the two lands: a request cleared first is not taken, a request taken first makes the pause
-refuse. The supervisor's loop (ha/supervisor/loops.py) is run against each order, with the
+refuse. The supervisor's loop (ha/membership/follow.py) is run against each order, with the
 pause landing in the window between its reads and its take, and with a request that got in
 after a pause. A real elector leads, on every backend (the transactions check versions, which
 each backend keeps its own way), under asyncio and trio; the whole story with `ha run`
@@ -25,8 +25,8 @@ from ha.drivers.base import Driver
 from ha.election.elector import Elector
 from ha.election.nodes import ElectionNodes
 from ha.errors import NoNode
-from ha.supervisor.eligibility import Decision, Eligibility
-from ha.supervisor.loops import Wakeup, follow_failover
+from ha.membership.follow import Wakeup, follow_failover
+from ha.membership.rules import Decision, Eligibility
 from tests.ops.test_admin import Work, wait_until
 
 pytestmark = pytest.mark.anyio

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from ha.supervisor.eligibility import Standing
+from ha.membership.rules import Standing
 from ha.supervisor.systemd import Notifier
 
 

@@ -1,15 +1,16 @@
-"""Whether ``ha run`` may take part in the election now, and how it honours a failover request.
+"""Whether a member may take part in the election now, and how it honours a failover request.
 
-Pure and clock-injected, like ``ha/election/machine.py``: no I/O, no event loop, no clock of its
-own. The supervisor reads the facts (a health check's result, COMMAND's exit, the failover
-request with the queue as it stands) and hands each to a method with ``now`` (anyio's clock).
-The method updates the rules' state and returns a ``Decision``: leave the election, wake the
-loop that waits to take part, lines to log. ``verdict(now)`` says whether to take part and, if
-not, why (a ``Standing``), the note for the member node and when to look again. The supervisor
-then does that I/O (httpcore's connection pool decides in a plain method and returns the I/O
-to do in the same way). Leaving is always the same I/O: quit the elector without fence; while
-the verdict says eligible, the supervisor joins again at once, with a new node at the back of
-the queue.
+The rules of every member: ``ha run``'s supervisor (health, COMMAND's exits, failover
+requests) and the services' membership (failover requests only). Pure and clock-injected, like
+``ha/election/machine.py``: no I/O, no event loop, no clock of its own. The member reads the
+facts (a health check's result, COMMAND's exit, the failover request with the queue as it
+stands) and hands each to a method with ``now`` (anyio's clock). The method updates the rules'
+state and returns a ``Decision``: leave the election, wake the loop that waits to take part,
+lines to log. ``verdict(now)`` says whether to take part and, if not, why (a ``Standing``), the
+note for the member node and when to look again. The member then does that I/O (httpcore's
+connection pool decides in a plain method and returns the I/O to do in the same way). Leaving
+is always the same I/O: quit the elector without fence; while the verdict says eligible, the
+member joins again at once, with a new node at the back of the queue.
 
 The rules:
 
@@ -25,7 +26,8 @@ The rules:
   whose old primary is a replica at once), so an HA pair is never left without a standby.
   Only an active alone in the queue (a forced failover: nobody to hand over to) stays out
   for the request's cooling period, which is what forcing it asks for.
-- Failover requests (``ha/admin/failover.py``). The queue is FIFO, so "hand over to T" is
+- Failover requests (``ha/admin/failover.py``, ``requests.py``). The queue is FIFO, so "hand
+  over to T" is
   "everyone ahead of T steps aside". A request is pending while the queue's leader has the
   request's epoch; once anyone else leads it is history. While it is pending:
 
@@ -63,12 +65,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import admin
-from .exits import LONG_RUN  # a run this long was no crash loop: the delay starts again
+from .records import FailoverRequest, text
 
-__all__ = ("RESTART_DELAY", "Decision", "Eligibility", "Standing", "Verdict")
+__all__ = ("LONG_RUN", "RESTART_DELAY", "Decision", "Eligibility", "Standing", "Verdict")
 
 RESTART_DELAY = (1.0, 30.0)  # after COMMAND exits on its own: first delay, cap
+LONG_RUN = 60.0  # seconds: a run this long was no crash loop (the delay starts again)
 
 
 class Standing(enum.Enum):
@@ -131,11 +133,11 @@ def _info(line: str) -> tuple[int, str]:
 
 
 def _target(to: bytes | None) -> str:
-    return "any standby" if to is None else repr(admin.text(to))
+    return "any standby" if to is None else repr(text(to))
 
 
 def _names(identities: Sequence[bytes]) -> str:
-    return ", ".join(repr(admin.text(i)) for i in identities)
+    return ", ".join(repr(text(i)) for i in identities)
 
 
 class Eligibility:
@@ -215,7 +217,7 @@ class Eligibility:
     def failover_read(
         self,
         now: float,
-        request: admin.FailoverRequest | None,
+        request: FailoverRequest | None,
         epoch: int | None,
         queue: Sequence[bytes] = (),
         leading: int | None = None,
@@ -251,7 +253,7 @@ class Eligibility:
         if to is not None and to != me and me in queue and to in queue:
             if 0 < queue.index(me) < queue.index(to):
                 self._over(request.id)
-                line = f"failover to {admin.text(to)!r} pending: joining again behind it"
+                line = f"failover to {text(to)!r} pending: joining again behind it"
                 return Decision(quit=True, say=(_info(line),))
         if expired:
             self._over(request.id)  # nothing was asked of us in its period: stop looking
@@ -264,7 +266,7 @@ class Eligibility:
     def _cede(
         self,
         now: float,
-        request: admin.FailoverRequest,
+        request: FailoverRequest,
         queue: Sequence[bytes],
         first: bool,
         expired: bool,
@@ -283,17 +285,17 @@ class Eligibility:
         if expired:
             self._over(request.id)
             line = (
-                f"failover to {admin.text(to)!r} dropped: not next in the queue after"
+                f"failover to {text(to)!r} dropped: not next in the queue after"
                 f" {request.cooldown:g}s ({where}); staying active"
             )
             return Decision(say=((logging.WARNING, line),))
         self.pending = True
         if first:
-            line = f"failover to {admin.text(to)!r} asked: waiting until it is next ({where})"
+            line = f"failover to {text(to)!r} asked: waiting until it is next ({where})"
             return Decision(say=(_info(line),))
         return Decision()
 
-    def taken(self, now: float, request: admin.FailoverRequest, taken: bool) -> Decision:
+    def taken(self, now: float, request: FailoverRequest, taken: bool) -> Decision:
         """After ``Decision.take``: ``taken``, the request is ours to honour: cede. Else it
         changed since it was read (cleared by ``ha pause``, replaced), or the answer was lost:
         read it again soon, and decide on what is there then."""

@@ -1,6 +1,7 @@
-"""Member nodes: each ``ha run`` supervisor's ephemeral ``PATH/members/ID``, one per identity.
+"""Member nodes: each member's ephemeral ``PATH/members/ID``, one per identity.
 
-A supervisor claims its node before taking part (``claim_member``), rewrites it on every state
+A member is an ``ha run`` supervisor, or a services process opened with ``members=True``. It
+claims its node before taking part (``claim_member``), rewrites it on every state
 change (``write_member``) and deletes it on the way out (``remove_member``); the backend removes
 it when the supervisor's session ends. A node of another live session means a second supervisor
 with the same identity, which is refused: two contenders with one identity would skip fencing
