@@ -5,29 +5,64 @@ operations, its elector, its batches and recoveries through its event sink) and 
 routes of ``endpoints.py`` for its election until cancelled. The job manager is a component of
 its process's HA services, whose elector runs the services' contender: ``ElectorMetrics.watch``
 is handed to the services (``on_elector``), so each elector they run is measured and runs the
-wrapper that counts its fences.
+wrapper that counts its fences. It takes any object shaped like a job manager
+(``ServedJobManager``): this layer sits below ``ha.pipeline`` and imports nothing of it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 import anyio
 import anyio.abc
 
+from ..drivers.base import Driver
+from ..election.elector import Elector
 from ..election.nodes import identity_bytes
 from ..metrics import BackendMetrics, ElectorMetrics, JobManagerMetrics, Registry
+from ..metrics.jobs import EventSink
 from .endpoints import ElectionEndpoints
 from .server import serve
 
-if TYPE_CHECKING:
-    from ..pipeline.jobmanager import JobManager
+__all__ = ("ServedJobManager", "ServedServices", "serve_job_manager")
 
-__all__ = ("serve_job_manager",)
+
+class ServedServices(Protocol):
+    """What is read of the job manager's HA services: the process's identity and election, and
+    a hook that sees each elector they run (``HAServices.on_elector``)."""
+
+    @property
+    def identity(self) -> str | bytes: ...
+
+    @property
+    def election_path(self) -> str: ...
+
+    def on_elector(self, observer: Callable[[Elector, object], object]) -> None: ...
+
+
+class ServedJobManager(Protocol):
+    """What ``serve_job_manager`` needs of a job manager (``ha.pipeline.JobManager`` is one):
+    its backend and identity to measure, its event sink to count through (replaced by a
+    counting one that calls the old), its services, and the elector running now."""
+
+    on_event: EventSink
+
+    @property
+    def driver(self) -> Driver: ...
+
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def services(self) -> ServedServices: ...
+
+    @property
+    def elector(self) -> Elector: ...
 
 
 async def serve_job_manager(
-    manager: JobManager,
+    manager: ServedJobManager,
     host: str,
     port: int,
     *,

@@ -21,11 +21,11 @@ import ha
 from ha import admin
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.http import serve_job_manager
-from ha.pipeline import term as term_module
+from ha.pipeline.api.plan import make_plan
+from ha.pipeline.client import submit_job, wait_for_job
 from ha.pipeline.commit import output_digest
 from ha.pipeline.jobmanager import JobManager
-from ha.pipeline.jobs import submit_job, wait_for_job
-from ha.pipeline.plan import make_plan
+from ha.pipeline.jobmanager import term as term_module
 from ha.pipeline.spark import WarmSession
 from ha.services import HAServices, LeaderRetrieval
 from ha.testing import History, Recorder, faults

@@ -21,9 +21,9 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ..drivers.base import NodeEvent
-from ..election.lease import Lease
-from ..errors import (
+from ...drivers.base import NodeEvent
+from ...election.lease import Lease
+from ...errors import (
     ConfigurationError,
     CorruptData,
     DriverError,
@@ -32,18 +32,18 @@ from ..errors import (
     NoNode,
     NotEmpty,
 )
-from ..stores import CompletedCheckpoint, JobOutcome, JobResult, Stores, Writer
+from ...stores import CompletedCheckpoint, JobOutcome, JobResult, Stores, Writer
+from ..api.plan import JobPlan
+from ..api.registry import Pipeline, get_pipeline
+from ..client import children
+from ..commit.output import clean_staging, commit_batch, stage_batch
+from ..commit.stream_commit import remove_commits
+from ..spark import run_in_thread
 from .attempts import Attempt
-from .commit import clean_staging, commit_batch, stage_batch
-from .jobs import children
-from .plan import JobPlan
-from .registry import Pipeline, get_pipeline
-from .spark import run_in_thread
-from .stream_commit import remove_commits
-from .stream_run import StreamRun
+from .runs.stream import StreamRun
 
 if TYPE_CHECKING:
-    from .jobmanager import JobManager
+    from .manager import JobManager
 
 __all__ = ("_Term",)
 

@@ -63,19 +63,19 @@ import anyio.abc
 import anyio.to_thread
 from anyio.from_thread import BlockingPortal
 
-from ..drivers.base import Driver
-from ..election.elector import Elector
-from ..election.journal import JournalWriter, Transition
-from ..election.machine import State
-from ..election.nodes import ElectionNodes
-from ..election.timing import Timing
-from ..errors import ConfigurationError, DriverError
-from ..services import HAServices
-from ..stores import BlobStore, Stores
-from .layout import JobLayout
-from .spark import SparkSettings, WarmSession
-from .stream_rehearsal import rehearse_stored_streams
-from .stream_run import warm_streaming
+from ...drivers.base import Driver
+from ...election.elector import Elector
+from ...election.journal import JournalWriter, Transition
+from ...election.machine import State
+from ...election.nodes import ElectionNodes
+from ...election.timing import Timing
+from ...errors import ConfigurationError, DriverError
+from ...services import HAServices
+from ...stores import BlobStore, Stores
+from ..layout import JobLayout
+from ..spark import SparkSettings, WarmSession
+from .rehearsal import rehearse_stored_streams
+from .runs.stream import warm_streaming
 from .term import _Term
 
 __all__ = ("JobManager", "EventSink")
@@ -150,7 +150,7 @@ class JobManager:
         self.election = self.services.leader_election(COMPONENT)
         self.poll_interval = poll_interval
         self.checkpointing = checkpointing
-        self.on_event = on_event or partial(log.info, "%s %s")
+        self.on_event: EventSink = on_event or partial(log.info, "%s %s")
         self.portal: BlockingPortal | None = None
         self.warm_streams = warm_streams
         self._leading = threading.Event()  # a term runs: standby-only work stands aside

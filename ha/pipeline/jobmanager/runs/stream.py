@@ -44,22 +44,22 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from ..errors import Fenced
-from ..stores import JobOutcome
-from .attempts import Attempt
-from .commit import clean_staging, stage_batch
-from .jobs import count_commits
-from .registry import Pipeline
-from .spark_checkpoint import term_checkpoint
-from .stream_commit import commit_micro_batch
-from .streaming import StreamSpec, checkpoint_dir
+from ....errors import Fenced
+from ....stores import JobOutcome
+from ...api.registry import Pipeline
+from ...api.streaming import StreamSpec, checkpoint_dir
+from ...client import count_commits
+from ...commit.output import clean_staging, stage_batch
+from ...commit.spark_checkpoint import term_checkpoint
+from ...commit.stream_commit import commit_micro_batch
+from ..attempts import Attempt
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from .plan import JobPlan
-    from .term import _Term
+    from ...api.plan import JobPlan
+    from ..term import _Term
 
 __all__ = ("STOP_GRACE", "StreamRun", "session_alive", "warm_streaming")
 
