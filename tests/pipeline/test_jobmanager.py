@@ -25,7 +25,7 @@ from ha.pipeline.api.registry import unregister
 from ha.pipeline.client import cancel_job, job_status, list_jobs, submit_job, wait_for_job
 from ha.pipeline.commit import STAGING, committed_batches, output_digest
 from ha.pipeline.jobmanager import JobManager
-from ha.pipeline.jobmanager import term as jm_module
+from ha.pipeline.jobmanager.runs import batch as jm_module
 from ha.pipeline.spark import WarmSession
 from ha.testing import faults
 

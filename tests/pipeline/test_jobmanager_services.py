@@ -117,17 +117,17 @@ class Process:
 def witness(monkeypatch: pytest.MonkeyPatch) -> Witness:
     """The job managers' terms, recorded around the real one."""
     seen: Witness = []
-    run = term_module._Term.run
+    run = term_module.Term.run
 
     async def recorded(term: Any) -> None:
-        process = term.jm.services.identity
+        process = term.context.identity.removeprefix("jm-")  # its process: Process(name)
         seen.append(("start", process, "jobmanager"))
         try:
             await run(term)
         finally:
             seen.append(("end", process, "jobmanager"))
 
-    monkeypatch.setattr(term_module._Term, "run", recorded)
+    monkeypatch.setattr(term_module.Term, "run", recorded)
     return seen
 
 

@@ -16,7 +16,7 @@ wins, the job manager is granted leadership with a session id and, inside that g
    execution plan is stored and that has no result (locking its plan);
 2. takes submissions from the inbox into the execution plan store (fenced) and refuses the
    malformed ones with a failed result that says why;
-3. runs the jobs one at a time (streams: ``stream_run``), batch by batch from the latest
+3. runs the jobs one at a time (``runs.batch``; streams: ``runs.stream``), batch by batch from the latest
    checkpoint: stage the batch's output (Spark), commit it (atomic rename, ``commit``), then
    record checkpoint ``n`` = "n batches committed" (fenced);
 4. records each job's result (dirty), cleans its plan, checkpoints and registry entry, and
@@ -66,17 +66,19 @@ from anyio.from_thread import BlockingPortal
 from ...drivers.base import Driver
 from ...election.elector import Elector
 from ...election.journal import JournalWriter, Transition
+from ...election.lease import Lease
 from ...election.machine import State
 from ...election.nodes import ElectionNodes
 from ...election.timing import Timing
 from ...errors import ConfigurationError, DriverError
 from ...services import HAServices
-from ...stores import BlobStore, Stores
+from ...stores import BlobStore, Stores, Writer
 from ..layout import JobLayout
 from ..spark import SparkSettings, WarmSession
 from .rehearsal import rehearse_stored_streams
+from .runs.base import TermContext
 from .runs.stream import warm_streaming
-from .term import _Term
+from .term import Term
 
 __all__ = ("JobManager", "EventSink")
 
@@ -96,7 +98,7 @@ class JobManager:
     checkpoints are kept there, the coordination backend holds pointers). ``spark``: settings
     or a ``WarmSession``; with ``hot_standby`` the session is built at start, not when elected
     (``warm_streams``: and a tiny stream runs once, then, while standby, each stored streaming
-    job is rehearsed once in private: ``stream_rehearsal``). ``checkpointing=False`` skips the
+    job is rehearsed once in private: ``rehearsal``). ``checkpointing=False`` skips the
     per-batch checkpoint (a job restarts from its first batch after a failover): for benchmarks
     only.
     ``services``: the process's HA services (entered, on ``driver``, of ``cluster_id``) to join
@@ -188,7 +190,7 @@ class JobManager:
             hot_standby=self.warm.hot,
             warm_streams=self.warm_streams,
         )
-        # Streams commit through the portal from Spark's threads, past their term (``stream_run``).
+        # Streams commit through the portal from Spark's threads, past their term (``runs.stream``).
         async with AsyncExitStack() as stack:
             if self._owns_services:
                 await stack.enter_async_context(self.services)
@@ -268,7 +270,7 @@ class JobManager:
             spark = await self.warm.wait()
             self.emit("spark_ready", epoch=lease.epoch)
             await self.election.confirm_leadership(session_id, self.identity)
-            await _Term(self, stores, lease, spark).run()
+            await Term(self._context(stores, lease, spark), poll_interval=self.poll_interval).run()
         except Exception as exc:
             log.exception("the job manager's term failed")
             self.emit("term_failed", epoch=lease.epoch, error=f"{type(exc).__name__}: {exc}")
@@ -280,6 +282,22 @@ class JobManager:
                     await stores.close()  # releases our locks; every byte stays
                 except DriverError as exc:  # the session may be gone: its locks went with it
                     log.info("store locks not released: %s", exc)
+
+    def _context(self, stores: Stores, lease: Lease, spark: Any) -> TermContext:
+        """What this term's runs may use: not the term, not the manager."""
+        assert self.portal is not None  # made in run(), before the election starts
+        return TermContext(
+            identity=self.identity,
+            stores=stores,
+            writer=Writer(self.driver, lease),
+            layout=self.layout,
+            lease=lease,
+            spark=spark,
+            emit=self.emit,
+            portal=self.portal,
+            leave=self.quit,
+            checkpointing=self.checkpointing,
+        )
 
     async def revoke_leadership(self) -> None:
         """The grant's work has stopped already (its task was cancelled and awaited)."""

@@ -1,28 +1,23 @@
 """What one leadership term of the job manager does: recover, take requests, run jobs, finish.
 
-``JobManager`` (``jobmanager.py``) builds a ``_Term`` each time its component is granted the
-lead and drops it when the grant ends; the term's work runs only inside the grant, and is
-cancelled with it. How a term keeps every batch exactly once is told in ``jobmanager.py``.
+``JobManager`` (``manager.py``) builds a ``Term`` each time its component is granted the lead
+and drops it when the grant ends; the term's work runs only inside the grant, and is cancelled
+with it. The term decides nothing itself: it reads, asks its ``rules.Schedule`` what to do,
+and does that (httpcore's connection pool: decide, then do the I/O). Each job runs as a
+``JobRun`` (``runs``) handed the term's ``TermContext``. How a term keeps every batch exactly
+once is told in ``manager.py``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
-import time
-import traceback
-import uuid
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
 
 from ...drivers.base import NodeEvent
-from ...election.lease import Lease
 from ...errors import (
     ConfigurationError,
     CorruptData,
@@ -32,26 +27,36 @@ from ...errors import (
     NoNode,
     NotEmpty,
 )
-from ...stores import CompletedCheckpoint, JobOutcome, JobResult, Stores, Writer
+from ...stores import JobOutcome, JobResult
 from ..api.plan import JobPlan
-from ..api.registry import Pipeline, get_pipeline
 from ..client import children
-from ..commit.output import clean_staging, commit_batch, stage_batch
 from ..commit.stream_commit import remove_commits
-from ..spark import run_in_thread
-from .attempts import Attempt
+from .rules import (
+    Cleanup,
+    DeleteRequest,
+    Effect,
+    Emit,
+    Enqueue,
+    Finish,
+    Interrupt,
+    MarkClean,
+    Record,
+    ReportCorrupt,
+    Schedule,
+    SetPending,
+    StoredPlan,
+    StorePlan,
+    WriteFailure,
+    after_write_failure,
+    job_detail,
+)
+from .runs.base import JobRun, Result, TermContext
+from .runs.batch import BatchRun
 from .runs.stream import StreamRun
 
-if TYPE_CHECKING:
-    from .manager import JobManager
-
-__all__ = ("_Term",)
+__all__ = ("Term",)
 
 log = logging.getLogger("ha.pipeline.jobmanager")
-
-
-class _Stopped(Exception):
-    """The batch's thread noticed that its result is no longer wanted."""
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -61,27 +66,24 @@ def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return exc
 
 
-class _Term:
-    """What one leadership term does; dropped when the term ends."""
+class Term:
+    """What one leadership term does; dropped when the term ends. ``poll_interval``: how often
+    the inbox is read without its doorbell."""
 
-    def __init__(self, jm: JobManager, stores: Stores, lease: Lease, spark: Any) -> None:
-        self.jm = jm
-        self.stores = stores
-        self.lease = lease
-        self.spark = spark
-        self.driver = jm.driver
-        self.layout = jm.layout
-        self.writer = Writer(jm.driver, lease)
-        self.queue: list[JobPlan] = []
-        self.running: JobPlan | None = None
-        self.stage_scope: anyio.CancelScope | None = None
-        self.cancelled: set[str] = set()
+    def __init__(self, context: TermContext, *, poll_interval: float) -> None:
+        self.context = context
+        self.stores = context.stores
+        self.layout = context.layout
+        self.poll_interval = poll_interval
+        self.schedule = Schedule()
+        self.current: JobRun | None = None  # the running job's run
         self.wake = anyio.Event()
         self.queued = anyio.Event()
 
     async def run(self) -> None:
-        await self.driver.ensure_path(self.layout.inbox)
-        sub = self.driver.subscribe(self.layout.inbox, self._on_doorbell)
+        driver = self.context.driver
+        await driver.ensure_path(self.layout.inbox)
+        sub = driver.subscribe(self.layout.inbox, self._on_doorbell)
         try:
             await self._guarded(self._recover)
             async with anyio.create_task_group() as tg:
@@ -101,7 +103,7 @@ class _Term:
             sub.close()
 
     async def _guarded(self, work: Callable[[], Awaitable[None]]) -> None:
-        """Run ``work``; a backend error once leadership is gone is only its echo.
+        """Run ``work``; a backend error once leadership is gone is only its echo (J7).
 
         While the elector cancels us (quit, lost session, newer epoch), a store write may fail
         before the cancellation reaches it. Raising that would turn a normal stop into an
@@ -115,7 +117,7 @@ class _Term:
             except anyio.get_cancelled_exc_class():
                 log.info("stopped under a store write: %s", exc)
                 raise
-            if self.lease.valid:
+            if after_write_failure(lease_valid=self.context.lease.valid) is WriteFailure.FAIL_TERM:
                 raise
             log.info("leadership ended under a store write: %s", exc)
             await anyio.sleep_forever()  # the elector's cancellation is on its way
@@ -123,31 +125,61 @@ class _Term:
     def _on_doorbell(self, event: NodeEvent) -> None:
         self.wake.set()
 
+    # --- doing what the schedule decided ----------------------------------------------------------
+
+    async def _do(self, effects: Sequence[Effect]) -> None:
+        for effect in effects:
+            match effect:
+                case Cleanup(job_id):
+                    await self._cleanup(job_id)
+                case MarkClean(job_id):
+                    await self.stores.job_results.mark_clean(job_id)
+                case StorePlan(job_id, data):
+                    await self.stores.execution_plans.put(job_id, data)
+                case SetPending(job_id):
+                    await self.stores.running_jobs.set_pending(job_id)
+                case DeleteRequest(path):
+                    await self._delete_request(path)
+                case Record(job_id, outcome, detail):
+                    await self._record(job_id, outcome, detail)
+                case Finish(plan, outcome, detail):
+                    await self._finish(plan, outcome, detail)
+                case Enqueue(plan):
+                    self.schedule.enqueue(plan)
+                    self.queued.set()
+                case Interrupt():
+                    if self.current is not None:
+                        self.current.cancel()
+                case ReportCorrupt(job_id, error):
+                    # Never replace or delete what we cannot read; say so and leave it.
+                    log.error("job %s not recovered: %s", job_id, error)
+                    self.context.emit("corrupt_plan", job=job_id, error=error)
+                case Emit(name, fields):
+                    self.context.emit(name, **fields)
+
     # --- recovery -------------------------------------------------------------------------------
 
     async def _recover(self) -> None:
         for result in await self.stores.job_results.dirty_results():
-            await self._cleanup(result.job_id)
-            await self.stores.job_results.mark_clean(result.job_id)
-            self.jm.emit("cleanup_finished", job=result.job_id)
+            job_id = result.job_id
+            finished = Emit("cleanup_finished", {"job": job_id})
+            await self._do([Cleanup(job_id), MarkClean(job_id), finished])  # J1
         await self._expire_results()
-        for job_id in await self.stores.execution_plans.job_ids():
-            if await self.stores.job_results.has_entry(job_id):
-                await self._cleanup(job_id)  # a finished job's leftovers
-                continue
-            where = f"{self.layout.execution_plans}/{job_id}"
-            try:
-                plan = JobPlan.from_bytes(await self.stores.execution_plans.recover(job_id), where)
-            except CorruptData as exc:
-                # Never replace or delete what we cannot read; say so and leave it.
-                log.error("job %s not recovered: %s", job_id, exc)
-                self.jm.emit("corrupt_plan", job=job_id, error=str(exc))
-                continue
-            self.queue.append(plan)
-        self.queue.sort(key=lambda p: (p.submitted_at, p.job_id))
-        self.jm.emit("recovered", jobs=[p.job_id for p in self.queue])
-        if self.queue:
+        stored = await self.stores.execution_plans.job_ids()
+        found = [await self._read_plan(job_id) for job_id in stored]
+        await self._do(self.schedule.recovered(found))
+        if self.schedule.queue:
             self.queued.set()
+
+    async def _read_plan(self, job_id: str) -> StoredPlan:
+        if await self.stores.job_results.has_entry(job_id):
+            return StoredPlan(job_id, has_result=True)
+        where = f"{self.layout.execution_plans}/{job_id}"
+        try:
+            plan = JobPlan.from_bytes(await self.stores.execution_plans.recover(job_id), where)
+        except CorruptData as exc:
+            return StoredPlan(job_id, has_result=False, error=str(exc))
+        return StoredPlan(job_id, has_result=False, plan=plan)
 
     # --- requests: submissions and cancellations ------------------------------------------------
 
@@ -156,7 +188,7 @@ class _Term:
             self.wake = anyio.Event()
             await self._take_submissions()
             await self._take_cancels()
-            with anyio.move_on_after(self.jm.poll_interval):
+            with anyio.move_on_after(self.poll_interval):
                 await self.wake.wait()
 
     async def _known(self, job_id: str) -> bool:
@@ -165,61 +197,24 @@ class _Term:
         )
 
     async def _take_submissions(self) -> None:
-        for job_id in await children(self.driver, self.layout.inbox):
+        driver = self.context.driver
+        for job_id in await children(driver, self.layout.inbox):
             path = self.layout.submission(job_id)
             try:
-                data, _ = await self.driver.get(path)
+                data, _ = await driver.get(path)
             except NoNode:
                 continue
-            if await self._known(job_id):  # taken already (by us or a previous active)
-                await self._delete_request(path)
-                continue
-            try:
-                plan = self._check_submission(job_id, path, data)
-            except (CorruptData, ConfigurationError) as exc:
-                await self._record(job_id, JobOutcome.FAILED, {"error": str(exc), "refused": True})
-                await self._delete_request(path)
-                self.jm.emit("refused", job=job_id, error=str(exc))
-                continue
-            await self.stores.execution_plans.put(job_id, data)
-            await self.stores.running_jobs.set_pending(job_id)
-            await self._delete_request(path)
-            self.queue.append(plan)
-            self.queued.set()
-            self.jm.emit("accepted", job=job_id, batches=len(plan.batches))
-
-    def _check_submission(self, job_id: str, path: str, data: bytes) -> JobPlan:
-        plan = JobPlan.from_bytes(data, path)
-        if plan.job_id != job_id:
-            raise CorruptData(path, f"holds the plan of job {plan.job_id!r}")
-        spec = get_pipeline(plan.pipeline)  # registered in this process too?
-        spec.check_params(plan.params)
-        if not plan.batches:
-            raise ConfigurationError(f"job {job_id} has no batches")
-        busy = [p for p in [*self.queue, self.running] if p is not None and p.output == plan.output]
-        if busy:
-            raise ConfigurationError(f"output {plan.output} is in use by job {busy[0].job_id}")
-        return plan
+            known = await self._known(job_id)
+            await self._do(self.schedule.submitted(job_id, path, data, known=known))
 
     async def _take_cancels(self) -> None:
-        for job_id in await children(self.driver, self.layout.cancels):
-            path = self.layout.cancel(job_id)
-            if self.running is not None and self.running.job_id == job_id:
-                # Only the Spark work is interrupted; store writes are never cut in half.
-                self.cancelled.add(job_id)
-                if self.stage_scope is not None:
-                    self.stage_scope.cancel()
-                continue
-            queued = [p for p in self.queue if p.job_id == job_id]
-            if queued:
-                self.queue.remove(queued[0])
-                await self._finish(queued[0], JobOutcome.CANCELLED, self._detail(queued[0], 0))
-            await self._delete_request(path)  # done, or for a job we do not know
+        for job_id in await children(self.context.driver, self.layout.cancels):
+            await self._do(self.schedule.cancel_requested(job_id, self.layout.cancel(job_id)))
 
     async def _delete_request(self, path: str) -> None:
         # Inbox and cancel nodes are the clients' (unfenced); removing one twice is harmless.
         try:
-            await self.driver.delete(path)
+            await self.context.driver.delete(path)
         except NoNode:
             pass
 
@@ -227,112 +222,30 @@ class _Term:
 
     async def _run_jobs(self) -> None:
         while True:
-            while not self.queue:
+            while (plan := self.schedule.start_next()) is None:
                 self.queued = anyio.Event()
                 await self.queued.wait()
-            plan = self.running = self.queue.pop(0)
             try:
                 outcome, detail = await self._run_job(plan)
             finally:
-                self.running = None
+                self.current = None
+                self.schedule.ended()
             await self._finish(plan, outcome, detail)
 
-    def _detail(self, plan: JobPlan, done: int, **extra: Any) -> dict[str, Any]:
-        return {
-            "pipeline": plan.pipeline,
-            "batches": len(plan.batches),
-            "batches_done": done,
-            "output": plan.output,
-            **extra,
-        }
-
-    async def _run_job(self, plan: JobPlan) -> tuple[JobOutcome, dict[str, Any]]:
-        job_id = plan.job_id
+    async def _run_job(self, plan: JobPlan) -> Result:
         try:
-            spec = get_pipeline(plan.pipeline)
+            spec = self.schedule.lookup(plan.pipeline)
         except ConfigurationError as exc:
-            return JobOutcome.FAILED, self._detail(plan, 0, error=str(exc))
-        await self.stores.running_jobs.set_running(job_id)
+            return JobOutcome.FAILED, job_detail(plan, 0, error=str(exc))
+        # The run exists before the first await: a cancel request from now on reaches it.
+        run: JobRun
         if spec.stream is not None:
-            return await StreamRun(self, spec, plan).run()
-        checkpoints = self.stores.checkpoints(job_id)
-        recovered = await checkpoints.recover()
-        index = max((c.checkpoint_id for c in recovered), default=0)
-        attempt = await Attempt.begin(self.writer, self.layout, plan, index, self.jm.emit)
-        if (error := attempt.verdict()) is not None:
-            return JobOutcome.FAILED, self._detail(plan, index, error=error, **attempt.counts())
-        try:
-            return await self._run_batches(spec, plan, index, attempt)
-        except BaseException:  # the term ends; this job manager lives on
-            await attempt.close()
-            raise
-
-    async def _run_batches(
-        self, spec: Pipeline, plan: JobPlan, index: int, attempt: Attempt
-    ) -> tuple[JobOutcome, dict[str, Any]]:
-        started = time.monotonic()
-        job_id = plan.job_id
-        checkpoints = self.stores.checkpoints(job_id)
-        await anyio.to_thread.run_sync(clean_staging, plan.output)
-        self.jm.emit("job_started", job=job_id, from_batch=index, batches=len(plan.batches))
-        while index < len(plan.batches):
-            if job_id in self.cancelled:
-                return JobOutcome.CANCELLED, self._detail(plan, index)
-            self.jm.emit("batch_started", job=job_id, batch=index, epoch=self.lease.epoch)
-            try:
-                try:
-                    with anyio.CancelScope() as self.stage_scope:
-                        staged = await self._stage(spec, plan, index)
-                finally:
-                    self.stage_scope = None
-                if job_id in self.cancelled:
-                    return JobOutcome.CANCELLED, self._detail(plan, index)
-                if not self.lease.valid:  # deposed, or woke up past its stop_deadline()
-                    await anyio.sleep_forever()  # our scope is being cancelled
-                result = await anyio.to_thread.run_sync(commit_batch, staged, plan.output, index)
-            except Exception as exc:
-                error = f"batch {index}: {type(exc).__name__}: {exc}"
-                if await attempt.failed(error, "batch_failed", batch=index):
-                    tb = "".join(traceback.format_exception(exc)[-3:])
-                    detail = self._detail(plan, index, error=error, traceback=tb)
-                    return JobOutcome.FAILED, {**detail, **attempt.counts()}
-                continue  # the same batch again
-            if self.jm.checkpointing:
-                meta = json.dumps({"next_batch": index + 1, "epoch": self.lease.epoch}).encode()
-                await checkpoints.add(CompletedCheckpoint(job_id, index + 1, meta, time.time()))
-            self.jm.emit(
-                "batch_committed", job=job_id, batch=index, commit=result, epoch=self.lease.epoch
-            )
-            index += 1
-        seconds = round(time.monotonic() - started, 3)
-        return JobOutcome.SUCCEEDED, self._detail(plan, index, seconds=seconds, **attempt.counts())
-
-    async def _stage(self, spec: Pipeline, plan: JobPlan, index: int) -> Path:
-        """Compute and stage one batch in a worker thread, in a job group we can cancel."""
-        group = f"ha-{plan.job_id}-e{self.lease.epoch}-b{index}"
-        stop = threading.Event()
-        token = f"e{self.lease.epoch}-{uuid.uuid4().hex[:8]}"
-        spark = self.spark
-
-        def work() -> Path:
-            df = spec.compute(spark, plan.params, plan.batches[index])
-            if stop.is_set():
-                raise _Stopped(group)
-            return stage_batch(
-                df,
-                plan.output,
-                index,
-                files=spec.files_per_batch,
-                sort_by=spec.sort_by,
-                token=token,
-            )
-
-        try:
-            # Cancelled: the thread finishes on its own; what it staged is never committed.
-            return await run_in_thread(spark, group, work, abandoned=stop)
-        except anyio.get_cancelled_exc_class():
-            self.jm.emit("batch_cancelled", job=plan.job_id, batch=index)
-            raise
+            run = StreamRun(self.context, spec, plan)
+        else:
+            run = BatchRun(self.context, spec, plan)
+        self.current = run
+        await self.stores.running_jobs.set_running(plan.job_id)
+        return await run.run()
 
     # --- finishing ------------------------------------------------------------------------------
 
@@ -349,26 +262,26 @@ class _Term:
         """Remove the clean results past their retention (``JobResultStore``), each after
         what its job kept beside it for audit: a stream's commit log."""
         for job_id in await self.stores.job_results.expired():
-            await remove_commits(self.writer, self.layout, job_id)
+            await remove_commits(self.context.writer, self.layout, job_id)
             await self.stores.job_results.remove(job_id)
 
     async def _finish(self, plan: JobPlan, outcome: JobOutcome, detail: dict[str, Any]) -> None:
         await self.stores.running_jobs.set_done(plan.job_id)
         await self._record(plan.job_id, outcome, detail)
-        self.jm.emit("job_finished", job=plan.job_id, outcome=outcome.value, **detail)
+        self.context.emit("job_finished", job=plan.job_id, outcome=outcome.value, **detail)
 
     async def _cleanup(self, job_id: str) -> None:
         """Remove what only a running job needs; its result entry stays as the record."""
+        writer, layout = self.context.writer, self.layout
         await self.stores.checkpoints(job_id).remove_all()
         await self.stores.checkpoint_ids(job_id).remove()
-        layout = self.layout
         for container in (layout.completed_checkpoints(job_id), layout.checkpoints(job_id)):
             try:
-                await self.writer.delete(container)  # empty now; one node per job otherwise
+                await writer.delete(container)  # empty now; one node per job otherwise
             except NotEmpty:
                 log.info("%s: not empty, left in place", container)
         await self.stores.execution_plans.remove(job_id)
-        await self.writer.delete(self.layout.failure(job_id))
-        await self.writer.delete(self.layout.attempt(job_id))
+        await writer.delete(layout.failure(job_id))
+        await writer.delete(layout.attempt(job_id))
         await self.stores.running_jobs.clear(job_id)
-        await self._delete_request(self.layout.cancel(job_id))
+        await self._delete_request(layout.cancel(job_id))
