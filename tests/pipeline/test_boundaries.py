@@ -44,9 +44,8 @@ def test_http_imports_nothing_of_the_pipeline(path: Path) -> None:
     "path", sorted((ROOT / "pipeline/jobmanager/runs").glob("*.py")), ids=lambda p: p.name
 )
 def test_a_run_sees_neither_its_term_nor_the_manager(path: Path) -> None:
-    reached = {m for m in imported(path) if m.startswith(("ha.pipeline.jobmanager.term",
-                                                          "ha.pipeline.jobmanager.manager"))}  # fmt: skip
-    assert not reached
+    above = ("ha.pipeline.jobmanager.term", "ha.pipeline.jobmanager.manager")
+    assert not {m for m in imported(path) if m.startswith(above)}
 
 
 def test_the_rules_are_pure() -> None:

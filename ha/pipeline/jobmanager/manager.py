@@ -16,9 +16,9 @@ wins, the job manager is granted leadership with a session id and, inside that g
    execution plan is stored and that has no result (locking its plan);
 2. takes submissions from the inbox into the execution plan store (fenced) and refuses the
    malformed ones with a failed result that says why;
-3. runs the jobs one at a time (``runs.batch``; streams: ``runs.stream``), batch by batch from the latest
-   checkpoint: stage the batch's output (Spark), commit it (atomic rename, ``commit``), then
-   record checkpoint ``n`` = "n batches committed" (fenced);
+3. runs the jobs one at a time (``runs.batch``; streams: ``runs.stream``), batch by batch
+   from the latest checkpoint: stage the batch's output (Spark), commit it (atomic rename,
+   ``commit``), then record checkpoint ``n`` = "n batches committed" (fenced);
 4. records each job's result (dirty), cleans its plan, checkpoints and registry entry, and
    marks the result clean. A job found with a plan but no result is run again from its
    checkpoint, even if the registry says DONE (the result was lost with its active): batches
@@ -53,7 +53,6 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any
@@ -71,6 +70,7 @@ from ...election.machine import State
 from ...election.nodes import ElectionNodes
 from ...election.timing import Timing
 from ...errors import ConfigurationError, DriverError
+from ...metrics.jobs import EventSink  # (name, fields): what the http layer counts through
 from ...services import HAServices
 from ...stores import BlobStore, Stores, Writer
 from ..layout import JobLayout
@@ -83,9 +83,6 @@ from .term import Term
 __all__ = ("JobManager", "EventSink")
 
 log = logging.getLogger("ha.pipeline.jobmanager")
-
-EventSink = Callable[[str, dict[str, Any]], None]
-
 
 COMPONENT = "jobmanager"  # its name among the components of the cluster's HA services
 
@@ -190,7 +187,8 @@ class JobManager:
             hot_standby=self.warm.hot,
             warm_streams=self.warm_streams,
         )
-        # Streams commit through the portal from Spark's threads, past their term (``runs.stream``).
+        # Streams commit through the portal from Spark's threads, past their term
+        # (``runs.stream``).
         async with AsyncExitStack() as stack:
             if self._owns_services:
                 await stack.enter_async_context(self.services)

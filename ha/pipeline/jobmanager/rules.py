@@ -83,7 +83,7 @@ class StoredPlan:
     error: str | None = None  # the CorruptData it raised, when plan is None
 
 
-# --- effects: what the term does, in order ---------------------------------------------------------
+# --- effects: what the term does, in order --------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

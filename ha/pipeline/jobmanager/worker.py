@@ -1,4 +1,5 @@
-"""A job manager process: ``python -m ha.pipeline.jobmanager.worker --url URL --cluster ID --id NAME ...``.
+"""A job manager process:
+``python -m ha.pipeline.jobmanager.worker --url URL --cluster ID --id NAME ...``.
 
 It takes part in the cluster's election (``/ha/CLUSTER/election``, as the component
 ``jobmanager`` of its HA services) and runs jobs while active. Each event of the job

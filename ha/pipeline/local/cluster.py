@@ -1,8 +1,8 @@
 """Job manager processes on one host: ``LocalJobCluster``, for tests, benchmarks and the demo.
 
-It starts job manager processes (``ha.pipeline.jobmanager.worker``) on the embedded sqlite backend (or
-the backend at ``url``), follows their events (JSON lines on their stdout), submits jobs and
-kills or pauses processes with real signals.
+It starts job manager processes (``ha.pipeline.jobmanager.worker``) on the embedded sqlite
+backend (or the backend at ``url``), follows their events (JSON lines on their stdout), submits
+jobs and kills or pauses processes with real signals.
 """
 
 from __future__ import annotations
