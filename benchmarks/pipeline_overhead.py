@@ -21,7 +21,7 @@ from pathlib import Path
 
 import anyio
 
-from ha.pipeline.clicks import generate_clicks
+from ha.pipeline.examples.clicks import generate_clicks
 from ha.pipeline.local import Event, LocalJobCluster
 
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import anyio
 
-from ha.pipeline.clicks import generate_clicks
 from ha.pipeline.commit import output_digest
+from ha.pipeline.examples.clicks import generate_clicks
 from ha.pipeline.local import Event, LocalJobCluster
 
 

@@ -62,13 +62,13 @@ from ha.election.lease import Lease  # noqa: E402
 from ha.election.nodes import Breadcrumb, ElectionNodes, ticket_for  # noqa: E402
 from ha.errors import NoNode  # noqa: E402
 from ha.pipeline.commit import STAGING, batch_dir  # noqa: E402
-from ha.pipeline.layout import JobLayout  # noqa: E402
-from ha.pipeline.stream_commit import (  # noqa: E402
+from ha.pipeline.commit.stream_commit import (  # noqa: E402
     WINDOW,
     commit_micro_batch,
     count_commits,
     record_ids,
 )
+from ha.pipeline.layout import JobLayout  # noqa: E402
 from ha.stores import Writer  # noqa: E402
 
 BACKENDS = ("memory", "sqlite", "zookeeper", "etcd", "etcd-compacted", "kubernetes")

@@ -13,7 +13,7 @@ read, so a restarted query always finds work; between its rounds its stream idle
 
 - ``ha``: two job manager processes on the embedded sqlite backend (``LocalJobCluster``), one
   active, one hot standby (SparkSession built, a tiny stream already run and the job rehearsed
-  in private once it has input: ``--warm-streams``, ``ha.pipeline.stream_rehearsal``; a round
+  in private once it has input: ``--warm-streams``, ``ha.pipeline.jobmanager.rehearsal``; a round
   waits until the standby has rehearsed, as it is ready then, before the micro-batch after
   which it kills the active),
   run ``bench.events.count_every`` (``peers_streaming/ha_stream.py``). Recovery = the standby's
@@ -67,11 +67,11 @@ sys.path.insert(0, str(PEERS))
 import ha_stream  # noqa: E402  (registers bench.events.count_every)
 
 from ha.drivers import connect  # noqa: E402
+from ha.pipeline.api.plan import make_plan  # noqa: E402
+from ha.pipeline.client import cancel_job, submit_job  # noqa: E402
 from ha.pipeline.commit import committed_batches, output_digest  # noqa: E402
-from ha.pipeline.events import generate_events  # noqa: E402
-from ha.pipeline.jobs import cancel_job, submit_job  # noqa: E402
+from ha.pipeline.examples.events import generate_events  # noqa: E402
 from ha.pipeline.local import Event, LocalJobCluster  # noqa: E402
-from ha.pipeline.plan import make_plan  # noqa: E402
 from ha.pipeline.spark import prepare_environment  # noqa: E402
 from tests.support.processes import java_under, running  # noqa: E402
 

@@ -1,5 +1,5 @@
 """The streaming pipeline the recovery benchmark runs on ``ha``: ``events.count`` (the built-in
-example, ``ha.pipeline.events``) with an interval trigger, so its query runs until cancelled.
+example, ``ha.pipeline.examples.events``) with an interval trigger, so its query runs until cancelled.
 
 Job manager processes import it (``--import=ha_stream``, this directory on ``PYTHONPATH``), and
 so does the benchmark, which submits the job. The uninterrupted reference run is
@@ -8,9 +8,9 @@ so does the benchmark, which submits the job. The uninterrupted reference run is
 
 from __future__ import annotations
 
-from ha.pipeline.events import SCHEMA
-from ha.pipeline.registry import get_pipeline
-from ha.pipeline.streaming import file_source, streaming_pipeline
+from ha.pipeline.api.registry import get_pipeline
+from ha.pipeline.api.streaming import file_source, streaming_pipeline
+from ha.pipeline.examples.events import SCHEMA
 
 NAME = "bench.events.count_every"
 INTERVAL = 1.0  # seconds between micro-batch triggers

@@ -286,7 +286,7 @@ def print_leader(found: admin.ElectionStatus, as_json: bool) -> None:
     sys.stdout.flush()
 
 
-# --- jobs (a ha.pipeline.jobs.JobStatus each, typed Any: the pipeline is imported lazily) --------
+# --- jobs (a ha.pipeline.client.JobStatus each, typed Any: the pipeline is imported lazily) --------
 
 
 def batches(status: Any) -> str:

@@ -1,5 +1,5 @@
 """``ha demo``: see a failover happen (``ha.demo``), or with --pipeline a job manager's
-(``ha.pipeline.demo``, imported only then: it needs PySpark).
+(``ha.pipeline.local.demo``, imported only then: it needs PySpark).
 """
 
 from __future__ import annotations
@@ -94,10 +94,10 @@ def demo(
 
 
 def _pipeline_demo(opts: Options, rounds: int, workdir: str | None) -> None:
-    """`ha demo --pipeline`: see ``ha.pipeline.demo.run_pipeline_demo``."""
+    """`ha demo --pipeline`: see ``ha.pipeline.local.demo.run_pipeline_demo``."""
     import tempfile
 
-    from ..pipeline.demo import run_pipeline_demo
+    from ..pipeline.local.demo import run_pipeline_demo
     from ..report.progress import stage_progress
 
     if rounds > 2:

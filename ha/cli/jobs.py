@@ -2,7 +2,7 @@
 
 The commands other than ``manager`` need no running job manager and no Spark: they read and
 write the cluster's nodes (under ``/ha/CLUSTER``) and its blob directory, through
-``ha.pipeline.jobs``. ``ha.pipeline`` is imported inside each command, so that ``import ha.cli``
+``ha.pipeline.client``. ``ha.pipeline`` is imported inside each command, so that ``import ha.cli``
 never imports PySpark.
 """
 
@@ -237,9 +237,9 @@ def submit(
       ha jobs submit mine.etl --import mypkg.pipelines -p day=2024-05-01 -o /shared/out
     """
     from ..pipeline import make_plan, parse_params
-    from ..pipeline.jobs import submit_job
-    from ..pipeline.registry import import_pipelines
-    from ..pipeline.streaming import is_stream_plan
+    from ..pipeline.api.registry import import_pipelines
+    from ..pipeline.api.streaming import is_stream_plan
+    from ..pipeline.client import submit_job
 
     jo = _jobs_options(opts, cluster, blobs)
     try:
@@ -281,7 +281,7 @@ def submit(
 
 
 async def _wait_job(driver: Driver, jo: JobsOptions, job_id: str, within: float | None) -> Any:
-    from ..pipeline.jobs import job_status, progress_lines, wait_for_job
+    from ..pipeline.client import job_status, progress_lines, wait_for_job
 
     show = progress_lines(job_id, click.echo)
     try:
@@ -320,7 +320,7 @@ def list_(opts: Options, cluster: str, blobs: str | None, as_json: bool) -> None
       ha jobs list
       ha jobs list --cluster nightly --json | jq '.[] | select(.state == "failed")'
     """
-    from ..pipeline.jobs import list_jobs
+    from ..pipeline.client import list_jobs
 
     jo = _jobs_options(opts, cluster, blobs)
 
@@ -356,7 +356,7 @@ def job_status_(opts: Options, job_id: str, cluster: str, blobs: str | None, as_
       ha jobs status daily-2024-05-01
       ha jobs status daily-2024-05-01 --json | jq -r .state
     """
-    from ..pipeline.jobs import job_status
+    from ..pipeline.client import job_status
 
     jo = _jobs_options(opts, cluster, blobs)
 
@@ -386,7 +386,7 @@ def cancel(opts: Options, job_id: str, cluster: str, blobs: str | None) -> None:
       ha jobs cancel daily-2024-05-01
       ha jobs cancel daily-2024-05-01 --cluster nightly
     """
-    from ..pipeline.jobs import cancel_job, job_status
+    from ..pipeline.client import cancel_job, job_status
 
     jo = _jobs_options(opts, cluster, blobs)
 

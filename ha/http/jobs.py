@@ -5,54 +5,69 @@ operations, its elector, its batches and recoveries through its event sink) and 
 routes of ``endpoints.py`` for its election until cancelled. The job manager is a component of
 its process's HA services, whose elector runs the services' contender: ``ElectorMetrics.watch``
 is handed to the services (``on_elector``), so each elector they run is measured and runs the
-wrapper that counts its fences. ``job_rows`` reads the cluster's jobs for the status page.
+wrapper that counts its fences. It takes any object shaped like a job manager
+(``ServedJobManager``): this layer sits below ``ha.pipeline`` and imports nothing of it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
 
+from ..drivers.base import Driver
+from ..election.elector import Elector
 from ..election.nodes import identity_bytes
-from ..errors import CorruptData
 from ..metrics import BackendMetrics, ElectorMetrics, JobManagerMetrics, Registry
+from ..metrics.jobs import EventSink
 from .endpoints import ElectionEndpoints
 from .server import serve
 
-if TYPE_CHECKING:
-    from ..pipeline.jobmanager import JobManager
-
-__all__ = ("job_rows", "serve_job_manager")
+__all__ = ("ServedJobManager", "ServedServices", "serve_job_manager")
 
 
-async def job_rows(manager: JobManager) -> list[dict[str, Any]]:
-    """The cluster's jobs as ``ha jobs list --json`` shows them, each with its failed attempts
-    (``failures``) and the job managers that died running it (``deaths``, in a row at the same
-    batch: ``ha/pipeline/attempts.py``) and the epoch of the term running it now (``epoch``)."""
-    from ..pipeline.attempts import read_attempts
-    from ..pipeline.jobs import failure_count, list_jobs
+class ServedServices(Protocol):
+    """What is read of the job manager's HA services: the process's identity and election, and
+    a hook that sees each elector they run (``HAServices.on_elector``)."""
 
-    rows = []
-    for job in await list_jobs(
-        manager.driver, manager.cluster_id, blobs=manager.blobs, prefix=manager.prefix
-    ):
-        row = job.to_json() | {"failures": None, "deaths": None, "epoch": None}
-        try:
-            row["failures"] = await failure_count(manager.driver, manager.layout, job.job_id)
-            attempts = await read_attempts(manager.driver, manager.layout, job.job_id)
-        except CorruptData:  # the job manager refuses it too, and its state says why
-            rows.append(row)
-            continue
-        row["deaths"] = attempts.deaths
-        row["epoch"] = None if attempts.open is None else attempts.open.get("epoch")
-        rows.append(row)
-    return rows
+    @property
+    def identity(self) -> str | bytes: ...
+
+    @property
+    def election_path(self) -> str: ...
+
+    def on_elector(self, observer: Callable[[Elector, object], object]) -> None: ...
+
+
+class ServedJobManager(Protocol):
+    """What ``serve_job_manager`` needs of a job manager (``ha.pipeline.JobManager`` is one):
+    its backend and identity to measure, its event sink to count through (replaced by a
+    counting one that calls the old), its services, the elector running now, and its
+    cluster's jobs for the status page."""
+
+    on_event: EventSink
+
+    @property
+    def driver(self) -> Driver: ...
+
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def services(self) -> ServedServices: ...
+
+    @property
+    def elector(self) -> Elector: ...
+
+    async def job_rows(self) -> list[dict[str, Any]]:
+        """The cluster's jobs for the status page (``page.py``)."""
+        ...
 
 
 async def serve_job_manager(
-    manager: JobManager,
+    manager: ServedJobManager,
     host: str,
     port: int,
     *,
@@ -72,6 +87,6 @@ async def serve_job_manager(
         identity,
         lambda: manager.elector.state.value,
         registry,
-        jobs=lambda: job_rows(manager),
+        jobs=manager.job_rows,
     )
     await serve(host, port, routes, task_status=task_status)

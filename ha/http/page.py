@@ -25,11 +25,11 @@ from typing import Any
 import anyio
 
 from ..admin import election_status
-from ..membership.records import text
 from ..drivers.base import Driver
 from ..election.history import read_history
 from ..election.nodes import ElectionNodes
 from ..errors import HAError
+from ..membership.records import text
 
 __all__ = ("HISTORY_SHOWN", "Jobs", "Readings", "page_document", "page_html")
 

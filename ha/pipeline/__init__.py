@@ -1,32 +1,34 @@
 """The HA job manager for PySpark pipelines, and the pieces it is made of.
 
-- ``registry``: pipelines registered by name (``@pipeline``), their parameters and batches;
-- ``plan``: a job's execution plan, checked at submission;
-- ``commit`` and ``parquet``: exactly-once batch output (stage, then atomic rename);
-- ``spark``: SparkSession settings, job groups, hot standby;
+- ``api``: what users write: pipelines registered by name (``@pipeline``, ``registry``), a
+  job's execution plan checked at submission (``plan``), streaming pipelines
+  (``@streaming_pipeline``, ``file_source``: ``streaming``);
+- ``client``: submitting, cancelling and watching jobs from any process (``JobState``);
 - ``layout``: the job manager's nodes beside the stores (``JobLayout``);
-- ``jobmanager``: the contender that runs jobs while active; ``worker``: it as a process;
-- ``jobs``: submitting, cancelling and watching jobs from any process (``JobState``);
-- ``streaming``: streaming pipelines (``@streaming_pipeline``, ``file_source``); ``stream_run``
-  runs one as a Structured Streaming query, ``stream_commit`` commits each micro-batch by a
-  fenced record, ``spark_checkpoint`` repairs a checkpoint a killed driver left half-written;
-- ``clicks``: the example pipeline and its data generator; ``events``: the example stream;
-- ``local``: job manager processes on one host (``LocalJobCluster``);
-- ``demo``: the pipeline demo (``ha demo --pipeline``, ``run_pipeline_demo``).
+- ``jobmanager``: the component that runs jobs while its process leads (``JobManager``), its
+  terms (a pure ``rules`` core and the ``term`` that does its I/O), one ``JobRun`` per job
+  (``runs``: batch and stream), attempts, a standby's rehearsals, and ``worker`` (a job
+  manager process);
+- ``commit``: exactly-once output (stage, then atomic rename; ``parquet``), a micro-batch's
+  fenced record (``stream_commit``), a term's copy of Spark's checkpoint (``spark_checkpoint``);
+- ``spark``: SparkSession settings, job groups, hot standby;
+- ``examples``: the example pipelines ``clicks`` (batch) and ``events`` (stream);
+- ``local``: job manager processes on one host (``LocalJobCluster``) and the pipeline demo
+  (``ha demo --pipeline``, ``run_pipeline_demo``).
 
 The calls behind the command line: ``make_plan`` + ``submit_job``, ``list_jobs``,
 ``job_status``, ``cancel_job``, ``wait_for_job`` (``ha jobs ...``), ``run_job_manager`` (a job
-manager process). Importing this package imports neither pyspark nor ``demo``, ``local`` or
+manager process). Importing this package imports neither pyspark nor ``local`` or
 ``ha.report``.
 """
 
 from __future__ import annotations
 
-from .jobs import JobState, JobStatus, cancel_job, job_status, list_jobs, submit_job, wait_for_job
-from .plan import JobPlan, make_plan, parse_params
-from .registry import REQUIRED, Param, Pipeline, get_pipeline, pipeline, pipeline_names
-from .streaming import file_source, streaming_pipeline
-from .worker import run_job_manager
+from .api.plan import JobPlan, make_plan, parse_params
+from .api.registry import REQUIRED, Param, Pipeline, get_pipeline, pipeline, pipeline_names
+from .api.streaming import file_source, streaming_pipeline
+from .client import JobState, JobStatus, cancel_job, job_status, list_jobs, submit_job, wait_for_job
+from .jobmanager.worker import run_job_manager
 
 __all__ = (
     "REQUIRED",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
-from ..pipeline.registry import Param, pipeline
+from ..pipeline.api.registry import Param, pipeline
 from .analysis import (
     DEFAULT_SESSION_TIMEOUT,
     JournalReport,

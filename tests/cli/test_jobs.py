@@ -347,8 +347,8 @@ def test_report_exit_code_says_leadership_overlapped(tmp_path: Path, env: dict[s
 @needs_pyspark
 @pytest.mark.timeout(150)
 def test_a_job_manager_runs_a_submitted_job(tmp_path: Path, env: dict[str, str]) -> None:
-    from ha.pipeline.clicks import generate_clicks
     from ha.pipeline.commit import committed_batches
+    from ha.pipeline.examples.clicks import generate_clicks
 
     generate_clicks(tmp_path / "clicks", days=2, rows_per_day=2_000, users=50, seed=3)
     log = tmp_path / "jm-1.log"

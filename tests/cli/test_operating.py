@@ -172,7 +172,7 @@ def test_job_manager_http(tmp_path: Path, request: pytest.FixtureRequest) -> Non
     if "slow" not in (request.config.getoption("markexpr") or "") and not os.environ.get("HA_SLOW"):
         pytest.skip("a job manager runs a job on Spark (40 s): select with -m slow or HA_SLOW=1")
     pytest.importorskip("pyspark")
-    from ha.pipeline.clicks import generate_clicks
+    from ha.pipeline.examples.clicks import generate_clicks
 
     generate_clicks(tmp_path / "clicks", days=2, rows_per_day=500, users=20, seed=1)
     with Hosts(tmp_path) as hosts:

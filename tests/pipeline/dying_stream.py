@@ -7,9 +7,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ha.pipeline.events import SCHEMA
-from ha.pipeline.registry import Param
-from ha.pipeline.streaming import file_source, streaming_pipeline
+from ha.pipeline.api.registry import Param
+from ha.pipeline.api.streaming import file_source, streaming_pipeline
+from ha.pipeline.examples.events import SCHEMA
 
 
 @streaming_pipeline(

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ha.pipeline.spark_checkpoint import term_checkpoint
+from ha.pipeline.commit.spark_checkpoint import term_checkpoint
 
 from .checkpoint_writer import STEPS_PER_BATCH, CheckpointWriter
 

@@ -21,8 +21,8 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ha.drivers import connect
-from ha.pipeline.jobs import list_jobs, submit_job, wait_for_job
-from ha.pipeline.plan import JobPlan
+from ha.pipeline.api.plan import JobPlan
+from ha.pipeline.client import list_jobs, submit_job, wait_for_job
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -161,9 +161,9 @@ async def test_a_stream_that_kills_its_job_manager_fails_after_max_attempts_deat
 ) -> None:
     pytest.importorskip("pyspark")
     import tests.pipeline.dying_stream  # noqa: F401  (registers test.stream_dies here too)
-    from ha.pipeline.events import generate_events
+    from ha.pipeline.api.plan import make_plan
+    from ha.pipeline.examples.events import generate_events
     from ha.pipeline.local import LocalJobCluster
-    from ha.pipeline.plan import make_plan
 
     generate_events(tmp_path / "in", files=2, rows=20, users=4)
     plan = make_plan(

@@ -20,12 +20,12 @@ import pytest
 import ha
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.pipeline import Param, pipeline
-from ha.pipeline import term as jm_module
+from ha.pipeline.api.plan import make_plan
+from ha.pipeline.api.registry import unregister
+from ha.pipeline.client import cancel_job, job_status, list_jobs, submit_job, wait_for_job
 from ha.pipeline.commit import STAGING, committed_batches, output_digest
 from ha.pipeline.jobmanager import JobManager
-from ha.pipeline.jobs import cancel_job, job_status, list_jobs, submit_job, wait_for_job
-from ha.pipeline.plan import make_plan
-from ha.pipeline.registry import unregister
+from ha.pipeline.jobmanager.runs import batch as jm_module
 from ha.pipeline.spark import WarmSession
 from ha.testing import faults
 
@@ -458,8 +458,8 @@ async def test_raised_and_handed_over_attempts_are_no_deaths_and_progress_restar
 async def test_results_past_their_retention_go_with_what_their_job_kept(cluster: Cluster) -> None:
     """The newest 100 clean results stay (``JobResultStore``'s default); an older one is
     removed once a job finishes, after its stream's commit log (kept until then for audit)."""
+    from ha.pipeline.commit.stream_commit import CommitRecord
     from ha.pipeline.layout import JobLayout
-    from ha.pipeline.stream_commit import CommitRecord
     from ha.stores import codec
 
     layout = JobLayout("c1")

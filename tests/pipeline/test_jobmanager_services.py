@@ -21,11 +21,11 @@ import ha
 from ha import admin
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.http import serve_job_manager
-from ha.pipeline import term as term_module
+from ha.pipeline.api.plan import make_plan
+from ha.pipeline.client import submit_job, wait_for_job
 from ha.pipeline.commit import output_digest
 from ha.pipeline.jobmanager import JobManager
-from ha.pipeline.jobs import submit_job, wait_for_job
-from ha.pipeline.plan import make_plan
+from ha.pipeline.jobmanager import term as term_module
 from ha.pipeline.spark import WarmSession
 from ha.services import HAServices, LeaderRetrieval
 from ha.testing import History, Recorder, faults
@@ -117,17 +117,17 @@ class Process:
 def witness(monkeypatch: pytest.MonkeyPatch) -> Witness:
     """The job managers' terms, recorded around the real one."""
     seen: Witness = []
-    run = term_module._Term.run
+    run = term_module.Term.run
 
     async def recorded(term: Any) -> None:
-        process = term.jm.services.identity
+        process = term.context.identity.removeprefix("jm-")  # its process: Process(name)
         seen.append(("start", process, "jobmanager"))
         try:
             await run(term)
         finally:
             seen.append(("end", process, "jobmanager"))
 
-    monkeypatch.setattr(term_module._Term, "run", recorded)
+    monkeypatch.setattr(term_module.Term, "run", recorded)
     return seen
 
 

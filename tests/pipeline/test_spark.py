@@ -14,7 +14,6 @@ import pytest
 pytest.importorskip("pyspark")
 
 from ha.pipeline import get_pipeline  # noqa: E402
-from ha.pipeline.clicks import generate_clicks  # noqa: E402
 from ha.pipeline.commit import (  # noqa: E402
     committed_batches,
     output_digest,
@@ -22,6 +21,7 @@ from ha.pipeline.commit import (  # noqa: E402
     stage_batch,
     write_batch,
 )
+from ha.pipeline.examples.clicks import generate_clicks  # noqa: E402
 from ha.pipeline.spark import (  # noqa: E402
     SparkSettings,
     WarmSession,

@@ -30,11 +30,11 @@ import anyio.to_thread
 import pytest
 
 from ha.drivers import connect
+from ha.pipeline.api.plan import make_plan
+from ha.pipeline.client import submit_job
 from ha.pipeline.commit import output_digest
-from ha.pipeline.events import generate_events
-from ha.pipeline.jobs import submit_job
+from ha.pipeline.examples.events import generate_events
 from ha.pipeline.local import LocalJobCluster
-from ha.pipeline.plan import make_plan
 from ha.pipeline.spark import SparkSettings, prepare_environment
 from tests.support.backends.zookeeper import missing_reason as zookeeper_missing
 from tests.support.processes import java_under, running

@@ -30,8 +30,7 @@ from ha.drivers.kubernetes.tree import TooLarge
 from ha.election.nodes import Breadcrumb, ElectionNodes, ticket_for
 from ha.errors import ConfigurationError, Fenced, TransactionFailed
 from ha.pipeline.commit import STAGING, batch_dir, committed_batches
-from ha.pipeline.layout import JobLayout
-from ha.pipeline.stream_commit import (
+from ha.pipeline.commit.stream_commit import (
     COMPACT,
     WINDOW,
     CommitRecord,
@@ -41,6 +40,7 @@ from ha.pipeline.stream_commit import (
     record_ids,
     remove_commits,
 )
+from ha.pipeline.layout import JobLayout
 from ha.stores import Writer
 from tests.stores.test_stores import ELECTION, win
 

@@ -16,16 +16,16 @@ pytest.importorskip("pyspark")
 
 import ha  # noqa: E402
 from ha.drivers.memory import MemoryDriver  # noqa: E402
-from ha.pipeline import stream_rehearsal  # noqa: E402
+from ha.pipeline.api.plan import make_plan  # noqa: E402
+from ha.pipeline.api.registry import Param, get_pipeline  # noqa: E402
+from ha.pipeline.api.streaming import file_source, streaming_pipeline  # noqa: E402
+from ha.pipeline.client import submit_job, wait_for_job  # noqa: E402
 from ha.pipeline.commit import committed_batches  # noqa: E402
-from ha.pipeline.events import SCHEMA, generate_events  # noqa: E402
+from ha.pipeline.examples.events import SCHEMA, generate_events  # noqa: E402
 from ha.pipeline.jobmanager import JobManager  # noqa: E402
-from ha.pipeline.jobs import submit_job, wait_for_job  # noqa: E402
-from ha.pipeline.plan import make_plan  # noqa: E402
-from ha.pipeline.registry import Param, get_pipeline  # noqa: E402
+from ha.pipeline.jobmanager import rehearsal as stream_rehearsal  # noqa: E402
+from ha.pipeline.jobmanager.rehearsal import rehearse, sample_files  # noqa: E402
 from ha.pipeline.spark import SparkSettings, WarmSession, build_session  # noqa: E402
-from ha.pipeline.stream_rehearsal import rehearse, sample_files  # noqa: E402
-from ha.pipeline.streaming import file_source, streaming_pipeline  # noqa: E402
 from ha.stores import Stores  # noqa: E402
 from tests.stores.test_stores import win  # noqa: E402
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ha.pipeline.spark_checkpoint import term_checkpoint, trim_source_logs
+from ha.pipeline.commit.spark_checkpoint import term_checkpoint, trim_source_logs
 
 
 def _offsets(root: Path, batch: int, log_offset: int) -> None:

@@ -13,11 +13,11 @@ import pytest
 
 from ha.drivers.memory import MemoryDriver
 from ha.errors import Fenced, TransactionFailed
+from ha.pipeline.api.streaming import checkpoint_dir, is_stream_plan
+from ha.pipeline.client import count_commits
 from ha.pipeline.commit import STAGING, committed_batches, output_digest
-from ha.pipeline.jobs import count_commits
+from ha.pipeline.commit.stream_commit import commit_micro_batch, read_commits, staged_digest
 from ha.pipeline.layout import JobLayout
-from ha.pipeline.stream_commit import commit_micro_batch, read_commits, staged_digest
-from ha.pipeline.streaming import checkpoint_dir, is_stream_plan
 from ha.stores import Writer
 from tests.stores.test_stores import win
 
@@ -79,8 +79,8 @@ async def test_a_batch_redone_after_its_record_is_identical_and_a_gap_is_refused
 
 
 def test_a_stream_plan_is_known_without_the_registry(tmp_path: Path) -> None:
-    from ha.pipeline.events import generate_events
-    from ha.pipeline.plan import JobPlan, make_plan
+    from ha.pipeline.api.plan import JobPlan, make_plan
+    from ha.pipeline.examples.events import generate_events
 
     generate_events(tmp_path / "in", files=1, rows=3)
     plan = make_plan("events.count", {"input": str(tmp_path / "in")}, str(tmp_path / "o"))
@@ -91,9 +91,9 @@ def test_a_stream_plan_is_known_without_the_registry(tmp_path: Path) -> None:
 
 
 async def test_a_submitted_stream_has_no_batch_count_yet(tmp_path: Path) -> None:
-    from ha.pipeline.events import generate_events
-    from ha.pipeline.jobs import job_status, submit_job
-    from ha.pipeline.plan import make_plan
+    from ha.pipeline.api.plan import make_plan
+    from ha.pipeline.client import job_status, submit_job
+    from ha.pipeline.examples.events import generate_events
 
     generate_events(tmp_path / "in", files=1, rows=3)
     plan = make_plan("events.count", {"input": str(tmp_path / "in")}, str(tmp_path / "o"))

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from ha.pipeline.commit import output_digest  # noqa: E402
-from ha.pipeline.events import generate_events  # noqa: E402
+from ha.pipeline.examples.events import generate_events  # noqa: E402
 from ha.pipeline.local import LocalJobCluster  # noqa: E402
 from tests.cli.helpers import ha_env  # noqa: E402
 from tests.support.backends.zookeeper import missing_reason  # noqa: E402

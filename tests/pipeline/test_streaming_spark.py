@@ -18,11 +18,11 @@ pytest.importorskip("pyspark")
 
 import ha  # noqa: E402
 from ha.drivers.memory import MemoryDriver  # noqa: E402
+from ha.pipeline.api.plan import make_plan  # noqa: E402
+from ha.pipeline.client import submit_job, wait_for_job  # noqa: E402
 from ha.pipeline.commit import committed_batches, output_digest  # noqa: E402
-from ha.pipeline.events import generate_events  # noqa: E402
+from ha.pipeline.examples.events import generate_events  # noqa: E402
 from ha.pipeline.jobmanager import JobManager  # noqa: E402
-from ha.pipeline.jobs import submit_job, wait_for_job  # noqa: E402
-from ha.pipeline.plan import make_plan  # noqa: E402
 from ha.pipeline.spark import SparkSettings, WarmSession, build_session  # noqa: E402
 from ha.testing import faults  # noqa: E402
 

@@ -12,7 +12,9 @@ import pytest
 
 from ha.errors import ConfigurationError, CorruptData
 from ha.pipeline import Param, get_pipeline, pipeline, pipeline_names
-from ha.pipeline.attempts import AttemptRecord
+from ha.pipeline.api.plan import JobPlan, make_plan, output_path
+from ha.pipeline.api.registry import unregister
+from ha.pipeline.client import JobState, JobStatus
 from ha.pipeline.commit import (
     batch_dir,
     clean_staging,
@@ -21,10 +23,8 @@ from ha.pipeline.commit import (
     output_digest,
     output_files,
 )
-from ha.pipeline.jobs import JobState, JobStatus
+from ha.pipeline.jobmanager.attempts import AttemptRecord
 from ha.pipeline.layout import JobLayout, failure_record, read_failures
-from ha.pipeline.plan import JobPlan, make_plan, output_path
-from ha.pipeline.registry import unregister
 from ha.report.synthetic import generate_journal
 from ha.stores import JobOutcome, Layout
 
@@ -263,7 +263,7 @@ def test_digest_depends_on_names_and_bytes(tmp_path: Path) -> None:
 def test_click_generator_is_repeatable(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from ha.pipeline.clicks import generate_clicks
+    from ha.pipeline.examples.clicks import generate_clicks
 
     first = generate_clicks(tmp_path / "a", days=2, rows_per_day=5_000, users=50, seed=4)
     second = generate_clicks(tmp_path / "b", days=2, rows_per_day=5_000, users=50, seed=4)
@@ -297,7 +297,7 @@ def test_journal_generator_truth(tmp_path: Path) -> None:
 
 def test_file_system_supports_atomic_exchange(tmp_path: Path) -> None:
     # The commit's "replaced" path relies on renameat2(RENAME_EXCHANGE) where available.
-    from ha.pipeline.commit import _exchange
+    from ha.pipeline.commit.output import _exchange
 
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
@@ -324,7 +324,7 @@ def _permute_encodings(path: Path) -> None:
     """Reverse each encodings list in the footer, as another JVM's HashSet order would."""
     import struct
 
-    from ha.pipeline import parquet as pqf
+    from ha.pipeline.commit import parquet as pqf
 
     data = bytearray(path.read_bytes())
     (length,) = struct.unpack("<I", data[-8:-4])
@@ -340,7 +340,7 @@ def _permute_encodings(path: Path) -> None:
 def test_footers_that_differ_only_in_encoding_order_become_identical(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from ha.pipeline.parquet import canonicalize_footer
+    from ha.pipeline.commit.parquet import canonicalize_footer
 
     a, b = _parquet(tmp_path / "a.parquet"), _parquet(tmp_path / "b.parquet")
     _permute_encodings(b)
@@ -354,7 +354,7 @@ def test_footers_that_differ_only_in_encoding_order_become_identical(tmp_path: P
 
 
 def test_a_file_that_is_not_parquet_is_refused(tmp_path: Path) -> None:
-    from ha.pipeline.parquet import FooterError, canonicalize_footer
+    from ha.pipeline.commit.parquet import FooterError, canonicalize_footer
 
     bad = tmp_path / "x.parquet"
     bad.write_bytes(b"PAR1" + b"\0" * 20 + b"\xff\xff\x00\x00PAR1")

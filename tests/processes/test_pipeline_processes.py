@@ -15,8 +15,8 @@ from tests.support.backends.zookeeper import missing_reason
 
 pytest.importorskip("pyspark")
 
-from ha.pipeline.clicks import generate_clicks  # noqa: E402
 from ha.pipeline.commit import STAGING, committed_batches, output_digest  # noqa: E402
+from ha.pipeline.examples.clicks import generate_clicks  # noqa: E402
 from ha.pipeline.local import Event, LocalJobCluster  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.anyio]

@@ -20,9 +20,9 @@ import anyio
 
 from ha.drivers import connect
 from ha.pipeline.commit import STAGING, batch_dir, committed_batches
+from ha.pipeline.commit.stream_commit import CommitRecord, read_commits, staged_digest
 from ha.pipeline.layout import JobLayout
 from ha.pipeline.local import Event, LocalJobCluster
-from ha.pipeline.stream_commit import CommitRecord, read_commits, staged_digest
 from tests.support.processes import descendants, java_under
 
 __all__ = (

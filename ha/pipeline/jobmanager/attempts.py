@@ -40,12 +40,12 @@ from typing import Any
 
 import anyio
 
-from ..drivers.base import Driver
-from ..errors import CorruptData, DriverError, Fenced, NoNode
-from ..stores import Writer
-from .jobs import failure_count
-from .layout import JobLayout, failure_record
-from .plan import JobPlan
+from ...drivers.base import Driver
+from ...errors import CorruptData, DriverError, Fenced, NoNode
+from ...stores import Writer
+from ..api.plan import JobPlan
+from ..client import failure_count
+from ..layout import JobLayout, failure_record
 
 __all__ = ("Attempt", "AttemptRecord", "read_attempts")
 

@@ -26,10 +26,10 @@ from ..drivers.base import Driver
 from ..errors import ConfigurationError, CorruptData, NodeExists, NoNode
 from ..stores import BlobStore, RunStatus, Stores
 from ..stores.layout import check_name
+from .api.plan import JobPlan
+from .api.streaming import is_stream_plan
+from .commit.stream_commit import count_commits
 from .layout import JobLayout, read_failures
-from .plan import JobPlan
-from .stream_commit import count_commits
-from .streaming import is_stream_plan
 
 __all__ = (
     "JobState",

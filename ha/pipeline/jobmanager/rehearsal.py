@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from ..errors import ConfigurationError, CorruptData, DriverError
-from ..stores import Stores
-from .commit import stage_batch
-from .plan import JobPlan
-from .registry import Pipeline, get_pipeline
-from .streaming import FileSource, StreamSpec
+from ...errors import ConfigurationError, CorruptData, DriverError
+from ...stores import Stores
+from ..api.plan import JobPlan
+from ..api.registry import Pipeline, get_pipeline
+from ..api.streaming import FileSource, StreamSpec
+from ..commit.output import stage_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -48,11 +48,11 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from ..drivers.base import Check, Create, Delete, Driver, Op, SetData
-from ..errors import ConfigurationError, CorruptData, NoNode, NotEmpty, TransactionFailed
-from ..stores import Writer
-from .commit import Outcome, commit_batch, files_digest
-from .layout import JobLayout
+from ...drivers.base import Check, Create, Delete, Driver, Op, SetData
+from ...errors import ConfigurationError, CorruptData, NoNode, NotEmpty, TransactionFailed
+from ...stores import Writer
+from ..layout import JobLayout
+from .output import Outcome, commit_batch, files_digest
 
 __all__ = (
     "COMPACT",

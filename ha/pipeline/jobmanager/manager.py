@@ -16,9 +16,9 @@ wins, the job manager is granted leadership with a session id and, inside that g
    execution plan is stored and that has no result (locking its plan);
 2. takes submissions from the inbox into the execution plan store (fenced) and refuses the
    malformed ones with a failed result that says why;
-3. runs the jobs one at a time (streams: ``stream_run``), batch by batch from the latest
-   checkpoint: stage the batch's output (Spark), commit it (atomic rename, ``commit``), then
-   record checkpoint ``n`` = "n batches committed" (fenced);
+3. runs the jobs one at a time (``runs.batch``; streams: ``runs.stream``), batch by batch
+   from the latest checkpoint: stage the batch's output (Spark), commit it (atomic rename,
+   ``commit``), then record checkpoint ``n`` = "n batches committed" (fenced);
 4. records each job's result (dirty), cleans its plan, checkpoints and registry entry, and
    marks the result clean. A job found with a plan but no result is run again from its
    checkpoint, even if the registry says DONE (the result was lost with its active): batches
@@ -53,7 +53,6 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any
@@ -63,27 +62,28 @@ import anyio.abc
 import anyio.to_thread
 from anyio.from_thread import BlockingPortal
 
-from ..drivers.base import Driver
-from ..election.elector import Elector
-from ..election.journal import JournalWriter, Transition
-from ..election.machine import State
-from ..election.nodes import ElectionNodes
-from ..election.timing import Timing
-from ..errors import ConfigurationError, DriverError
-from ..services import HAServices
-from ..stores import BlobStore, Stores
-from .layout import JobLayout
-from .spark import SparkSettings, WarmSession
-from .stream_rehearsal import rehearse_stored_streams
-from .stream_run import warm_streaming
-from .term import _Term
+from ...drivers.base import Driver
+from ...election.elector import Elector
+from ...election.journal import JournalWriter, Transition
+from ...election.lease import Lease
+from ...election.machine import State
+from ...election.nodes import ElectionNodes
+from ...election.timing import Timing
+from ...errors import ConfigurationError, DriverError
+from ...metrics.jobs import EventSink  # (name, fields): what the http layer counts through
+from ...services import HAServices
+from ...stores import BlobStore, Stores, Writer
+from ..layout import JobLayout
+from ..spark import SparkSettings, WarmSession
+from .rehearsal import rehearse_stored_streams
+from .rows import job_rows
+from .runs.base import TermContext
+from .runs.stream import warm_streaming
+from .term import Term
 
 __all__ = ("JobManager", "EventSink")
 
 log = logging.getLogger("ha.pipeline.jobmanager")
-
-EventSink = Callable[[str, dict[str, Any]], None]
-
 
 COMPONENT = "jobmanager"  # its name among the components of the cluster's HA services
 
@@ -96,7 +96,7 @@ class JobManager:
     checkpoints are kept there, the coordination backend holds pointers). ``spark``: settings
     or a ``WarmSession``; with ``hot_standby`` the session is built at start, not when elected
     (``warm_streams``: and a tiny stream runs once, then, while standby, each stored streaming
-    job is rehearsed once in private: ``stream_rehearsal``). ``checkpointing=False`` skips the
+    job is rehearsed once in private: ``rehearsal``). ``checkpointing=False`` skips the
     per-batch checkpoint (a job restarts from its first batch after a failover): for benchmarks
     only.
     ``services``: the process's HA services (entered, on ``driver``, of ``cluster_id``) to join
@@ -150,7 +150,7 @@ class JobManager:
         self.election = self.services.leader_election(COMPONENT)
         self.poll_interval = poll_interval
         self.checkpointing = checkpointing
-        self.on_event = on_event or partial(log.info, "%s %s")
+        self.on_event: EventSink = on_event or partial(log.info, "%s %s")
         self.portal: BlockingPortal | None = None
         self.warm_streams = warm_streams
         self._leading = threading.Event()  # a term runs: standby-only work stands aside
@@ -162,6 +162,10 @@ class JobManager:
     def elector(self) -> Elector:
         """The process's elector (the services'): running, or the next to run."""
         return self.services.elector
+
+    async def job_rows(self) -> list[dict[str, Any]]:
+        """The cluster's jobs, for the status page (``rows.py``)."""
+        return await job_rows(self.driver, self.layout, blobs=self.blobs, prefix=self.prefix)
 
     def emit(self, name: str, **fields: Any) -> None:
         fields.setdefault("t", time.time())
@@ -188,7 +192,8 @@ class JobManager:
             hot_standby=self.warm.hot,
             warm_streams=self.warm_streams,
         )
-        # Streams commit through the portal from Spark's threads, past their term (``stream_run``).
+        # Streams commit through the portal from Spark's threads, past their term
+        # (``runs.stream``).
         async with AsyncExitStack() as stack:
             if self._owns_services:
                 await stack.enter_async_context(self.services)
@@ -268,7 +273,7 @@ class JobManager:
             spark = await self.warm.wait()
             self.emit("spark_ready", epoch=lease.epoch)
             await self.election.confirm_leadership(session_id, self.identity)
-            await _Term(self, stores, lease, spark).run()
+            await Term(self._context(stores, lease, spark), poll_interval=self.poll_interval).run()
         except Exception as exc:
             log.exception("the job manager's term failed")
             self.emit("term_failed", epoch=lease.epoch, error=f"{type(exc).__name__}: {exc}")
@@ -280,6 +285,22 @@ class JobManager:
                     await stores.close()  # releases our locks; every byte stays
                 except DriverError as exc:  # the session may be gone: its locks went with it
                     log.info("store locks not released: %s", exc)
+
+    def _context(self, stores: Stores, lease: Lease, spark: Any) -> TermContext:
+        """What this term's runs may use: not the term, not the manager."""
+        assert self.portal is not None  # made in run(), before the election starts
+        return TermContext(
+            identity=self.identity,
+            stores=stores,
+            writer=Writer(self.driver, lease),
+            layout=self.layout,
+            lease=lease,
+            spark=spark,
+            emit=self.emit,
+            portal=self.portal,
+            leave=self.quit,
+            checkpointing=self.checkpointing,
+        )
 
     async def revoke_leadership(self) -> None:
         """The grant's work has stopped already (its task was cancelled and awaited)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import ConfigurationError, CorruptData
+from ...errors import ConfigurationError, CorruptData
 from .registry import get_pipeline
 
 __all__ = ("JobPlan", "make_plan", "output_path", "parse_params")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError
+from ...errors import ConfigurationError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,7 +46,7 @@ __all__ = (
 
 ENTRY_POINT_GROUP = "ha.pipelines"
 # Modules of this package that register pipelines; imported on the first lookup.
-BUILTIN_MODULES = ("ha.pipeline.clicks", "ha.pipeline.events", "ha.report")
+BUILTIN_MODULES = ("ha.pipeline.examples.clicks", "ha.pipeline.examples.events", "ha.report")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 Compute = Callable[["SparkSession", Mapping[str, Any], Any], "DataFrame"]

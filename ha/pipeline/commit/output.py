@@ -40,8 +40,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from .._fs import fsync_dir, fsync_file
-from ..errors import ConfigurationError
+from ..._fs import fsync_dir, fsync_file
+from ...errors import ConfigurationError
 from .parquet import canonicalize_footer
 
 if TYPE_CHECKING:

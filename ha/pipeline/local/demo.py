@@ -18,9 +18,9 @@ from pathlib import Path
 
 import anyio
 
-from .commit import output_digest
-from .jobs import JobStatus
-from .local import Event, LocalJobCluster
+from ..client import JobStatus
+from ..commit.output import output_digest
+from .cluster import Event, LocalJobCluster
 
 __all__ = ("DemoResult", "Progress", "run_pipeline_demo")
 
@@ -53,7 +53,7 @@ async def run_pipeline_demo(
     ``progress(total)`` is entered once the job managers are up; its ``on_batch(line)`` hears
     each batch committed, the job's then the reference run's (``total``: both jobs' batches),
     once each, in the order the job managers report them."""
-    from .clicks import generate_clicks
+    from ..examples.clicks import generate_clicks
 
     if processes < kills + 1:
         raise ValueError("need more job manager processes than kills")
@@ -165,7 +165,7 @@ def _no_progress(total: int) -> AbstractContextManager[Callable[[str], None]]:
     return nullcontext(lambda line: None)
 
 
-def _main() -> None:  # python -m ha.pipeline.demo [WORKDIR]
+def _main() -> None:  # python -m ha.pipeline.local.demo [WORKDIR]
     import tempfile
 
     workdir = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="ha-pipeline-demo-")

@@ -1,4 +1,5 @@
-"""A job manager process: ``python -m ha.pipeline.worker --url URL --cluster ID --id NAME ...``.
+"""A job manager process:
+``python -m ha.pipeline.jobmanager.worker --url URL --cluster ID --id NAME ...``.
 
 It takes part in the cluster's election (``/ha/CLUSTER/election``, as the component
 ``jobmanager`` of its HA services) and runs jobs while active. Each event of the job
@@ -18,13 +19,13 @@ from typing import Any
 
 import anyio
 
-from .._process import die_with_parent, quit_on_signals
-from ..drivers import connect
-from ..election.timing import Timing
-from ..http import serve_job_manager
-from .jobmanager import EventSink, JobManager
-from .registry import import_pipelines
-from .spark import SparkSettings
+from ..._process import die_with_parent, quit_on_signals
+from ...drivers import connect
+from ...election.timing import Timing
+from ...http import ServedJobManager, serve_job_manager
+from ..api.registry import import_pipelines
+from ..spark import SparkSettings
+from .manager import EventSink, JobManager
 
 __all__ = ("main", "run_job_manager")
 
@@ -68,7 +69,8 @@ async def run_job_manager(
         async with anyio.create_task_group() as tg:
             tg.start_soon(quit_on_signals, manager.quit)
             if http is not None:
-                bound = await tg.start(serve_job_manager, manager, *http)
+                served: ServedJobManager = manager  # checked here: tg.start takes any args
+                bound = await tg.start(serve_job_manager, served, *http)
                 logging.getLogger("ha.supervisor").info("http on %s:%d", *bound)
             await manager.run()
             tg.cancel_scope.cancel()
@@ -81,7 +83,9 @@ def _print_event(name: str, fields: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ha.pipeline.worker", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m ha.pipeline.jobmanager.worker", description=__doc__
+    )
     parser.add_argument("--url", required=True, help="backend URL, e.g. sqlite:///tmp/ha.db")
     parser.add_argument("--cluster", required=True, help="cluster id")
     parser.add_argument("--id", required=True, help="this job manager's identity")

@@ -44,22 +44,23 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from ..errors import Fenced
-from ..stores import JobOutcome
-from .attempts import Attempt
-from .commit import clean_staging, stage_batch
-from .jobs import count_commits
-from .registry import Pipeline
-from .spark_checkpoint import term_checkpoint
-from .stream_commit import commit_micro_batch
-from .streaming import StreamSpec, checkpoint_dir
+from ....errors import Fenced
+from ....stores import JobOutcome
+from ...api.registry import Pipeline
+from ...api.streaming import StreamSpec, checkpoint_dir
+from ...client import count_commits
+from ...commit.output import clean_staging, stage_batch
+from ...commit.spark_checkpoint import term_checkpoint
+from ...commit.stream_commit import commit_micro_batch
+from ..attempts import Attempt
+from ..rules import QueryEnd, after_query, job_detail
+from .base import Result, SparkWork, TermContext
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from .plan import JobPlan
-    from .term import _Term
+    from ...api.plan import JobPlan
 
 __all__ = ("STOP_GRACE", "StreamRun", "session_alive", "warm_streaming")
 
@@ -82,24 +83,29 @@ def session_alive(spark: Any) -> bool:
 
 
 class StreamRun:
-    """One streaming job in one leadership term: ``await StreamRun(term, spec, plan).run()``."""
+    """One streaming job in one leadership term: ``await StreamRun(context, spec, plan).run()``;
+    ``cancel()`` from another task."""
 
-    def __init__(self, term: _Term, spec: Pipeline, plan: JobPlan) -> None:
+    def __init__(self, context: TermContext, spec: Pipeline, plan: JobPlan) -> None:
         assert isinstance(spec.stream, StreamSpec)
-        self.term = term
-        self.jm = term.jm
+        self.context = context
+        self.emit = context.emit
         self.spec = spec
         self.stream: StreamSpec = spec.stream
         self.plan = plan
-        self.epoch = term.lease.epoch
+        self.epoch = context.epoch
+        self.work = SparkWork()
         self.stop = threading.Event()
         self.in_flight = threading.Lock()
         self.checkpoint = checkpoint_dir(plan.output)  # this term's copy, once run() made it
 
-    async def run(self) -> tuple[JobOutcome, dict[str, Any]]:
-        term, plan, job_id = self.term, self.plan, self.plan.job_id
-        done = await count_commits(term.driver, term.layout, job_id)
-        attempt = await Attempt.begin(term.writer, term.layout, plan, done, self.jm.emit)
+    def cancel(self) -> None:
+        self.work.cancel()
+
+    async def run(self) -> Result:
+        ctx, plan, job_id = self.context, self.plan, self.plan.job_id
+        done = await count_commits(ctx.driver, ctx.layout, job_id)
+        attempt = await Attempt.begin(ctx.writer, ctx.layout, plan, done, ctx.emit)
         if (reason := attempt.verdict()) is not None:
             return JobOutcome.FAILED, await self._detail(error=reason, **attempt.counts())
         try:
@@ -108,36 +114,39 @@ class StreamRun:
             await attempt.close()
             raise
 
-    async def _run(self, attempt: Attempt) -> tuple[JobOutcome, dict[str, Any]]:
-        term, plan, job_id = self.term, self.plan, self.plan.job_id
+    async def _run(self, attempt: Attempt) -> Result:
+        ctx, plan, job_id = self.context, self.plan, self.plan.job_id
         await anyio.to_thread.run_sync(clean_staging, plan.output)
         self.checkpoint, trimmed = await anyio.to_thread.run_sync(
             term_checkpoint, checkpoint_dir(plan.output), self.epoch
         )
         if trimmed:  # a dead driver's half-planned batch: planned again, the same way
-            self.jm.emit("checkpoint_trimmed", job=job_id, files=[p.name for p in trimmed])
-        self.jm.emit("job_started", job=job_id, from_batch=attempt.progress, stream=True)
+            self.emit("checkpoint_trimmed", job=job_id, files=[p.name for p in trimmed])
+        self.emit("job_started", job=job_id, from_batch=attempt.progress, stream=True)
         started = time.monotonic()
         while True:
             error: BaseException | None = None
-            try:
-                with anyio.CancelScope() as term.stage_scope:  # a cancel request stops it
-                    error = await self._query()
-            finally:
-                term.stage_scope = None
-            if job_id in term.cancelled:
+            with self.work.interruptible():  # a cancel request stops the query
+                error = await self._query()
+            end = after_query(
+                cancelled=self.work.cancelled,
+                failed=error is not None,
+                session_alive=error is None or session_alive(ctx.spark),
+            )
+            if end is QueryEnd.CANCELLED:
                 return JobOutcome.CANCELLED, await self._detail()
-            if error is None:
+            if end is QueryEnd.SUCCEEDED:
                 seconds = round(time.monotonic() - started, 3)
                 return JobOutcome.SUCCEEDED, await self._detail(seconds=seconds, **attempt.counts())
-            if not session_alive(term.spark):
-                self.jm.emit("spark_lost", job=job_id, epoch=self.epoch, error=str(error))
+            if end is QueryEnd.SPARK_LOST:
+                self.emit("spark_lost", job=job_id, epoch=self.epoch, error=str(error))
                 log.error("Spark's JVM is gone (%s): leaving the election", error)
                 # Killed from outside or by the job (the OOM killer): the next active counts
                 # this attempt as a death, as it would the whole process's.
                 attempt.keep_open = True
-                self.jm.quit()  # a standby with a live session takes over
+                ctx.leave()  # a standby with a live session takes over
                 await anyio.sleep_forever()
+            assert error is not None  # QueryEnd.FAILED
             text = f"stream: {type(error).__name__}: {_first_line(error)}"
             if await attempt.failed(text, "stream_failed"):
                 tb = "".join(traceback.format_exception(error)[-3:])
@@ -146,8 +155,8 @@ class StreamRun:
                 )
 
     async def _detail(self, **extra: Any) -> dict[str, Any]:
-        done = await count_commits(self.term.driver, self.term.layout, self.plan.job_id)
-        return self.term._detail(self.plan, done, stream=True, **{"batches": done, **extra})
+        done = await count_commits(self.context.driver, self.context.layout, self.plan.job_id)
+        return job_detail(self.plan, done, stream=True, **{"batches": done, **extra})
 
     # --- the query ------------------------------------------------------------------------------
 
@@ -166,7 +175,7 @@ class StreamRun:
             raise
 
     def _start(self) -> StreamingQuery:
-        df = self.stream.source(self.term.spark, self.plan.params)
+        df = self.stream.source(self.context.spark, self.plan.params)
         writer = (
             df.writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(self.checkpoint))
@@ -192,12 +201,10 @@ class StreamRun:
     def _on_batch(self, df: DataFrame, batch_id: int) -> None:
         if self.stop.is_set():
             raise _Stopped(f"term of epoch {self.epoch} is over")
-        term, plan, job_id = self.term, self.plan, self.plan.job_id
-        portal = self.jm.portal
-        assert portal is not None
+        ctx, plan, job_id = self.context, self.plan, self.plan.job_id
         with self.in_flight:
-            self.jm.emit("batch_started", job=job_id, batch=batch_id, epoch=self.epoch)
-            out = self.spec.compute(term.spark, plan.params, df)
+            self.emit("batch_started", job=job_id, batch=batch_id, epoch=self.epoch)
+            out = self.spec.compute(ctx.spark, plan.params, df)
             staged = stage_batch(
                 out,
                 plan.output,
@@ -207,21 +214,21 @@ class StreamRun:
                 token=f"e{self.epoch}-{uuid.uuid4().hex[:8]}",
             )
             try:
-                result = portal.call(
+                result = ctx.portal.call(
                     commit_micro_batch,
-                    term.writer,
-                    term.layout,
+                    ctx.writer,
+                    ctx.layout,
                     job_id,
                     batch_id,
                     staged,
                     plan.output,
                 )
             except Fenced as exc:
-                self.jm.emit(
+                self.emit(
                     "batch_rejected", job=job_id, batch=batch_id, epoch=self.epoch, error=str(exc)
                 )
                 raise
-            self.jm.emit(
+            self.emit(
                 "batch_committed", job=job_id, batch=batch_id, commit=result, epoch=self.epoch
             )
 

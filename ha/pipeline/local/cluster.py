@@ -1,8 +1,8 @@
 """Job manager processes on one host: ``LocalJobCluster``, for tests, benchmarks and the demo.
 
-It starts job manager processes (``ha.pipeline.worker``) on the embedded sqlite backend (or
-the backend at ``url``), follows their events (JSON lines on their stdout), submits jobs and
-kills or pauses processes with real signals.
+It starts job manager processes (``ha.pipeline.jobmanager.worker``) on the embedded sqlite
+backend (or the backend at ``url``), follows their events (JSON lines on their stdout), submits
+jobs and kills or pauses processes with real signals.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from ..drivers import connect
-from .jobs import JobStatus, submit_job, wait_for_job
-from .plan import make_plan
+from ...drivers import connect
+from ..api.plan import make_plan
+from ..client import JobStatus, submit_job, wait_for_job
 
 __all__ = ("Event", "LocalJobCluster", "Worker")
 
@@ -99,7 +99,7 @@ class LocalJobCluster:
         """Start a job manager process named ``identity``."""
         assert self._tg is not None, "use 'async with LocalJobCluster(...)'"
         argv = [
-            sys.executable, "-m", "ha.pipeline.worker",
+            sys.executable, "-m", "ha.pipeline.jobmanager.worker",
             "--url", self.url, "--cluster", self.cluster_id, "--id", identity,
             "--blobs", self.blobs, "--master", self.master, "--die-with-parent",
             "--journal", str(self.workdir / f"journal-{identity}.jsonl"),

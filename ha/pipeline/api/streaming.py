@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError
+from ...errors import ConfigurationError
 from .registry import Compute, Param, Pipeline, Validate, pipeline
 
 if TYPE_CHECKING:

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError
-from .registry import Param
-from .streaming import file_source, streaming_pipeline
+from ...errors import ConfigurationError
+from ..api.registry import Param
+from ..api.streaming import file_source, streaming_pipeline
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

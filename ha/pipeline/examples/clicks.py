@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError
-from .registry import Param, pipeline
+from ...errors import ConfigurationError
+from ..api.registry import Param, pipeline
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

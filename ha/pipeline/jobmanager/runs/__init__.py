@@ -1,0 +1,1 @@
+"""One job in one leadership term: ``batch`` and ``stream`` runs."""
