@@ -137,7 +137,7 @@ async def a_real_run(url: str, election: str) -> None:
     async def shown(driver: Any) -> None:  # its Lease for kubectl written (leaders.py)
         while not (term := driver._leaders.terms.get(election)) or not term.version:
             await anyio.sleep(0.02)
-        while driver._events or driver._role_written != driver.role:  # announce.py's too
+        while driver._notices.pending:  # announce.py's too
             await anyio.sleep(0.02)
 
     async def run(elector: Elector, *, task_status: Any) -> None:

@@ -89,14 +89,16 @@ class LeaderNotices:
 
     # --- the loop ------------------------------------------------------------------------------
 
-    def _notices_pending(self) -> bool:
+    @property
+    def pending(self) -> bool:
+        """Events or a label not written yet."""
         return bool(self._events) or bool(self._pod and self._role_written != self.role)
 
     async def quiesce(self) -> None:
         """Let the last notices go out (a stop's "stopped leading" and standby label) before
         the tasks are cancelled, for a second at most."""
         with anyio.move_on_after(1):
-            while self._notices_pending() and not self._notices_failing:
+            while self.pending and not self._notices_failing:
                 await self._notices_idle.wait()  # replaced by each new notice (``_note``)
 
     async def run(self) -> None:
@@ -121,7 +123,7 @@ class LeaderNotices:
                         exc_info=not isinstance(exc, HAError),
                     )
                 self._notices_failing = True
-            if self._notices_pending():
+            if self.pending:
                 with anyio.move_on_after(self._period() / 3):  # failing: try again
                     await self._notices_changed.wait()
             else:
