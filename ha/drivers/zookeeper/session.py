@@ -20,6 +20,7 @@ one, said in one error line: EXPIRED, then CONNECTED with the new session (``_re
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import queue
@@ -49,6 +50,14 @@ from .settings import Options
 __all__ = ("KazooSession",)
 
 log = logging.getLogger("ha.drivers.zookeeper")
+
+# Requests of one driver on the wire at once; the others wait their turn on the loop, before
+# they are dated. A ZooKeeper session answers in order, so the sync that dates the contact
+# waits behind every request sent before it: with a thousand in flight (a thousand elections
+# listing their queues again at once) it came back a second or two later, too late to keep
+# the contact fresh, and every active stopped, and listed its queue again. Bounded, the sync
+# (which takes no turn) waits behind at most this many.
+IN_FLIGHT = 128
 
 
 def _bound_session_requests(client: Any, bound: float) -> None:
@@ -121,6 +130,7 @@ class KazooSession(ContactDating):
         self._granted_timeout: float | None = None  # written by kazoo's thread
         self._client: Any = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._turns: anyio.Semaphore | None = None  # made on the loop, in start()
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._wake_r: socket.socket | None = None
         self._wake_w: socket.socket | None = None
@@ -163,17 +173,30 @@ class KazooSession(ContactDating):
                     log.exception("ZooKeeper driver callback failed")
 
     async def _call(
-        self, path: str, version: int, request: Callable[[], Any], *, leader: bool = False
+        self,
+        path: str,
+        version: int,
+        request: Callable[[], Any],
+        *,
+        leader: bool = False,
+        turn: bool = True,
     ) -> Any:
         """Issue one kazoo async request and wait for its reply on the loop.
 
         ``leader``: the request goes through the ZooKeeper leader (a write or a sync), so its
         successful reply dates the contact of requests answered earlier (see the module's doc).
+        ``turn``: wait for one of the ``IN_FLIGHT`` turns first (the probe's sync does not).
         """
-        if self._tg is None or self._client is None:
+        if self._tg is None or self._client is None or self._turns is None:
             raise ConnectionLost("the ZooKeeper driver is not started (or closed)")
         await self._injected.wait_thawed()  # test hook: _freeze()
         self._injected.raise_next()  # test hook: _fail_next()
+        async with self._turns if turn else contextlib.nullcontext():
+            return await self._issue(path, version, request, leader)
+
+    async def _issue(
+        self, path: str, version: int, request: Callable[[], Any], leader: bool
+    ) -> Any:
         done = anyio.Event()
         sent = anyio.current_time()  # before the request is queued: never later than its sending
         with map_errors(path, version):
@@ -198,7 +221,8 @@ class KazooSession(ContactDating):
         return value
 
     async def _sync(self) -> None:
-        await self._call("/", -1, lambda: self._client.sync_async("/"), leader=True)
+        # no turn to wait for: behind at most IN_FLIGHT requests, never behind a backlog
+        await self._call("/", -1, lambda: self._client.sync_async("/"), leader=True, turn=False)
 
     def _abs(self, path: str) -> str:
         validate_path(path)
@@ -222,6 +246,7 @@ class KazooSession(ContactDating):
         self._wake_w.setblocking(False)
         self._client = self._new_client()
         self._clock_offset = loop_minus_monotonic()
+        self._turns = anyio.Semaphore(IN_FLIGHT)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         try:
