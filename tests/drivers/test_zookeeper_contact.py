@@ -203,15 +203,20 @@ async def test_an_answer_dates_the_contact_only_once_the_leader_is_heard_a_tick_
 async def held(zk: Any, elections: int, readers: int, hold: float) -> int:
     """``elections`` electors on ``zk``, one contender each, and ``readers`` tasks keeping a
     read in flight on the same driver. Once every election has its leader, wait ``hold``
-    seconds, or until a leader stops. Returns how many leaders are still in their first term
-    (``elections`` when none was stopped)."""
+    seconds, or until a leader stops. Returns how many leaders are still in the term they
+    had then (``elections`` when none was stopped)."""
     history = History()
     contenders = [Recorder(f"c{i}", history) for i in range(elections)]
     electors = [ha.Elector(zk, f"/e{i}", c.identity, timing=FAST) for i, c in enumerate(contenders)]
     pairs = list(zip(electors, contenders, strict=True))
 
-    def first_terms() -> int:
-        return sum(len(c.leases) == 1 and e.state is ha.State.ACTIVE for e, c in pairs)
+    terms = [1] * elections  # the term each leader is in once all lead
+
+    def held_terms() -> int:
+        return sum(
+            len(c.leases) == terms[i] and e.state is ha.State.ACTIVE
+            for i, (e, c) in enumerate(pairs)
+        )
 
     async def read() -> None:
         while True:
@@ -220,14 +225,15 @@ async def held(zk: Any, elections: int, readers: int, hold: float) -> int:
     async with anyio.create_task_group() as tg:
         for elector, contender in pairs:
             tg.start_soon(elector.run, contender)
-        await wait_for(lambda: first_terms() == elections, within=120)
+        await wait_for(lambda: all(e.state is ha.State.ACTIVE for e in electors), within=240)
+        terms[:] = [len(c.leases) for c in contenders]
         for index in range(readers):
             tg.start_soon(read)
             if index % 100 == 99:  # spawning thousands at once would stall the loop itself
                 await anyio.sleep(0)
         with anyio.move_on_after(hold):
-            await wait_for(lambda: first_terms() < elections, within=hold + 1)
-        still = first_terms()
+            await wait_for(lambda: held_terms() < elections, within=hold + 1)
+        still = held_terms()
         tg.cancel_scope.cancel()
     return still
 
@@ -245,6 +251,7 @@ async def test_an_active_holds_while_its_driver_answers_many_more_requests_than_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @live
 async def test_a_thousand_elections_on_one_driver_keep_their_leaders(
     zookeeper_backend: ZooKeeperBackend,
