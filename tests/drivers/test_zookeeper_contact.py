@@ -198,3 +198,78 @@ async def test_an_answer_dates_the_contact_only_once_the_leader_is_heard_a_tick_
         assert zk.last_contact == connected < before
         await zk.create("/written")  # through the leader, but within a tick of the reads
         assert zk.last_contact == connected
+
+
+async def held(zk: Any, elections: int, readers: int, hold: float) -> int:
+    """``elections`` electors on ``zk``, one contender each, and ``readers`` tasks keeping a
+    read in flight on the same driver. Once every election has its leader, wait ``hold``
+    seconds, or until a leader stops. Returns how many leaders are still in the term they
+    had then (``elections`` when none was stopped)."""
+    history = History()
+    contenders = [Recorder(f"c{i}", history) for i in range(elections)]
+    electors = [ha.Elector(zk, f"/e{i}", c.identity, timing=FAST) for i, c in enumerate(contenders)]
+    pairs = list(zip(electors, contenders, strict=True))
+
+    terms = [1] * elections  # the term each leader is in once all lead
+
+    def held_terms() -> int:
+        return sum(
+            len(c.leases) == terms[i] and e.state is ha.State.ACTIVE
+            for i, (e, c) in enumerate(pairs)
+        )
+
+    async def read() -> None:
+        while True:
+            await zk.exists("/")
+
+    async with anyio.create_task_group() as tg:
+        for elector, contender in pairs:
+            tg.start_soon(elector.run, contender)
+        await wait_for(lambda: all(e.state is ha.State.ACTIVE for e in electors), within=240)
+        terms[:] = [len(c.leases) for c in contenders]
+        for index in range(readers):
+            tg.start_soon(read)
+            if index % 100 == 99:  # spawning thousands at once would stall the loop itself
+                await anyio.sleep(0)
+        with anyio.move_on_after(hold):
+            await wait_for(lambda: held_terms() < elections, within=hold + 1)
+        still = held_terms()
+        tg.cancel_scope.cancel()
+    return still
+
+
+@live
+async def test_an_active_holds_while_its_driver_answers_many_more_requests_than_it_keeps(
+    zookeeper_backend: ZooKeeperBackend,
+) -> None:
+    # A busy driver (many elections joining, an application reading) answers more requests
+    # within a tick than it keeps to be proven (1,024 entries): the contact must still be
+    # dated, or every active stops at its local deadline. Session 10 s: a tick of 2 s, the
+    # deadline at 6.7 s; a hundred reads kept in flight are answered by thousands per tick.
+    async with zookeeper_backend.driver(session_timeout=10.0) as zk:
+        assert await held(zk, elections=1, readers=100, hold=8.0) == 1, "the active was stopped"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@live
+async def test_a_thousand_elections_on_one_driver_keep_their_leaders(
+    zookeeper_backend: ZooKeeperBackend,
+) -> None:
+    # issue 31's scenario: one process, one driver, a session of 4 s, one contender per
+    # election, nothing else running: once settled, every leader stays leader
+    async with zookeeper_backend.driver(session_timeout=4.0) as zk:
+        still = await held(zk, elections=1000, readers=0, hold=10.0)
+    assert still == 1000, f"{1000 - still} of 1000 leaders were stopped"
+
+
+@live
+async def test_an_active_holds_with_thousands_of_requests_waiting_on_its_driver(
+    zookeeper_backend: ZooKeeperBackend,
+) -> None:
+    # ZooKeeper answers a session's requests in order, so the sync that dates the contact waits
+    # behind every request sent before it: thousands in flight (a thousand elections listing
+    # their queues again at once) held it back past the deadline (2.7 s here). The driver keeps
+    # a bounded number on the wire, and its sync takes no turn.
+    async with zookeeper_backend.driver(session_timeout=4.0) as zk:
+        assert await held(zk, elections=1, readers=6000, hold=6.0) == 1, "the active was stopped"

@@ -65,13 +65,23 @@ class ContactDating:
         self._probe_now = anyio.Event()
 
     def remember(self, sent: float, replied: float) -> None:
-        """Keep an answered request until a sync proves it. Under heavy load the oldest two
-        become one (latest send, latest reply): proven later, never earlier, and the oldest
-        are the ones the next sync can prove, so they must not be dropped."""
-        if len(self._answered) >= 1024:
-            a, b = self._answered.popleft(), self._answered.popleft()
-            self._answered.appendleft((max(a[0], b[0]), max(a[1], b[1])))
-        self._answered.append((sent, replied))
+        """Keep an answered request until a sync proves it. Replies are remembered in the
+        order they came (``replied`` never decreases), so a proof covers the oldest ones.
+        Those answered in one slice of a tick (``_grain``) share an entry (latest send,
+        latest reply): each is proven at most a slice later, and the queue holds a few
+        entries per tick however many requests are answered. Slices, not a cap on entries:
+        merging the oldest two at a cap made the merged entry take on ever later replies, so
+        with more answers per tick than the cap nothing was ever proven."""
+        answered = self._answered
+        if answered:
+            last_sent, last_replied = answered[-1]
+            if replied // self._grain == last_replied // self._grain:
+                answered[-1] = (max(sent, last_sent), replied)
+                return
+        if len(answered) >= 1024:  # no proof for ~1024 slices: keep the memory bounded
+            a, b = answered.popleft(), answered.popleft()
+            answered.appendleft((max(a[0], b[0]), max(a[1], b[1])))
+        answered.append((sent, replied))
 
     @property
     def renewal_interval(self) -> float:
@@ -84,13 +94,19 @@ class ContactDating:
         that reply to prove its touch reached the leader (see the module's doc)."""
         return self._tick_time or self._timeout() / 5
 
+    @property
+    def _grain(self) -> float:
+        """Answers within one such slice of reply time share an entry (``remember``)."""
+        return self.tick / 8
+
     def through_leader(self, sent: float) -> None:
         """A request sent at ``sent`` went through the leader: date the contact."""
-        cutoff = sent - self.tick
-        proven = [entry[0] for entry in self._answered if entry[1] <= cutoff]
-        if proven:  # their touches are in; later proofs need only later requests
-            self._answered = deque(entry for entry in self._answered if entry[1] > cutoff)
-            self._stamp(max(proven))
+        cutoff, answered, proven = sent - self.tick, self._answered, None
+        while answered and answered[0][1] <= cutoff:  # the oldest: their touches are in
+            oldest = answered.popleft()[0]
+            proven = oldest if proven is None else max(proven, oldest)
+        if proven is not None:
+            self._stamp(proven)
 
     def _stamp(self, contact: float) -> None:
         if contact > self.last_contact:

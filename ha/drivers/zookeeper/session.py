@@ -24,6 +24,7 @@ and the events go out through the ``emit`` it hands over; ``watches`` hears of e
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import queue
@@ -53,6 +54,14 @@ from .settings import Options
 __all__ = ("KazooSession",)
 
 log = logging.getLogger("ha.drivers.zookeeper")
+
+# Requests of one driver on the wire at once; the others wait their turn on the loop, before
+# they are dated. A ZooKeeper session answers in order, so the sync that dates the contact
+# waits behind every request sent before it: with a thousand in flight (a thousand elections
+# listing their queues again at once) it came back a second or two later, too late to keep
+# the contact fresh, and every active stopped, and listed its queue again. Bounded, the sync
+# (which takes no turn) waits behind at most this many.
+IN_FLIGHT = 128
 
 # one request: path and version (for its errors), the kazoo call, and whether via the leader
 Call = Callable[..., Awaitable[Any]]
@@ -153,6 +162,7 @@ class KazooSession:
         self._granted_timeout: float | None = None  # written by kazoo's thread
         self.client: Any = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._turns: anyio.Semaphore | None = None  # made on the loop, in start()
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._wake_r: socket.socket | None = None
         self._wake_w: socket.socket | None = None
@@ -202,15 +212,28 @@ class KazooSession:
                     log.exception("ZooKeeper driver callback failed")
 
     async def _request(
-        self, path: str, version: int, request: Callable[[], Any], *, leader: bool = False
+        self,
+        path: str,
+        version: int,
+        request: Callable[[], Any],
+        *,
+        leader: bool = False,
+        turn: bool = True,
     ) -> Any:
         """Issue one kazoo async request and wait for its reply on the loop.
 
         ``leader``: the request goes through the ZooKeeper leader (a write or a sync), so its
         successful reply dates the contact of requests answered earlier (see the module's doc).
+        ``turn``: wait for one of the ``IN_FLIGHT`` turns first (the probe's sync does not).
         """
-        if self._tg is None or self.client is None:
+        if self._tg is None or self.client is None or self._turns is None:
             raise ConnectionLost("the ZooKeeper driver is not started (or closed)")
+        async with self._turns if turn else contextlib.nullcontext():
+            return await self._issue(path, version, request, leader)
+
+    async def _issue(
+        self, path: str, version: int, request: Callable[[], Any], leader: bool
+    ) -> Any:
         done = anyio.Event()
         sent = anyio.current_time()  # before the request is queued: never later than its sending
         with map_errors(path, version):
@@ -240,16 +263,22 @@ class KazooSession:
         gate, send = self.gate, self._request
 
         async def gated(
-            path: str, version: int, request: Callable[[], Any], *, leader: bool = False
+            path: str,
+            version: int,
+            request: Callable[[], Any],
+            *,
+            leader: bool = False,
+            turn: bool = True,
         ) -> Any:
             if self._tg is not None and self.client is not None:
                 await gate.admit()
-            return await send(path, version, request, leader=leader)
+            return await send(path, version, request, leader=leader, turn=turn)
 
         self.call = gated
 
     async def _sync(self) -> None:
-        await self.call("/", -1, lambda: self.client.sync_async("/"), leader=True)
+        # no turn to wait for: behind at most IN_FLIGHT requests, never behind a backlog
+        await self.call("/", -1, lambda: self.client.sync_async("/"), leader=True, turn=False)
 
     def abs(self, path: str) -> str:
         validate_path(path)
@@ -273,6 +302,7 @@ class KazooSession:
         self._wake_w.setblocking(False)
         self.client = self._new_client()
         self._clock_offset = loop_minus_monotonic()
+        self._turns = anyio.Semaphore(IN_FLIGHT)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         try:

@@ -1,0 +1,158 @@
+"""The client's share of a graceful handover, traced at the sockets, on ZooKeeper and etcd.
+
+    .venv/bin/python benchmarks/handover_share.py [--rounds 30] [--kinds zk,zk-trio,etcd,etcd-trio]
+        [--ha-root DIR]
+
+Three ``ha`` contenders per kind (``peers_zookeeper/traced_contender.py``) on one election;
+rounds interleave the kinds (the order rotates). In each round the leader is asked to step
+down and four moments are dated on CLOCK_MONOTONIC:
+
+    quit      the old leader's ``RELEASING`` (just before ``elector.quit()``)
+    written   its leave request is on the socket
+    read      the successor reads the event's bytes
+    active    the successor's ``become_active`` is entered (``LEADER``)
+
+and the table gives the p50 of ``quit -> written`` (the old leader's client), ``written ->
+read`` (the server and the loopback: the floor no client removes), ``read -> active`` (the
+successor's client), their ``share`` (the two client parts, summed per round) with its p90,
+and the whole handover. The old leader's process is then replaced and the election settles
+before the next kind runs. Starts its own ZooKeeper and etcd (the tests' Debian packages);
+session 2 s; ``--ha-root`` imports ``ha`` from another tree (``git archive COMMIT | tar -x -C
+DIR``). Prints the load average with the table; results are not kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PEERS = HERE / "peers_zookeeper"
+ROOT = HERE.parent
+sys.path.insert(0, str(PEERS))
+sys.path.insert(0, str(ROOT))
+
+from contenders import Election  # noqa: E402
+from rounds import percentile  # noqa: E402
+
+KINDS = {  # name: (backend of the server, loop)
+    "zk": ("zk", "asyncio"),
+    "zk-trio": ("zk", "trio"),
+    "etcd": ("etcd", "asyncio"),
+    "etcd-trio": ("etcd", "trio"),
+}
+PARTS = ("quit->written", "written->read", "read->active", "share", "total")
+
+
+def traced_round(election: Election) -> dict[str, float]:
+    """One graceful handover: milliseconds of each part (see the module's doc)."""
+    old = election.leaving = election.leader
+    assert old is not None
+    election._tell_release(old)
+    stamps: dict[str, int] = {}
+    reads: list[int] = []
+    exited = False
+    while not (exited and "LEADER" in stamps and "RELEASING" in stamps):
+        name, word, stamp = election.next_line()
+        if name == old and word in ("RELEASING", "WRITTEN"):
+            stamps[word] = stamp
+        elif name == old and word == "EXITED":
+            exited = True
+        elif name != old and word == "LEADER":
+            stamps["LEADER"] = stamp
+        elif name != old and word == "READ":
+            reads.append(stamp)
+    time.sleep(0.05)  # the successor's READ lines follow its LEADER at once
+    while True:
+        try:
+            name, word, stamp = election.lines.get_nowait()
+        except queue.Empty:
+            break
+        if name != old and word == "READ":
+            reads.append(stamp)
+    election.replace(old)
+    written = stamps.get("WRITTEN")
+    later = [r for r in reads if written is not None and r > written]
+    if written is None or not later:
+        raise RuntimeError(f"round not traced: {stamps} reads {reads}")
+    read = min(later)
+    ms = {
+        "quit->written": (written - stamps["RELEASING"]) / 1e6,
+        "written->read": (read - written) / 1e6,
+        "read->active": (stamps["LEADER"] - read) / 1e6,
+        "total": (stamps["LEADER"] - stamps["RELEASING"]) / 1e6,
+    }
+    ms["share"] = ms["quit->written"] + ms["read->active"]
+    return ms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--ha-root", type=Path, help="import ha from this tree")
+    parser.add_argument("--session-timeout", type=float, default=2.0)
+    args = parser.parse_args()
+    kinds = args.kinds.split(",")
+    from tests.support.backends.etcd import EtcdServer
+    from tests.support.backends.zookeeper import ZooKeeperServer
+
+    zk = ZooKeeperServer(Path(tempfile.mkdtemp(prefix="share-zk-")))
+    zk.start()
+    zk.wait_serving()
+    etcd = EtcdServer()
+    etcd.start()
+    env = {"HA_ROOT": str(args.ha_root)} if args.ha_root else {}
+    log = Path(tempfile.mkdtemp(prefix="share-")) / "contenders.log"
+    elections: dict[str, Election] = {}
+    results: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
+    try:
+        for kind in kinds:
+            server, loop = KINDS[kind]
+            hosts = zk.hosts if server == "zk" else etcd.hosts
+            command = [sys.executable, str(PEERS / "traced_contender.py"), server]
+            election = Election(
+                [*command, "--backend", loop],
+                hosts,
+                args.session_timeout,
+                log,
+                observer=None,  # type: ignore[arg-type]  # no queue to watch: settle by time
+                queues=(),
+                env=env,
+            )
+            election.start()
+            elections[kind] = election
+        for round_ in range(args.rounds):
+            shift = round_ % len(kinds)
+            for kind in kinds[shift:] + kinds[:shift]:
+                results[kind].append(traced_round(elections[kind]))
+            print(f"round {round_ + 1}/{args.rounds}", file=sys.stderr, flush=True)
+    finally:
+        for election in elections.values():
+            election.close()
+        zk.stop()
+        etcd.remove()
+    print(f"{'':<18}" + "".join(f"{p:>15}" for p in PARTS) + f"{'share p90':>11}")
+    for kind, rounds in results.items():
+        if not rounds:
+            continue
+        p50 = [percentile([r[p] for r in rounds], 0.5) for p in PARTS]
+        p90 = percentile([r["share"] for r in rounds], 0.9)
+        loop = KINDS[kind][1]
+        name = f"ha-{KINDS[kind][0]} ({loop})"
+        print(f"{name:<18}" + "".join(f"{v:15.3f}" for v in p50) + f"{p90:11.3f}")
+    tree = f"ha from {args.ha_root}" if args.ha_root else "ha from this tree"
+    print(
+        f"ms, p50 of {args.rounds} rounds (share: per round, then p50); session"
+        f" {args.session_timeout:g} s; {tree}; load average"
+        f" {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+
+
+if __name__ == "__main__":
+    main()

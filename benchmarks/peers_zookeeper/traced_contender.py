@@ -1,0 +1,117 @@
+"""``ha_contender.py`` (ZooKeeper) or ``peers_etcd/ha_etcd.py`` (etcd), run as they are, with the
+bytes of a handover also dated at the socket, for ``benchmarks/handover_share.py``.
+
+Besides the protocol's lines it prints, all on ``CLOCK_MONOTONIC`` (ns):
+
+- ``WRITTEN <ns>``: when the first request after ``RELEASING`` (the leave) was on the socket:
+  kazoo's ``_submit`` returned (ZooKeeper), or the gateway connection's ``send`` (etcd);
+- ``READ <ns>``: when the process read bytes from the server, for every read in the 200 ms
+  before ``LEADER`` (kazoo: a watch event, dated when its read began; etcd: any read of the
+  gateway connections, dated when it returned), printed after ``LEADER`` so that printing costs
+  the measured path nothing. The harness takes the first one after the old leader's
+  ``WRITTEN``: the event that told this process.
+
+The hooks wrap methods of kazoo and of ``ha.drivers.etcd.http``; they only take a clock reading.
+
+    traced_contender.py zk|etcd [--backend trio] --hosts ... --path ... --id ...
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import runpy
+import sys
+import threading
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPOSITORY = os.path.join(HERE, "..", "..")
+sys.path.insert(0, os.environ.get("HA_ROOT") or REPOSITORY)
+
+import protocol  # noqa: E402
+from protocol import say  # noqa: E402
+
+RELEASED = threading.Event()
+WRITTEN: list[int] = []
+READS: list[int] = []  # appended from kazoo's thread or the loop; read after LEADER
+
+
+def trace_kazoo() -> None:
+    from kazoo.protocol.connection import ConnectionHandler
+
+    submit, read_socket, read_event = (
+        ConnectionHandler._submit,
+        ConnectionHandler._read_socket,
+        ConnectionHandler._read_watch_event,
+    )
+    began = threading.local()
+
+    def traced_submit(self: Any, request: Any, timeout: float, xid: int | None = None) -> Any:
+        result = submit(self, request, timeout, xid)
+        if RELEASED.is_set() and not WRITTEN and xid is not None and xid > 0:
+            WRITTEN.append(time.monotonic_ns())
+        return result
+
+    def traced_read_socket(self: Any, read_timeout: float) -> Any:
+        began.at = time.monotonic_ns()
+        return read_socket(self, read_timeout)
+
+    def traced_read_event(self: Any, buffer: Any, offset: int) -> Any:
+        READS.append(began.at)
+        return read_event(self, buffer, offset)
+
+    ConnectionHandler._submit = traced_submit
+    ConnectionHandler._read_socket = traced_read_socket
+    ConnectionHandler._read_watch_event = traced_read_event
+
+
+def trace_gateway() -> None:
+    from ha.drivers.etcd.http import Connection
+
+    send, fill = Connection.send, Connection._fill
+
+    async def traced_send(self: Any, *args: Any, **kwargs: Any) -> None:
+        await send(self, *args, **kwargs)
+        if RELEASED.is_set() and not WRITTEN:
+            WRITTEN.append(time.monotonic_ns())
+
+    async def traced_fill(self: Any, *args: Any, **kwargs: Any) -> bool:
+        result: bool = await fill(self, *args, **kwargs)
+        READS.append(time.monotonic_ns())
+        return result
+
+    Connection.send = traced_send  # type: ignore[method-assign]
+    Connection._fill = traced_fill  # type: ignore[method-assign]
+
+
+def traced_say(word: str) -> None:
+    """The protocol's ``say``, plus the trace: the leave is the first request after
+    ``RELEASING``; the reads come after ``LEADER`` (printing must not delay it)."""
+    if word == "RELEASING":
+        RELEASED.set()
+    say(word)
+    if word == "LEADER":
+        now = time.monotonic_ns()
+        for stamp in [r for r in READS if now - r < 200_000_000]:
+            print(f"READ {stamp}", flush=True)
+
+
+def print_written() -> None:
+    for stamp in WRITTEN:
+        print(f"WRITTEN {stamp}", flush=True)
+
+
+if __name__ == "__main__":
+    driver = sys.argv.pop(1)
+    if driver == "zk":
+        trace_kazoo()
+        contender = os.path.join(HERE, "ha_contender.py")
+    else:
+        trace_gateway()
+        contender = os.path.join(HERE, "..", "peers_etcd", "ha_etcd.py")
+    protocol.say = traced_say  # the contender imports it by name when it runs
+    atexit.register(print_written)
+    sys.argv[0] = contender
+    runpy.run_path(contender, run_name="__main__")
