@@ -109,10 +109,10 @@ async def test_a_backend_that_does_not_answer_is_an_error_in_time(memory_backend
 async def test_a_job_managers_page_lists_its_jobs(sqlite_backend: Any, tmp_path: Path) -> None:
     """A cold standby job manager (no Spark until elected) serves its cluster's jobs: one
     submitted and waiting for an active, with its batches to run."""
-    from ha.pipeline.clicks import generate_clicks
+    from ha.pipeline.api.plan import make_plan
+    from ha.pipeline.client import submit_job
+    from ha.pipeline.examples.clicks import generate_clicks
     from ha.pipeline.jobmanager import JobManager
-    from ha.pipeline.jobs import submit_job
-    from ha.pipeline.plan import make_plan
 
     generate_clicks(tmp_path / "in", days=2, rows_per_day=10, users=3, seed=1)
     history = History()

@@ -130,10 +130,10 @@ def test_a_job_managers_page_in_a_browser(
     """A standby job manager's page (served in-process on asyncio or trio) shows the election
     and its cluster's jobs: one submitted, its two batches to run."""
     chromium()
-    from ha.pipeline.clicks import generate_clicks
+    from ha.pipeline.api.plan import make_plan
+    from ha.pipeline.client import submit_job
+    from ha.pipeline.examples.clicks import generate_clicks
     from ha.pipeline.jobmanager import JobManager
-    from ha.pipeline.jobs import submit_job
-    from ha.pipeline.plan import make_plan
 
     generate_clicks(tmp_path / "in", days=2, rows_per_day=10, users=3, seed=1)
     plan = make_plan(
