@@ -74,6 +74,11 @@ class FileSession(Driver):
     def renewal_interval(self) -> float:
         return self._settings.renew_interval
 
+    @property
+    def death_detection(self) -> float:
+        # a dead process's lock file is free: the next poll of any peer ends its session
+        return min(self._settings.poll_interval, self.session_timeout)
+
     def __init__(self, settings: Settings) -> None:
         super().__init__()
         self._settings = settings
