@@ -160,11 +160,20 @@ class Elector:
             if self._backoff_at is not None:
                 retry = max(0.0, self._backoff_at[0] - anyio.current_time())
             fencing = FencingStatistics(old, count, error, retry)
+        holder = None
+        if self._state is State.ACTIVE:
+            holder = self.identity
+        elif self._state is State.STANDBY:
+            holder = self._machine.holder or None
+        term = self._term if self._state is State.ACTIVE else None
         return ElectorStatistics(
             self._state,
             self._lease.epoch if self._lease else None,
             self._reporting.transition_counts(),
             fencing,
+            holder=None if holder is None else holder.decode(errors="replace"),
+            paused=self._machine.paused,
+            active_since=None if term is None else term.started,
         )
 
     def fencing_note(self) -> str | None:

@@ -65,6 +65,9 @@ class ElectorStatistics:
     epoch: int | None  # the lease's epoch while ACTIVE
     transitions: Mapping[str, int]  # "neutral->active": how often each public change happened
     fencing: FencingStatistics | None = None  # set while fences are being refused
+    holder: str | None = None  # the active as this elector knows it (itself, or its leader)
+    paused: bool | None = None  # the election's pause as last read (None: being read again)
+    active_since: float | None = None  # wall clock: this elector's term began (while ACTIVE)
 
 
 class Reporting:
