@@ -473,7 +473,6 @@ def _timeline_and_epochs(
     stride = rows["election"].map(strides)
     first = rows["n"] <= TIMELINE_INTERVALS
     sampled = (rows["n"] - 1) % stride == 0
-    rows = rows[first | sampled]
     timeline = rows[first].sort_values(["election", "n"], ignore_index=True)
     epochs = rows.loc[sampled, ["election", "start", "epoch"]]
     return timeline, epochs.sort_values(["election", "start"], ignore_index=True)

@@ -88,15 +88,20 @@ def _bars(ax: Any, rows: Any, lo: float, hi: float | None = None) -> None:
         bars = list(zip(starts - lo, ends - starts, strict=True))
         colors = [OVERLAP_COLOR if k == "overlap" else ACTIVE_COLOR for k in mine["kind"]]
         if "end_kind" in mine:
-            estimated = mine["end_kind"].isin(INFERRED_ENDS).to_numpy()
+            estimated = list(mine["end_kind"].isin(INFERRED_ENDS))
         else:
             estimated = [False] * len(bars)
-        for bar, color, guess in zip(bars, colors, estimated, strict=True):
-            if guess:  # where it ended is the report's estimate: hatched, not solid
-                ax.broken_barh([bar], (y - 0.35, 0.7), facecolors="white", edgecolor=color,
-                               hatch="////")  # fmt: skip
+        # one collection for the recorded bars, one for the estimated (hatched, not solid)
+        for guess in (False, True):
+            pick = [n for n, g in enumerate(estimated) if bool(g) == guess]
+            if not pick:
+                continue
+            mine_bars, mine_colors = [bars[n] for n in pick], [colors[n] for n in pick]
+            if guess:
+                ax.broken_barh(mine_bars, (y - 0.35, 0.7), facecolors="white",
+                               edgecolors=mine_colors, hatch="////")  # fmt: skip
             else:
-                ax.broken_barh([bar], (y - 0.35, 0.7), facecolors=color)
+                ax.broken_barh(mine_bars, (y - 0.35, 0.7), facecolors=mine_colors)
     ax.set_yticks(range(len(idents)), idents)
 
 
@@ -174,6 +179,7 @@ def _gaps(report: JournalReport) -> tuple[str, Figure] | None:
     ax.set_xlabel("failover gap: no active until the new active")
     ax.set_ylabel("failovers")
     ax.legend(fontsize=7, title="how the old active's end is known", title_fontsize=7)
+    fig.tight_layout()
     return "Failover gaps, every election", fig
 
 
@@ -196,6 +202,7 @@ def _rates(report: JournalReport) -> tuple[str, Figure] | None:
     ax.set_ylabel("transitions per hour")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7, title="election", title_fontsize=7)
+    fig.tight_layout()
     return "Transitions per hour, per election", fig
 
 
@@ -246,4 +253,5 @@ def _epochs(report: JournalReport) -> tuple[str, Figure] | None:
     ax.set_xlabel(f"{unit} since {local_time(t0)}")
     ax.set_ylabel("epoch")
     ax.legend(fontsize=7, title="election", title_fontsize=7)
+    fig.tight_layout()
     return "Epochs of successive leaders", fig

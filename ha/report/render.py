@@ -139,7 +139,7 @@ def _png(fig: Any) -> str:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=110)  # laid out by plots (tight_layout): one draw
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode()
 
