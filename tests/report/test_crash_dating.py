@@ -1,16 +1,19 @@
 """A crash's gap as the journal measures it: two `ha run` supervisors on sqlite, the active
-killed with SIGKILL, then `ha report` on their journal.
+killed with SIGKILL (or frozen with SIGSTOP past its lease), then `ha report` on their journal.
 
 The killed active writes nothing more. The new active records when it found the lock free
 (``vacant_since``) and how soon the backend ends a dead process's session (``detection``:
 sqlite sees a dead process through its lock file within a poll, far sooner than its session
 timeout). The report dates the killed active's end by them: the gap is what the journal
 says, not a session timeout (``--session-timeout``, 10 s by default) assumed for every crash.
+An active frozen past its deadline records its leaving only when it thaws, after the new
+active took over; it records the deadline too (``until``): no overlap is reported.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -80,3 +83,40 @@ def test_a_killed_actives_gap_is_measured_from_the_journal(tmp_path: Path, loop:
     said = " ".join(result.stdout.split())  # the caption wraps
     assert "1 end(s) of killed actives dated from the new active's record" in said
     assert "assumed" not in said
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_a_frozen_active_thawed_after_the_takeover_is_no_overlap(tmp_path: Path, loop: str) -> None:
+    journal = tmp_path / "journal.jsonl"
+    with Supervisors(tmp_path, HA_ASYNC_BACKEND=loop) as sup:
+        for identity in ("a", "b"):
+            argv = ["run", "/svc", "--id", identity, "--journal", str(journal), "--"]
+            argv += [sys.executable, "-c", "import time; time.sleep(600)"]
+            sup.procs[identity] = popen_ha(*argv, env=sup.env, log=tmp_path / f"{identity}.log")
+            if identity == "a":
+                wait_until(lambda: _actives(journal), "a to be active")
+        wait_until(
+            lambda: any(r["identity"] == "b" and r["to"] == "standby" for r in _records(journal)),
+            "b to be standby",
+        )
+        sup.procs["a"].send_signal(signal.SIGSTOP)  # frozen past its lease: b takes over
+        try:
+            wait_until(lambda: len(_actives(journal)) == 2, "b to take over")
+        finally:
+            sup.procs["a"].send_signal(signal.SIGCONT)
+        wait_until(
+            lambda: any(r["identity"] == "a" and r["from"] == "active" for r in _records(journal)),
+            "a to record that it left active",
+        )
+        sup.stop_all()
+
+    first, second = _actives(journal)
+    [thawed] = [r for r in _records(journal) if r["identity"] == "a" and r["from"] == "active"]
+    # a wrote its leaving when it thawed, after b's takeover; its deadline had passed before
+    assert thawed["ts"] > second["ts"] > thawed["until"] > first["ts"]
+    result = ha("report", str(journal), "--out", str(tmp_path / "r.html"), env=sup.env)
+    assert result.returncode == 0, result.stdout + result.stderr  # 4 would be an overlap
+    [row] = [line.split() for line in result.stdout.splitlines() if line.startswith("/svc")]
+    assert row[1:3] == ["1", "0"]  # a failover, not a crash: both ends on record
+    shown = float(row[3]) / (1000 if row[4] == "ms" else 1)
+    assert shown == pytest.approx(second["ts"] - thawed["until"], abs=0.0001)
