@@ -52,6 +52,12 @@ if TYPE_CHECKING:
 __all__ = ("analyze_local", "journal_files")
 
 END_KINDS = ("assumed", "left", "open", "restarted", "superseded")  # sorted: struct order
+# summary.election_summary's per-interval columns, in its order
+COUNTED = (
+    "election", "intervals", "open_intervals", "unclosed", "dated_ends", "assumed_ends",
+    "failovers", "known_gaps", "crashes", "gap_p50", "gap_p90", "gap_max", "overlaps",
+    "overlap_s", "covered_s", "first_epoch", "last_epoch", "epoch_violations", "distinct_epochs",
+)  # fmt: skip
 
 
 def journal_files(paths: Sequence[str]) -> list[str]:
@@ -183,7 +189,8 @@ def analyze_local(
     started = time.perf_counter()
     stage(STAGES[0])
     schema = _schema()
-    table = pa.concat_tables([_read_file(path, schema) for path in journal_files(paths)])
+    tables = [_read_file(path, schema) for path in journal_files(paths)]
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
     read = table.num_rows
     states = pa.array(STATES)
     valid = pc.fill_null(
@@ -236,7 +243,7 @@ def analyze_local(
     holders = pd.DataFrame({"election": elect, "identity": ident})
     per_election = pd.DataFrame(
         {
-            "election": elections,
+            "election": pd.Series(elections, dtype=object),
             "events": events_per,
             "identities": holders.groupby("election")["identity"]
             .nunique()
@@ -450,7 +457,7 @@ def _counted(frame: pd.DataFrame) -> pd.DataFrame:
                 "distinct_epochs": epochs.nunique(),
             }
         )
-    counted = pd.DataFrame(rows)
+    counted = pd.DataFrame(rows, columns=COUNTED)
     for name in ("first_epoch", "last_epoch"):
         if name in counted:
             counted[name] = counted[name].astype("Int64")

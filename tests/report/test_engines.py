@@ -85,13 +85,3 @@ def test_every_frame_of_the_report_is_the_same(spark, tmp_path: Path) -> None:  
         theirs.gaps.sort_values(by, ignore_index=True),
         check_dtype=False,
     )
-
-
-def test_ten_thousand_events_start_no_jvm(tmp_path: Path) -> None:
-    generate_journal(tmp_path / "j", events=10_000, elections=3, seed=1)
-    result = ha(
-        "report", str(tmp_path / "j"), "--out", str(tmp_path / "r.html"),
-        env=ha_env(tmp_path), timeout=120,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert "events analyzed in" in result.stdout and result.stdout.count("local engine") == 1
