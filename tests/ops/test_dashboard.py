@@ -20,6 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ha._install import version
+from ha.supervisor.exits import STARTED
 from tests.cli.helpers import Supervisors, popen_ha, wait_until
 from tests.cli.test_operating import http_get
 
@@ -76,9 +77,15 @@ def queried(dashboard: dict[str, Any]) -> set[str]:
     return {m for e in exprs for m in re.findall(r"\b((?:ha|process)_[a-z_]+)\b", e)}
 
 
+# COMMAND: exits (3) the first time, having run long enough to be restarted in place
+# (--on-exit restart, the default; a first run shorter than STARTED cedes the lead), then runs
+ONCE = ["sh", "-c", f'test -e "$0" && exec sleep 600; touch "$0"; sleep {STARTED + 0.5}; exit 3']
+
+
 def _start(sup: Supervisors, identity: str, tmp_path: Path) -> subprocess.Popen[bytes]:
     argv = ["run", "/svc", "--id", identity, "--http", "127.0.0.1:0", "--health", "true"]
-    proc = popen_ha(*argv, "--", "sleep", "600", env=sup.env, log=tmp_path / f"{identity}.log")
+    command = [*ONCE, str(tmp_path / f"{identity}.started")]
+    proc = popen_ha(*argv, "--", *command, env=sup.env, log=tmp_path / f"{identity}.log")
     sup.procs[identity] = proc
     return proc
 
@@ -97,6 +104,7 @@ def test_metrics_a_dashboard_can_use_from_a_real_ha_run(tmp_path: Path, loop: st
     with Supervisors(tmp_path, HA_ASYNC_BACKEND=loop) as sup:
         _start(sup, a, tmp_path)
         a_port = _port(tmp_path, a)
+        wait_until(lambda: maybe(scrape(a_port)[0], "ha_command_starts_total") == 2, "a restart")
         wait_until(lambda: maybe(scrape(a_port)[0], "ha_command_up") == 1, "a's COMMAND")
         _start(sup, b, tmp_path)
         b_port = _port(tmp_path, b)
@@ -112,8 +120,8 @@ def test_metrics_a_dashboard_can_use_from_a_real_ha_run(tmp_path: Path, loop: st
         assert one(active, "ha_election_has_active") == 1
         assert one(active, "ha_election_paused") == 0
         assert one(active, "ha_command_up") == 1
-        assert one(active, "ha_command_starts_total") == 1
-        assert one(active, "ha_command_restarts_total") == 0
+        assert one(active, "ha_command_starts_total") == 2  # exited once, started again
+        assert one(active, "ha_command_restarts_total") == 1
         assert one(active, "ha_command_healthy") == 1
         assert one(active, "ha_command_health_checks_total", result="failed") == 0
         since = one(active, "ha_elector_active_since_timestamp_seconds")
@@ -142,6 +150,7 @@ def test_metrics_a_dashboard_can_use_from_a_real_ha_run(tmp_path: Path, loop: st
 
         sup.procs[a].kill()  # kill -9: b takes over after sqlite sees a die
         sup.procs[a].wait()
+        wait_until(lambda: maybe(scrape(b_port)[0], "ha_command_starts_total") == 2, "b's restart")
         wait_until(lambda: maybe(scrape(b_port)[0], "ha_command_up") == 1, "b's COMMAND")
         after, text = scrape(b_port)
 
