@@ -35,20 +35,26 @@ def _actives(journal: Path) -> list[dict[str, Any]]:
     return [r for r in _records(journal) if r["to"] == "active"]
 
 
+def _active_and_standby(sup: Supervisors, journal: Path) -> None:
+    """`ha run` a, then b, journaling to ``journal``: once a is active and b standby."""
+    for identity in ("a", "b"):
+        argv = ["run", "/svc", "--id", identity, "--journal", str(journal), "--"]
+        argv += [sys.executable, "-c", "import time; time.sleep(600)"]
+        log = sup.directory / f"{identity}.log"
+        sup.procs[identity] = popen_ha(*argv, env=sup.env, log=log)
+        if identity == "a":
+            wait_until(lambda: _actives(journal), "a to be active")
+    wait_until(
+        lambda: any(r["identity"] == "b" and r["to"] == "standby" for r in _records(journal)),
+        "b to be standby",
+    )
+
+
 @pytest.mark.parametrize("loop", ["asyncio", "trio"])
 def test_a_killed_actives_gap_is_measured_from_the_journal(tmp_path: Path, loop: str) -> None:
     journal = tmp_path / "journal.jsonl"
     with Supervisors(tmp_path, HA_ASYNC_BACKEND=loop) as sup:
-        for identity in ("a", "b"):
-            argv = ["run", "/svc", "--id", identity, "--journal", str(journal), "--"]
-            argv += [sys.executable, "-c", "import time; time.sleep(600)"]
-            sup.procs[identity] = popen_ha(*argv, env=sup.env, log=tmp_path / f"{identity}.log")
-            if identity == "a":
-                wait_until(lambda: _actives(journal), "a to be active")
-        wait_until(
-            lambda: any(r["identity"] == "b" and r["to"] == "standby" for r in _records(journal)),
-            "b to be standby",
-        )
+        _active_and_standby(sup, journal)
         sup.procs["a"].kill()  # no record of leaving: the report must date a's end
         sup.procs["a"].wait()
         wait_until(lambda: len(_actives(journal)) == 2, "b to take over")
@@ -89,16 +95,7 @@ def test_a_killed_actives_gap_is_measured_from_the_journal(tmp_path: Path, loop:
 def test_a_frozen_active_thawed_after_the_takeover_is_no_overlap(tmp_path: Path, loop: str) -> None:
     journal = tmp_path / "journal.jsonl"
     with Supervisors(tmp_path, HA_ASYNC_BACKEND=loop) as sup:
-        for identity in ("a", "b"):
-            argv = ["run", "/svc", "--id", identity, "--journal", str(journal), "--"]
-            argv += [sys.executable, "-c", "import time; time.sleep(600)"]
-            sup.procs[identity] = popen_ha(*argv, env=sup.env, log=tmp_path / f"{identity}.log")
-            if identity == "a":
-                wait_until(lambda: _actives(journal), "a to be active")
-        wait_until(
-            lambda: any(r["identity"] == "b" and r["to"] == "standby" for r in _records(journal)),
-            "b to be standby",
-        )
+        _active_and_standby(sup, journal)
         sup.procs["a"].send_signal(signal.SIGSTOP)  # frozen past its lease: b takes over
         try:
             wait_until(lambda: len(_actives(journal)) == 2, "b to take over")
