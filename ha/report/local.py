@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = ("analyze_local", "journal_files")
 
 END_KINDS = ("assumed", "left", "open", "restarted", "superseded")  # sorted: struct order
+KINDS = ("first", "failover", "overlap")  # sweep's kind, by code
 # summary.election_summary's per-interval columns, in its order
 COUNTED = (
     "election", "intervals", "open_intervals", "unclosed", "dated_ends", "assumed_ends",
@@ -253,57 +254,49 @@ def analyze_local(
             "last_ts": last_ts,
         }
     )
-    frame = pd.DataFrame(swept)
-    frame["election"] = pd.Categorical.from_codes(frame.pop("elect"), elections)
-    frame["identity"] = pd.Categorical.from_codes(frame.pop("ident"), identities)
-    frame["prev_identity"] = pd.Categorical.from_codes(frame.pop("prev_ident"), identities)
-    frame["end_kind"] = np.asarray(END_KINDS, dtype=object)[frame.pop("end_code")]
-    frame["prev_end_kind"] = np.where(
-        frame["prev_code"] >= 0, np.asarray(END_KINDS, dtype=object)[frame.pop("prev_code")], None
-    )
-    for name in ("election", "identity", "prev_identity"):
-        frame[name] = frame[name].astype(object)
+    names = (np.asarray(elections, dtype=object), np.asarray(identities, dtype=object))
     summary = finish_summary(
-        per_election[per_election["events"] > 0].reset_index(drop=True), _counted(frame)
+        per_election[per_election["events"] > 0].reset_index(drop=True),
+        _counted(swept, names[0]),
     )
     total = int(summary["events"].sum())
 
     stage(STAGES[2])
-    overlaps_all = frame[frame["kind"] == "overlap"]
+    found = _rows(swept, swept["kind"] == KINDS.index("overlap"), names)
     overlaps = pd.DataFrame(
         {
-            "election": overlaps_all["election"],
-            "first": overlaps_all["prev_identity"],
-            "second": overlaps_all["identity"],
-            "first_epoch": overlaps_all["prev_epoch"].astype("Int64"),
-            "second_epoch": overlaps_all["epoch"].astype("Int64"),
-            "start": overlaps_all["start"],
-            "end": overlaps_all["start"] + overlaps_all["overlap"],
-            "overlap": overlaps_all["overlap"],
+            "election": found["election"],
+            "first": found["prev_identity"],
+            "second": found["identity"],
+            "first_epoch": found["prev_epoch"],
+            "second_epoch": found["epoch"],
+            "start": found["start"],
+            "end": found["start"] + found["overlap"],
+            "overlap": found["overlap"],
         }
     ).sort_values(["election", "start"], kind="stable", ignore_index=True)
     overlap_count = len(overlaps)
     overlaps = overlaps.head(MAX_OVERLAP_ROWS)
-    failovers = frame[frame["gap"].notna()]
+    failovers = np.flatnonzero(~np.isnan(swept["gap"]))
     if len(failovers) > GAP_SAMPLE:
-        failovers = failovers.sample(n=GAP_SAMPLE, random_state=1)
+        failovers = np.sort(np.random.default_rng(1).choice(failovers, GAP_SAMPLE, replace=False))
     gaps = pd.DataFrame(
         {
-            "election": failovers["election"],
-            "gap": failovers["gap"],
-            "after": failovers["prev_end_kind"],
+            "election": names[0][swept["elect"][failovers]],
+            "gap": swept["gap"][failovers],
+            "after": np.asarray(END_KINDS, dtype=object)[swept["prev_code"][failovers]],
         }
-    ).reset_index(drop=True)
+    )
 
     stage(STAGES[3])
     observed = float(summary["last_ts"].max() - summary["first_ts"].min()) if total else 0.0
     bucket = 3600.0 if observed >= MINUTE_RATES_BELOW else 60.0
     counts = pd.DataFrame({"election": elect, "bucket": np.floor(ts / bucket) * bucket})
     rates = counts.groupby(["election", "bucket"]).size().rename("transitions").reset_index()
-    rates["election"] = np.asarray(elections, dtype=object)[rates["election"]]
+    rates["election"] = names[0][rates["election"]]
     rates = rates.sort_values(["election", "bucket"], ignore_index=True)
-    timeline, epochs = _timeline_and_epochs(frame, summary)
-    closeups = _closeups(frame, overlaps)
+    timeline, epochs = _timeline_and_epochs(swept, summary, names)
+    closeups = _closeups(swept, overlaps, names)
     return JournalReport(
         summary=summary,
         overlaps=overlaps,
@@ -412,7 +405,7 @@ def _sweep(iv: dict[str, Any]) -> dict[str, Any]:
         "prev_ident": before(iv["ident"], -1),
         "prev_epoch": before(iv["epoch"], np.nan),
         "prev_code": prev_code,
-        "kind": np.select([~has_prev, overlapping], ["first", "overlap"], "failover"),
+        "kind": np.select([~has_prev, overlapping], [0, 2], KINDS.index("failover")),
         "gap": np.where(failover, start - prev_end, np.nan),
         "crash": np.where(failover, prev_code != END_KINDS.index("left"), False),
         "overlap": np.where(overlapping, np.fmin(end, prev_end) - start, np.nan),
@@ -422,81 +415,131 @@ def _sweep(iv: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _counted(frame: pd.DataFrame) -> pd.DataFrame:
-    """``summary.election_summary``'s per-interval aggregation, in pandas."""
+def _rows(sw: dict[str, Any], mask: Any, names: tuple[Any, Any]) -> pd.DataFrame:
+    """The swept intervals picked by ``mask`` as a frame, with names for codes (few rows:
+    overlaps, a timeline, close-ups)."""
     import numpy as np
     import pandas as pd
 
-    rows = []
-    for name, group in frame.groupby("election", sort=True, observed=True):
-        gaps = group["gap"].dropna().to_numpy()
-        quantiles = (
-            np.quantile(gaps, [0.5, 0.9], method="inverted_cdf") if len(gaps) else [None, None]
-        )
-        epochs = group["epoch"].dropna()
-        rows.append(
-            {
-                "election": name,
-                "intervals": len(group),
-                "open_intervals": int((group["end_kind"] == "open").sum()),
-                "unclosed": int(group["end_kind"].isin(INFERRED_ENDS).sum()),
-                "dated_ends": int((group["end_kind"] == "superseded").sum()),
-                "assumed_ends": int((group["end_kind"] == "assumed").sum()),
-                "failovers": int((group["kind"] == "failover").sum()),
-                "known_gaps": len(gaps),
-                "crashes": int(group["crash"].sum()),
-                "gap_p50": None if quantiles[0] is None else float(quantiles[0]),
-                "gap_p90": None if quantiles[1] is None else float(quantiles[1]),
-                "gap_max": float(gaps.max()) if len(gaps) else None,
-                "overlaps": int(group["overlap"].notna().sum()),
-                "overlap_s": float(group["overlap"].sum()),
-                "covered_s": float(group["covered"].sum()),
-                "first_epoch": epochs.min() if len(epochs) else None,
-                "last_epoch": epochs.max() if len(epochs) else None,
-                "epoch_violations": int(group["bad_epoch"].sum()),
-                "distinct_epochs": epochs.nunique(),
-            }
-        )
-    counted = pd.DataFrame(rows, columns=COUNTED)
-    for name in ("first_epoch", "last_epoch"):
-        if name in counted:
-            counted[name] = counted[name].astype("Int64")
-    return counted
+    at = np.flatnonzero(mask)
+    elections, identities = names
+    none = np.append(identities, None)  # prev_ident -1: none
+
+    def epochs(values: Any) -> Any:
+        return pd.array(values, dtype="Float64").astype("Int64")  # NaN: missing
+
+    return pd.DataFrame(
+        {
+            "election": elections[sw["elect"][at]],
+            "identity": identities[sw["ident"][at]],
+            "start": sw["start"][at],
+            "end": sw["end"][at],
+            "epoch": epochs(sw["epoch"][at]),
+            "kind": np.asarray(KINDS, dtype=object)[sw["kind"][at]],
+            "end_kind": np.asarray(END_KINDS, dtype=object)[sw["end_code"][at]],
+            "n": sw["n"][at],
+            "prev_identity": none[sw["prev_ident"][at]],
+            "prev_epoch": epochs(sw["prev_epoch"][at]),
+            "overlap": sw["overlap"][at],
+        }
+    )
+
+
+def _counted(sw: dict[str, Any], elections: Any) -> pd.DataFrame:
+    """``summary.election_summary``'s per-interval aggregation, per election code."""
+    import numpy as np
+    import pandas as pd
+
+    e, n = sw["elect"], len(elections)
+
+    def count(flags: Any) -> Any:
+        return np.bincount(e, weights=flags, minlength=n).astype(np.int64)
+
+    def total(values: Any) -> Any:
+        return np.bincount(e, weights=np.nan_to_num(values), minlength=n)
+
+    code = sw["end_code"]
+    has_gap = ~np.isnan(sw["gap"])
+    # each election's gaps in order: the quantiles are the values at ranks (inverted CDF)
+    order = np.lexsort((sw["gap"][has_gap], e[has_gap]))
+    gaps, owner = sw["gap"][has_gap][order], e[has_gap][order]
+    known = np.bincount(owner, minlength=n)
+    offset = np.concatenate([[0], np.cumsum(known)[:-1]])
+
+    def at_rank(q: float) -> Any:
+        rank = np.maximum(np.ceil(q * known).astype(np.int64) - 1, 0)
+        return np.where(known > 0, gaps[np.minimum(offset + rank, max(len(gaps) - 1, 0))]
+                        if len(gaps) else np.nan, np.nan)  # fmt: skip
+
+    has_epoch = ~np.isnan(sw["epoch"])
+    low, high = np.full(n, np.inf), np.full(n, -np.inf)
+    np.minimum.at(low, e[has_epoch], sw["epoch"][has_epoch])
+    np.maximum.at(high, e[has_epoch], sw["epoch"][has_epoch])
+    # distinct epochs: each election's epochs in order, counting where the value changes
+    by_epoch = np.lexsort((sw["epoch"][has_epoch], e[has_epoch]))
+    owners, values = e[has_epoch][by_epoch], sw["epoch"][has_epoch][by_epoch]
+    new = np.ones(len(values), dtype=bool)
+    new[1:] = (owners[1:] != owners[:-1]) | (values[1:] != values[:-1])
+    inferred = [END_KINDS.index(kind) for kind in INFERRED_ENDS]
+    counted = pd.DataFrame(
+        {
+            "election": elections,
+            "intervals": np.bincount(e, minlength=n),
+            "open_intervals": count(code == END_KINDS.index("open")),
+            "unclosed": count(np.isin(code, inferred)),
+            "dated_ends": count(code == END_KINDS.index("superseded")),
+            "assumed_ends": count(code == END_KINDS.index("assumed")),
+            "failovers": count(sw["kind"] == KINDS.index("failover")),
+            "known_gaps": known,
+            "crashes": count(sw["crash"]),
+            "gap_p50": at_rank(0.5),
+            "gap_p90": at_rank(0.9),
+            "gap_max": at_rank(1.0),
+            "overlaps": count(~np.isnan(sw["overlap"])),
+            "overlap_s": total(sw["overlap"]),
+            "covered_s": total(sw["covered"]),
+            "first_epoch": pd.array([None if np.isinf(v) else int(v) for v in low], dtype="Int64"),
+            "last_epoch": pd.array([None if np.isinf(v) else int(v) for v in high], dtype="Int64"),
+            "epoch_violations": count(sw["bad_epoch"]),
+            "distinct_epochs": np.bincount(owners[new], minlength=n),
+        },
+        columns=COUNTED,
+    )
+    return counted[counted["intervals"] > 0].reset_index(drop=True)
 
 
 def _timeline_and_epochs(
-    frame: pd.DataFrame, summary: pd.DataFrame
+    sw: dict[str, Any], summary: pd.DataFrame, names: tuple[Any, Any]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``summary.timeline_and_epochs`` in pandas."""
+    """``summary.timeline_and_epochs`` on the arrays."""
+    import numpy as np
+
     busiest = summary.sort_values("events", ascending=False).head(TIMELINE_ELECTIONS)
-    strides = {
-        name: max(1, math.ceil(count / EPOCH_POINTS))
-        for name, count in zip(busiest["election"], busiest["intervals"].fillna(0), strict=True)
-    }
-    rows = frame[frame["election"].isin(list(strides))]
+    code = {name: n for n, name in enumerate(names[0])}
+    stride = np.zeros(len(names[0]), dtype=np.int64)  # 0: not drawn
+    for name, count in zip(busiest["election"], busiest["intervals"].fillna(0), strict=True):
+        stride[code[name]] = max(1, math.ceil(count / EPOCH_POINTS))
+    mine = stride[sw["elect"]]
+    first = (mine > 0) & (sw["n"] <= TIMELINE_INTERVALS)
+    sampled = (mine > 0) & ((sw["n"] - 1) % np.maximum(mine, 1) == 0)
     columns = ["election", "identity", "start", "end", "epoch", "kind", "end_kind", "n"]
-    rows = rows[columns].copy()
-    rows["epoch"] = rows["epoch"].astype("Int64")
-    stride = rows["election"].map(strides)
-    first = rows["n"] <= TIMELINE_INTERVALS
-    sampled = (rows["n"] - 1) % stride == 0
-    timeline = rows[first].sort_values(["election", "n"], ignore_index=True)
-    epochs = rows.loc[sampled, ["election", "start", "epoch"]]
+    timeline = _rows(sw, first, names)[columns]
+    timeline = timeline.sort_values(["election", "n"], ignore_index=True)
+    epochs = _rows(sw, sampled, names)[["election", "start", "epoch"]]
     return timeline, epochs.sort_values(["election", "start"], ignore_index=True)
 
 
-def _closeups(frame: pd.DataFrame, overlaps: pd.DataFrame) -> pd.DataFrame:
-    """``summary.closeups`` in pandas."""
+def _closeups(sw: dict[str, Any], overlaps: pd.DataFrame, names: tuple[Any, Any]) -> pd.DataFrame:
+    """``summary.closeups`` on the arrays."""
     import pandas as pd
 
+    code = {name: n for n, name in enumerate(names[0])}
     frames = []
     for n, row in enumerate(overlaps.head(CLOSEUPS).to_dict("records")):
         pad = max(10 * float(row["overlap"]), 5.0)
         lo, hi = float(row["start"]) - pad, float(row["end"]) + pad
-        near = (frame["election"] == row["election"]) & (frame["start"] < hi) & (frame["end"] > lo)
-        shot = frame.loc[near, ["election", "identity", "start", "end", "epoch", "kind"]]
-        shot = shot.reset_index(drop=True)
-        shot["epoch"] = shot["epoch"].astype("Int64")
+        near = (sw["elect"] == code[row["election"]]) & (sw["start"] < hi) & (sw["end"] > lo)
+        shot = _rows(sw, near, names)[["election", "identity", "start", "end", "epoch", "kind"]]
         shot["closeup"] = n
         shot["lo"], shot["hi"] = lo, hi
         shot["ov_start"], shot["ov_end"] = float(row["start"]), float(row["end"])
