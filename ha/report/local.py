@@ -423,7 +423,7 @@ def _rows(sw: dict[str, Any], mask: Any, names: tuple[Any, Any]) -> pd.DataFrame
 
     at = np.flatnonzero(mask)
     elections, identities = names
-    none = np.append(identities, None)  # prev_ident -1: none
+    none = np.array([*identities, None], dtype=object)  # prev_ident -1: none
 
     def epochs(values: Any) -> Any:
         return pd.array(values, dtype="Float64").astype("Int64")  # NaN: missing
