@@ -55,7 +55,10 @@ class CommandMetrics:
         self._labels = labels
 
     @classmethod
-    def of(cls, registry: Registry | None, supervisor: _Supervised, election: str, identity: str):  # type: ignore[no-untyped-def]
+    def of(
+        cls, registry: Registry | None, supervisor: _Supervised, election: str, identity: str
+    ) -> CommandMetrics:
+        """The metrics of ``supervisor`` in the election at ``election`` as ``identity``."""
         metrics = cls(registry, {"election": election, "identity": identity})
         if metrics._on:
             metrics.up.set_function(lambda: float(supervisor.child is not None), **metrics._labels)
