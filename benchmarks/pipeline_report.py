@@ -1,12 +1,16 @@
-"""Journal report throughput: ``ha report``'s Spark analysis beside DuckDB on the same files.
+"""Journal report throughput: ``ha report``'s engines beside DuckDB on the same files.
 
     .venv/bin/python benchmarks/pipeline_report.py [--events 10000000] [--elections 8]
         [--master local[2]] [--threads 2] [--session-timeout 10] [--keep DIR] [--no-duckdb]
-        [--no-floor]
+        [--no-floor] [--no-local]
 
 Generates a synthetic journal (JSON lines, about 140 bytes per event, 5 injected overlaps),
 then times, on the same files:
 
+- **ha (local engine)**: ``ha.report.local.analyze_local``, the same analysis in this process
+  (Arrow's JSON reader, numpy), which ``ha report`` runs when the files fit in memory
+  (``ha.report.engine.choose``: the line "ha report chooses" says which it takes here), and
+  the figures it must agree on with Spark's;
 - **ha (Spark)**: ``ha.report.analysis.analyze`` in a fresh SparkSession built as ``ha report``
   builds it (``report_settings``: full JIT, the parallel GC, 2 GB driver, the JVM's output in
   a log file): read, intervals, sweep, the per-election summary and every plot's data; then
@@ -44,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from ha.report.analysis import DEFAULT_SESSION_TIMEOUT, STATES, analyze
+from ha.report.engine import choose
+from ha.report.local import analyze_local
 from ha.report.render import render_html
 from ha.report.session import report_session, report_settings
 from ha.report.synthetic import generate_journal
@@ -192,6 +198,7 @@ def main() -> None:
     parser.add_argument("--keep", help="generate into (or reuse) this directory")
     parser.add_argument("--no-duckdb", action="store_true", help="time Spark only")
     parser.add_argument("--no-floor", action="store_true", help="skip the Spark floor")
+    parser.add_argument("--no-local", action="store_true", help="skip the local engine")
     parser.add_argument("--floor-only", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_only:  # run_floor's child: one line of JSON
@@ -213,6 +220,12 @@ def main() -> None:
         size = sum(f.stat().st_size for f in truth.files)
         print(f"generated {truth.events:,} events ({size / 1e9:.2f} GB) in {generated:.1f} s")
         load_before = os.getloadavg()
+        chosen = choose("auto", [str(journal)], args.master)
+        local = None
+        if not args.no_local:  # first: before a JVM takes memory
+            cpu = own_cpu_seconds()
+            local = analyze_local([str(journal)], session_timeout=args.session_timeout)
+            local_cpu = own_cpu_seconds() - cpu
 
         started = time.perf_counter()
         spark = report_session(report_settings(args.master, "2g", app_name="ha-report-bench"))
@@ -239,6 +252,10 @@ def main() -> None:
 
         spark_cpu = stages[-1][2] - stages[0][2]
         rows = [("ha (Spark " + args.master + ")", report.seconds, spark_cpu)]
+        if local is not None:
+            agree(report.summary, local.summary)
+            assert local.overlap_count == report.overlap_count == len(truth.overlaps)
+            rows.insert(0, ("ha (local engine)", local.seconds, local_cpu))
         if not args.no_duckdb:
             started, cpu = time.perf_counter(), own_cpu_seconds()
             duck = duckdb_summary(truth.files, args.threads, args.session_timeout)
@@ -272,10 +289,13 @@ def main() -> None:
             )
         floor = [row for row in rows if row[0].startswith("Spark floor")]
         if floor:
-            print(
-                f"ha / Spark floor: {report.seconds / floor[0][1]:.2f}x wall,"
-                f" {spark_cpu / floor[0][2]:.2f}x CPU"
-            )
+            for name, seconds, cpu in rows:
+                if name.startswith("ha "):
+                    print(
+                        f"{name} / Spark floor: {seconds / floor[0][1]:.2f}x wall,"
+                        f" {cpu / floor[0][2]:.2f}x CPU"
+                    )
+        print(f"ha report chooses the {chosen} engine for these files (--engine auto)")
         print("\nha's stages (wall s, JVM CPU s):")
         for (name, wall, cpu), (_, next_wall, next_cpu) in zip(stages, stages[1:], strict=False):
             print(f"  {name:<36} {next_wall - wall:8.1f} {next_cpu - cpu:8.1f}")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import ConfigurationError
 from ._run import EXIT_OVERLAP, Failure, Options, call, check_master, master_option, need_spark
 
 __all__ = ("report",)
@@ -45,6 +46,14 @@ DEFAULT_SESSION_TIMEOUT = 10.0
     help="The backend's session timeout: a killed active is taken to have stopped this long"
     " before the next active took over (0 for a backend that sees a dead process at once).",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "local", "spark"]),
+    default="auto",
+    show_default=True,
+    help="Where the analysis runs: in this process (local files that fit in memory: no JVM"
+    " to start), on Spark (any input, a cluster), or auto: local when it can.",
+)
 @click.pass_obj
 def report(
     opts: Options,
@@ -53,8 +62,9 @@ def report(
     master: str,
     driver_memory: str,
     session_timeout: float,
+    engine: str,
 ) -> None:
-    """Analyze election journals on Spark: leadership, failovers, overlaps, availability.
+    """Analyze election journals: leadership, failovers, overlaps, availability.
 
     JOURNALS are the JSON-lines files that `ha run --journal` and electors write: files,
     directories, globs, or any URI Spark reads (hdfs://, s3a://...). Per election: leadership
@@ -62,10 +72,11 @@ def report(
     identities (two actives at once: must never happen), epochs, availability, transitions per
     hour. Prints the summary table and writes the HTML report with plots.
 
-    A process killed while active records nothing more. The next active got the lock once
-    the backend gave up the old session, a session timeout after its last contact: the
-    report takes the killed active to have stopped then, so the crash's gap is about
-    --session-timeout and that time counts as unavailable.
+    A process killed while active records nothing more. The next active records when it
+    found the lock free and how soon the backend ends a dead process's session: the report
+    dates the killed active's end by them (an estimate, marked as such). Journals of older
+    electors lack them: the killed active is then assumed to have stopped a session timeout
+    (the one it recorded, else --session-timeout) before the next active took over.
 
     Exit code 0 when no overlapping leadership was found, 4 when some was (the report shows
     where), 1 on error.
@@ -80,11 +91,11 @@ def report(
 
     from ..report import run_report
     from ..report.analysis import STAGES
+    from ..report.engine import choose
     from ..report.progress import stage_progress
     from ..report.render import summary_table
 
     check_master(master)
-    need_spark("`ha report`")
     for path in journals:  # local paths checked here, not after Spark's start-up
         if "://" in path:
             continue
@@ -94,6 +105,12 @@ def report(
                 raise Failure(f"no journal matches {path!r}")
         elif not os.path.exists(local):
             raise Failure(f"no such journal: {path}")
+    try:
+        engine = choose(engine, journals, master)
+    except ConfigurationError as exc:
+        raise Failure(str(exc)) from None
+    if engine == "spark":
+        need_spark("`ha report` on Spark")
     target = Path(out).expanduser()
     if not target.absolute().parent.is_dir():
         raise Failure(f"cannot write {out}: no directory {target.absolute().parent}")
@@ -113,11 +130,15 @@ def report(
                 session_timeout=session_timeout,
                 quiet=not opts.debug,
                 on_stage=on_stage,
+                engine=engine,
             ),
-            spark=True,
+            spark=True,  # one line for a missing pandas or pyarrow too
         )
     Console(highlight=False).print(summary_table(found))
-    click.echo(f"wrote {out} ({found.events:,} events in {found.seconds:.1f} s)")
+    click.echo(
+        f"wrote {out} ({found.events:,} events analyzed in {found.seconds:.1f} s,"
+        f" {found.engine} engine)"
+    )
     if found.overlap_count:
         click.echo(
             f"OVERLAP: {found.overlap_count:,} overlapping leadership interval(s),"

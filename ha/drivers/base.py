@@ -311,6 +311,13 @@ class Driver(ABC):
         return self._session_timeout
 
     @property
+    def death_detection(self) -> float:
+        """At most how long after a contender's process dies the backend ends its session
+        (the journal records it, so a report can date a crash): the session timeout, unless
+        the backend sees a process die sooner."""
+        return self.session_timeout
+
+    @property
     def last_contact(self) -> float:
         """``anyio.current_time()`` when the backend last answered this session."""
         return self._last_contact

@@ -101,7 +101,7 @@ class Elector:
         self.nodes = ElectionNodes(path)
         # a path is opened for each run and closed after it; a writer given is the caller's
         self._journal_spec = journal
-        self._reporting = Reporting(path, self.identity)
+        self._reporting = Reporting(path, self.identity, driver)
         # one generator for all electors unless seeded: a Random costs ~2.5 KB per elector
         self._rng = _SHARED_RNG if seed is None else random.Random(seed)
         self._machine = m.Machine(
@@ -164,11 +164,20 @@ class Elector:
             if self._backoff_at is not None:
                 retry = max(0.0, self._backoff_at[0] - anyio.current_time())
             fencing = FencingStatistics(old, count, error, retry)
+        holder = None
+        if self._state is State.ACTIVE:
+            holder = self.identity
+        elif self._state is State.STANDBY:
+            holder = self._machine.holder or None
+        term = self._term if self._state is State.ACTIVE else None
         return ElectorStatistics(
             self._state,
             self._lease.epoch if self._lease else None,
             self._reporting.transition_counts(),
             fencing,
+            holder=None if holder is None else holder.decode(errors="replace"),
+            paused=self._machine.paused,
+            active_since=None if term is None else term.started,
         )
 
     def fencing_note(self) -> str | None:
@@ -370,6 +379,7 @@ class Elector:
                 read = nodes.read_crumbs(driver, session, ticket, token)
                 return await self._op("read breadcrumbs", session, read)
             case ev.FenceOldActive(session, breadcrumb):
+                self._reporting.fencing()  # the journal dates the old active's end by it
                 return await self._fence(contender, session, breadcrumb)
             case ev.StartActive(session, epoch, node):
                 if not await self._contact_fresh(session):
@@ -630,9 +640,12 @@ class Elector:
         self._state = report.new
         if report.new in (State.ACTIVE, State.STANDBY):
             self._fencing = None  # someone leads: our refused fences are history
+        # a term stopped by its local deadline, which passed before it could be reported
+        left = report.old is State.ACTIVE and report.new is not State.ACTIVE
+        until = self._leadership.expired if left else None
         if report.new is not State.ACTIVE:
             self._lease = None
         elif report.epoch is not None:
             fenced = f" ({', '.join(self._fenced)})" if self._fenced else ""
             self._term = Term(report.epoch, self.identity, time.time(), report.cause + fenced)
-        self._reporting.send(report)
+        self._reporting.send(report, until=until)

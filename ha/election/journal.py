@@ -3,7 +3,18 @@
 A journal is JSON lines, one transition per line:
 ``{"ts": 1732240000.123, "election": "/path", "identity": "host-a", "from": "standby",
 "to": "active", "epoch": 7, "cause": "won the election"}`` (``epoch`` is null unless ``to`` is
-"active"). The Spark report (``ha report``) and the benchmarks read it.
+"active"). The report (``ha report``) and the benchmarks read it.
+
+Three more fields let the report date a crash from the journal instead of assuming it:
+``session_timeout`` (the backend's timeout of the writer's session, in seconds),
+``detection`` (at most how long after a contender's process dies the backend ends its
+session: the session timeout, or less where the backend sees a process die) and, on the
+record of a new active that had to fence a predecessor (one that left no record of leaving:
+killed, or cut off), ``vacant_since``: when that new active found the lock free (wall clock).
+The old active stopped at most ``detection`` before then. And on a record leaving ``active``
+written after the term's local deadline had passed (the process was frozen, or starved, past
+it), ``until``: that deadline (wall clock), when the term's work had stopped, as the elector's
+watchdog would have stopped it. Null when unknown.
 """
 
 from __future__ import annotations
@@ -28,6 +39,10 @@ class Transition:
     new: State
     epoch: int | None
     cause: str
+    session_timeout: float | None = None  # the writer's session, as the backend granted it
+    detection: float | None = None  # a dead contender's session ends within this (s)
+    vacant_since: float | None = None  # a takeover from a crashed active: lock seen free
+    until: float | None = None  # leaving active: its local deadline had passed by then
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -38,6 +53,10 @@ class Transition:
             "to": self.new.value,
             "epoch": self.epoch,
             "cause": self.cause,
+            "session_timeout": self.session_timeout,
+            "detection": self.detection,
+            "vacant_since": self.vacant_since,
+            "until": self.until,
         }
 
     def log_fields(self) -> dict[str, Any]:

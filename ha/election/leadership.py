@@ -16,6 +16,7 @@ The lease's ``stop_deadline()`` is the same deadline, on ``time.monotonic()``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,7 @@ class Leadership:
         "_feed",
         "_scope",
         "_done",
+        "expired",
     )
 
     def __init__(
@@ -66,6 +68,9 @@ class Leadership:
         self._feed = feed  # hands the machine an input (the watchdog's, a failure, a fence)
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
+        # the wall-clock time of the local deadline that stopped the last term (the journal
+        # records it: a process frozen past it reports its term's end only when it thaws)
+        self.expired: float | None = None
 
     def start(
         self,
@@ -79,6 +84,7 @@ class Leadership:
         scope = anyio.CancelScope()
         done = anyio.Event()
         self._scope, self._done = scope, done
+        self.expired = None
 
         # the lease is asked from any thread: its deadline is on time.monotonic()
         to_monotonic = monotonic_minus_loop()
@@ -163,6 +169,7 @@ class Leadership:
                     lease.election,
                     now - driver.last_contact,
                 )
+                self.expired = time.time() - (now - deadline)
                 scope.cancel()
                 self._feed(ev.DeadlineExpired(lease.session_id))
                 return

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import typing
 import weakref
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -30,6 +31,9 @@ from ..errors import ElectionFailed, ElectorStopped
 from . import events as ev
 from .journal import JournalWriter, Transition
 from .machine import State
+
+if typing.TYPE_CHECKING:
+    from ..drivers.base import Driver
 
 __all__ = ("ElectorStatistics", "FencingStatistics", "Reporting", "TransitionStream")
 
@@ -61,20 +65,26 @@ class ElectorStatistics:
     epoch: int | None  # the lease's epoch while ACTIVE
     transitions: Mapping[str, int]  # "neutral->active": how often each public change happened
     fencing: FencingStatistics | None = None  # set while fences are being refused
+    holder: str | None = None  # the active as this elector knows it (itself, or its leader)
+    paused: bool | None = None  # the election's pause as last read (None: being read again)
+    active_since: float | None = None  # wall clock: this elector's term began (while ACTIVE)
 
 
 class Reporting:
     """The transitions of the election at ``path`` as ``identity``, sent everywhere they go."""
 
     __slots__ = (
-        "path", "identity", "journal", "counts", "followers",
-        "_listeners", "_watchers", "_waiters", "_ended",
+        "path", "identity", "journal", "counts", "followers", "driver",
+        "_listeners", "_watchers", "_waiters", "_ended", "_vacant_since",
     )  # fmt: skip
 
-    def __init__(self, path: str, identity: bytes) -> None:
+    def __init__(self, path: str, identity: bytes, driver: Driver | None = None) -> None:
         self.path = path
         self.identity = identity
+        self.driver = driver  # its session timeout and detection go into each transition
         self.journal: JournalWriter | None = None  # set by the elector for each run
+        # when a predecessor that left its breadcrumb was found gone, until the next report
+        self._vacant_since: float | None = None
         self.counts: Counter[tuple[str, str]] = Counter()
         self._listeners: list[Callable[[Transition], None]] = []
         self._watchers: list[MemoryObjectSendStream[Transition]] = []
@@ -133,9 +143,19 @@ class Reporting:
             event.set()
         self._waiters.clear()
 
-    def send(self, report: ev.Report) -> None:
-        """Log, journal, count and hand on one transition."""
+    def fencing(self) -> None:
+        """The elector is about to fence an old active that left no record of leaving: the
+        lock is free now. The next transition to active carries this time (the report dates
+        the old active's end by it); any other transition forgets it."""
+        if self._vacant_since is None:
+            self._vacant_since = time.time()
+
+    def send(self, report: ev.Report, *, until: float | None = None) -> None:
+        """Log, journal, count and hand on one transition; ``until``: leaving active, when
+        the term's local deadline had passed (wall clock), if it passed before now."""
         ident = self.identity.decode(errors="replace")
+        vacant, self._vacant_since = self._vacant_since, None
+        driver = self.driver
         transition = Transition(
             time.time(),
             anyio.current_time(),
@@ -145,6 +165,10 @@ class Reporting:
             report.new,
             report.epoch,
             report.cause,
+            session_timeout=None if driver is None else driver.session_timeout,
+            detection=None if driver is None else driver.death_detection,
+            vacant_since=vacant if report.new is State.ACTIVE else None,
+            until=until,
         )
         self.counts[(report.old.value, report.new.value)] += 1
         log.info(

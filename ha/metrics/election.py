@@ -19,8 +19,19 @@ learnt of the exit from a read of the queue rather than from an event (the leade
 it was re-reading the queue) has no start to measure from and observes nothing; the
 transition is still counted in ``ha_elector_transitions_total``.
 
-A transition's cause is a label with its variable parts taken out ("behind 'host-a'" becomes
-"behind", "no answer in 3s" becomes "no answer in Ns"), so the label set stays small.
+The time the election had no active (``ha_election_leaderless_seconds``) is what an SLO
+needs: the takeover plus, after a crash, the detection the takeover figure leaves out. The
+successor cannot see when the old leader died, only when its node went; the backend ends a
+dead process's session at most ``Driver.death_detection`` after its death (the session
+timeout; sqlite sees a dead process within a poll), so that bound is added to a failover's
+takeover: an upper bound, as an SLO wants it. Beside it, read at scrape time:
+``ha_election_has_active`` (this elector is active or stands behind a leader: Patroni's
+``cluster_unlocked``, inverted), ``ha_election_paused`` and
+``ha_elector_active_since_timestamp_seconds`` (when the term began, while active).
+
+A transition's cause is a label with its variable parts taken out ("behind host-a" becomes
+"behind", "no answer in 3s" becomes "no answer in Ns"), so the label set stays small: no
+leader's identity (a pod's name, new on every restart) in a label.
 
 Fences are counted by the wrapper ``watch`` returns: the elector calls its
 ``fence_old_active`` for each old breadcrumb, which counts, then calls the contender's own
@@ -50,9 +61,16 @@ _QUOTED = re.compile(r"""\s*(?:'[^']*'|"[^"]*"|\(.*|:.*)""")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
+# causes that end with a name (the machine's "behind " + the leader's identity)
+_NAMED = ("behind",)
+
+
 def cause_label(cause: str) -> str:
     """A transition's cause without its variable parts (names, numbers, error details)."""
     text = _NUMBER.sub("N", _QUOTED.sub("", cause)).strip()
+    for prefix in _NAMED:
+        if text == prefix or text.startswith(prefix + " "):
+            return prefix
     return text[:60] or "unknown"
 
 
@@ -114,6 +132,27 @@ class ElectorMetrics:
             "While fences are refused: seconds until the next try (0: trying now)",
             labels,
         )
+        self.has_active = registry.gauge(
+            "ha_election_has_active",
+            "1 while the election has an active as this elector sees it (itself, or the"
+            " leader it stands behind), 0 while it sees none; absent while it is out",
+            labels,
+        )
+        self.paused = registry.gauge(
+            "ha_election_paused", "1 while the election is paused (ha pause), else 0", labels
+        )
+        self.active_since = registry.gauge(
+            "ha_elector_active_since_timestamp_seconds",
+            "While ACTIVE: when this elector's term began (unix seconds)",
+            labels,
+        )
+        self.leaderless = registry.histogram(
+            "ha_election_leaderless_seconds",
+            "Time the election had no active, observed by the successor when it takes over:"
+            " the takeover plus, after a crash (kind=failover), the backend's bound on"
+            " seeing a process die (an upper bound)",
+            (*labels, "kind"),
+        )
 
     def watch(self, elector: Elector, contender: object) -> object:
         """Export ``elector``'s metrics from now on; return ``contender`` with its fences
@@ -135,9 +174,12 @@ class ElectorMetrics:
         self.connected.set_function(lambda: float(driver.connected), **labels)
         self.fence_in_a_row.set_function(lambda: _refusals(elector), **labels)
         self.fence_next_try.set_function(lambda: _next_fence(elector), **labels)
+        self.has_active.set_function(lambda: _has_active(elector), **labels)
+        self.paused.set_function(lambda: _paused(elector), **labels)
+        self.active_since.set_function(lambda: elector.statistics().active_since, **labels)
         self.fence_attempts.labels(**labels)  # shown as 0 before the first
         self.fence_failures.labels(**labels)
-        takeovers = _Takeovers(ElectionNodes(elector.path), self, labels)
+        takeovers = _Takeovers(ElectionNodes(elector.path), self, labels, driver)
         tap_node_events(driver, (elector.path, elector.identity), takeovers.node_event)
         elector.add_listener(takeovers.transition)
         return _Measured(contender, takeovers)
@@ -159,6 +201,18 @@ def _age(last_contact: float) -> float | None:
     return max(0.0, now - last_contact)
 
 
+def _has_active(elector: Elector) -> float | None:
+    stats = elector.statistics()
+    if stats.state is State.NEUTRAL:
+        return None  # out of the election: it cannot tell
+    return float(stats.holder is not None)
+
+
+def _paused(elector: Elector) -> float | None:
+    paused = elector.statistics().paused
+    return None if paused is None else float(paused)
+
+
 def _refusals(elector: Elector) -> float:
     fencing = elector.statistics().fencing
     return 0.0 if fencing is None else float(fencing.failures)
@@ -174,12 +228,15 @@ def _next_fence(elector: Elector) -> float | None:
 class _Takeovers:
     """Remembers when the leader's node or breadcrumb went; observes the latency on ACTIVE."""
 
-    __slots__ = ("nodes", "metrics", "labels", "gone", "fenced")
+    __slots__ = ("nodes", "metrics", "labels", "driver", "gone", "fenced")
 
-    def __init__(self, nodes: ElectionNodes, metrics: ElectorMetrics, labels: dict[str, str]):
+    def __init__(
+        self, nodes: ElectionNodes, metrics: ElectorMetrics, labels: dict[str, str], driver: Any
+    ):
         self.nodes = nodes
         self.metrics = metrics
         self.labels = labels
+        self.driver = driver  # its death_detection: what a crash adds before anyone can see it
         # (loop time, ticket) of the latest exit seen since the last transition
         self.gone: tuple[float, str] | None = None
         self.fenced = False  # a fence was called since: the takeover is a failover
@@ -210,9 +267,10 @@ class _Takeovers:
         gone, fenced, self.gone, self.fenced = self.gone, self.fenced, None, False
         if gone is not None and t.old is State.STANDBY and t.new is State.ACTIVE:
             kind = "failover" if fenced else "handover"
-            self.metrics.takeover.labels(**labels, kind=kind).observe(
-                max(0.0, t.monotonic - gone[0])
-            )
+            took = max(0.0, t.monotonic - gone[0])
+            self.metrics.takeover.labels(**labels, kind=kind).observe(took)
+            detection = float(self.driver.death_detection) if fenced else 0.0
+            self.metrics.leaderless.labels(**labels, kind=kind).observe(took + detection)
 
 
 class _Measured:

@@ -1,8 +1,10 @@
 """The election journal report (``ha report``): what the journals say about each election.
 
 ``analysis`` computes it in Spark (its docstring defines intervals, failovers, gaps, overlaps
-and availability), ``summary`` brings its small results to pandas, ``render`` prints the summary table and writes the HTML page, ``synthetic``
-generates journals with a known truth. Importing this package registers the
+and availability), ``summary`` brings its small results to pandas, ``local`` computes the
+same in this process for journals that fit in memory (``engine`` chooses), ``render`` prints
+the summary table and writes the HTML page, ``synthetic`` generates journals with a known
+truth. Importing this package registers the
 ``journal.intervals`` pipeline, so the job manager can run the analysis as a job too; it does
 not import pyspark.
 """
@@ -23,6 +25,7 @@ from .analysis import (
     read_journals,
     sweep,
 )
+from .engine import ENGINES, choose
 from .render import render_html, summary_table
 
 if TYPE_CHECKING:
@@ -71,6 +74,7 @@ def run_report(
     session_timeout: float = DEFAULT_SESSION_TIMEOUT,
     quiet: bool = True,
     on_stage: Callable[[str], None] | None = None,
+    engine: str = "auto",
 ) -> JournalReport:
     """What ``ha report JOURNALS... --out report.html`` does: analyze, write HTML, print table.
 
@@ -79,15 +83,23 @@ def run_report(
     see ``session``). ``console`` is a rich Console (default: stdout); pass ``False`` to print
     nothing. ``session_timeout`` is the backend's: it dates the end of a killed active.
     ``on_stage(name)`` hears each stage start: ``analysis.STAGES``, then ``WRITING`` when
-    ``out`` is given (``progress.stage_progress`` shows them).
+    ``out`` is given (``progress.stage_progress`` shows them). ``engine``: ``local``, ``spark``
+    or ``auto`` (``engine.choose``; Spark when a session is given).
     """
-    from .session import report_session, report_settings
-
     if not paths:
         raise ConfigurationError("no journal given")
-    if spark is None:
-        spark = report_session(report_settings(master, driver_memory), quiet=quiet)
-    report = analyze(spark, paths, session_timeout=session_timeout, on_stage=on_stage)
+    if engine not in ENGINES:
+        raise ConfigurationError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    if spark is None and choose(engine, paths, master) == "local":
+        from .local import analyze_local
+
+        report = analyze_local(paths, session_timeout=session_timeout, on_stage=on_stage)
+    else:
+        from .session import report_session, report_settings
+
+        if spark is None:
+            spark = report_session(report_settings(master, driver_memory), quiet=quiet)
+        report = analyze(spark, paths, session_timeout=session_timeout, on_stage=on_stage)
     if out is not None:
         if on_stage is not None:
             on_stage(WRITING)

@@ -3,20 +3,25 @@
 Definitions (per election):
 
 - A **leadership interval** of an identity runs from its transition to ``active`` until its
-  next record, which normally leaves ``active`` (``end_kind`` "left").
+  next record, which normally leaves ``active`` (``end_kind`` "left"); a record leaving
+  ``active`` after the term's local deadline had passed (a frozen process, thawed) gives that
+  deadline (``until``): the term's work had stopped then.
 - A process killed while active (kill -9, a power cut) writes nothing more: when it stopped
   acting is not in the journal. What is: its last record (its ``active`` one), the ``active``
   record of the next leader, and, when the same identity is started again, the first record of
   the new process. The next leader got the lock only once the backend had given up the old
-  session, a **session timeout** after the old active's last contact, and a killed process
-  stops acting when it stops talking to the backend. So a killed active's interval ends at
-  ``max(its start, next leader's start - session_timeout)`` ("superseded"), or at the first
-  record of its restarted process if that comes sooner ("restarted"); an interval with no later
-  evidence is still active when the journal ends ("open"). The crash's failover gap is then
-  about the session timeout, where the old rule (the interval closed at the next leader's
-  start) showed none and counted the outage as available. Backends that see a dead process
-  sooner than a session timeout (the sqlite driver, through the process's lock file) hand over
-  sooner: give them a smaller ``session_timeout`` (``ha report --session-timeout``).
+  session, and a killed process stops acting when it stops talking to the backend. The next
+  leader records when it found the lock free (``vacant_since``, on its ``active`` record) and
+  how long the backend takes, at most, to end a dead process's session (``detection``: the
+  session timeout, or less where the backend sees a process die): a killed active's interval
+  ends at ``max(its start, vacant_since - detection)`` ("superseded", dated by the journal).
+  A journal without those fields (older electors) gives only the next leader's start: the end
+  is then ``max(its start, next start - session_timeout)`` ("assumed"; the timeout the killed
+  active recorded, else the ``session_timeout`` argument, ``ha report --session-timeout``).
+  Either way the end is an estimate, not a record, and the report says so. A killed active's
+  interval ends at the first record of its restarted process if that comes sooner
+  ("restarted"); an interval with no later evidence is still active when the journal ends
+  ("open").
 - Intervals are swept in start order, keeping the latest end seen so far. An interval that
   starts before that end **overlaps** the interval holding it (two actives at once: a safety
   violation, which must never appear). One that starts at or after it is a **failover**, a
@@ -43,8 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..election.machine import State
 from ..errors import ConfigurationError
+from .summary import INFERRED_ENDS, election_summary, timeline_and_epochs, to_pandas
 from .summary import closeups as closeups_of
-from .summary import election_summary, timeline_and_epochs, to_pandas
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = (
     "COLUMNS",
     "DEFAULT_SESSION_TIMEOUT",
+    "INFERRED_ENDS",
     "STAGES",
     "STATES",
     "JournalReport",
@@ -75,6 +81,10 @@ COLUMNS = {
     "to": "string",
     "epoch": "long",
     "cause": "string",
+    "session_timeout": "double",
+    "detection": "double",
+    "vacant_since": "double",
+    "until": "double",
 }
 
 # What analyze does, in order, as on_stage hears it.
@@ -134,13 +144,21 @@ def _expand(paths: Sequence[str]) -> list[str]:
 def flag_states(events: DataFrame) -> DataFrame:
     """The columns the intervals need, the states as two flags: ``departs`` (1 when the record
     leaves ``active``) and ``enters`` (it enters ``active``). Narrower rows than two strings
-    for the shuffles and sorts; ``cause`` and ``valid`` are kept when present."""
+    for the shuffles and sorts; ``cause`` and ``valid`` are kept when present. Of the
+    timing fields, ``session_timeout`` and ``prior_end`` (``vacant_since - detection``: when
+    the active this record's writer took over from stopped, at the latest)."""
     from pyspark.sql import functions as F
+
+    def column(name: str) -> Any:
+        return F.col(name) if name in events.columns else F.lit(None).cast("double")
 
     return events.select(
         "election", "identity", "ts", "epoch",
         (F.col("from") == "active").cast("int").alias("departs"),
         (F.col("to") == "active").alias("enters"),
+        column("session_timeout").alias("session_timeout"),
+        column("until").alias("until"),
+        (column("vacant_since") - column("detection")).alias("prior_end"),
         *[name for name in ("cause", "valid") if name in events.columns],
     )  # fmt: skip
 
@@ -180,12 +198,14 @@ def leadership_intervals(
 
 
 def _next_record(flagged: DataFrame, by_holder: Any) -> list[Any]:
-    """The holder's next record, as columns: its ``next_ts``, ``next_departs``, ``next_cause``."""
+    """The holder's next record, as columns: its ``next_ts``, ``next_departs``, ``next_until``,
+    ``next_cause``."""
     from pyspark.sql import functions as F
 
     return [
         F.lead("ts").over(by_holder).alias("next_ts"),
         F.lead("departs").over(by_holder).alias("next_departs"),
+        F.lead("until").over(by_holder).alias("next_until"),
         # the cause only when given: the report drops it, as it shows none
         (F.lead("cause").over(by_holder) if "cause" in flagged.columns else F.lit(None))
         .cast("string")
@@ -204,6 +224,7 @@ def _intervals(entries: DataFrame, span: DataFrame, session_timeout: float) -> D
         "*",
         F.lead("ts").over(by_start).alias("succ_ts"),
         F.lead("epoch").over(by_start).alias("succ_epoch"),
+        F.lead("prior_end").over(by_start).alias("succ_prior_end"),
     ).join(F.broadcast(span), "election")  # a row per election
     left = F.col("next_departs") == 1
     higher = (
@@ -211,14 +232,16 @@ def _intervals(entries: DataFrame, span: DataFrame, session_timeout: float) -> D
         | F.col("epoch").isNull()
         | (F.col("succ_epoch") > F.col("epoch"))
     )
-    # The successor got the lock a session timeout after the old active's last contact.
+    # The successor recorded when it found the lock free and the backend's detection bound;
+    # without them, it got the lock a session timeout after the old active's last contact.
     # (greatest() skips nulls: without a successor there is nothing to date by.)
+    timeout = F.coalesce(F.col("session_timeout"), F.lit(float(session_timeout)))
     superseded_at = F.when(
         higher & F.col("succ_ts").isNotNull(),
-        F.greatest(F.col("ts"), F.col("succ_ts") - F.lit(float(session_timeout))),
+        F.greatest(F.col("ts"), F.coalesce(F.col("succ_prior_end"), F.col("succ_ts") - timeout)),
     )
     # least() skips nulls: the earliest of the candidates that exist.
-    end = F.when(left, F.col("next_ts")).otherwise(
+    end = F.when(left, F.least("next_ts", "next_until")).otherwise(
         F.least("next_ts", superseded_at, "election_end")
     )
     kind = (
@@ -228,7 +251,8 @@ def _intervals(entries: DataFrame, span: DataFrame, session_timeout: float) -> D
             & (superseded_at.isNull() | (F.col("next_ts") <= superseded_at)),
             "restarted",
         )
-        .when(superseded_at.isNotNull(), "superseded")
+        .when(superseded_at.isNotNull() & F.col("succ_prior_end").isNotNull(), "superseded")
+        .when(superseded_at.isNotNull(), "assumed")
         .otherwise("open")
     )
     return entries.select(
@@ -296,7 +320,8 @@ class JournalReport:
     summary: pd.DataFrame  # one row per election
     overlaps: pd.DataFrame  # first MAX_OVERLAP_ROWS overlaps, by election and start
     overlap_count: int
-    gaps: pd.DataFrame  # election, gap: a sample of at most GAP_SAMPLE failovers
+    # election, gap, after (the previous holder's end_kind): at most GAP_SAMPLE failovers
+    gaps: pd.DataFrame
     rates: pd.DataFrame  # election, bucket (unix s), transitions: records per bucket
     rate_bucket_s: float  # the buckets' width: 60 s, or 3600 s for journals of 6 h or more
     timeline: pd.DataFrame  # the first intervals of the busiest elections
@@ -305,7 +330,8 @@ class JournalReport:
     events: int
     malformed: int
     seconds: float  # time spent in Spark
-    session_timeout: float = DEFAULT_SESSION_TIMEOUT  # what dated the ends of killed actives
+    session_timeout: float = DEFAULT_SESSION_TIMEOUT  # dated ends the journal did not date
+    engine: str = "spark"  # or "local" (``ha.report.local``)
 
     @property
     def events_per_second(self) -> float:
@@ -374,7 +400,7 @@ def analyze(
         # Kept without the columns nothing below reads; in the sweep's order.
         swept = (
             sweep(intervals, numbered=True)
-            .drop("end_cause", "lag_epoch", "prev_end", "prev_end_kind")
+            .drop("end_cause", "lag_epoch", "prev_end")
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         summary = election_summary(per_election, swept)
@@ -396,7 +422,7 @@ def analyze(
         total_failovers = int(summary["known_gaps"].fillna(0).sum())
         if total_failovers > GAP_SAMPLE:
             failovers = failovers.sample(fraction=GAP_SAMPLE / total_failovers, seed=1)
-        gaps = to_pandas(failovers.select("election", "gap"))
+        gaps = to_pandas(failovers.select("election", "gap", F.col("prev_end_kind").alias("after")))
         stage(STAGES[3])
         # Minutes for a journal of a few hours, hours beyond: enough points for a line.
         observed = float(summary["last_ts"].max() - summary["first_ts"].min()) if total else 0.0
@@ -472,8 +498,8 @@ def _holder_marks(flagged: DataFrame) -> DataFrame:
 
     valid = F.col("valid")
     marks = steps.select(
-        "valid", "election", "identity", "ts", "epoch", "enters", "next_ts", "next_departs",
-        "n", "last", "first_ts",
+        "valid", "election", "identity", "ts", "epoch", "enters", "next_ts", "next_departs", "next_until",
+        "n", "last", "first_ts", "session_timeout", "prior_end",
         part(3600.0, valid).alias("hour_part"),
         part(60.0, valid & (F.col("ts") < F.col("first_ts") + MINUTE_RATES_BELOW))
         .alias("minute_part"),

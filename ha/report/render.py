@@ -75,12 +75,32 @@ def _summary_rows(report: JournalReport) -> list[dict[str, str]]:
     return rows
 
 
-def _assumption(report: JournalReport) -> str:
-    return (
-        f"A crash (an active that recorded no leaving) is taken to have stopped a session "
-        f"timeout ({report.session_timeout:g} s, --session-timeout) before the next active "
-        "took over."
-    )
+def _total(report: JournalReport, column: str) -> int:
+    summary = report.summary
+    return int(summary[column].fillna(0).sum()) if len(summary) else 0
+
+
+def _assumption(report: JournalReport) -> str | None:
+    """What the report estimated rather than read, or None when every end is on record."""
+    dated, assumed = _total(report, "dated_ends"), _total(report, "assumed_ends")
+    restarted = _total(report, "unclosed") - dated - assumed
+    said = []
+    if dated:
+        said.append(
+            f"{dated:,} end(s) of killed actives dated from the new active's record (when it"
+            " found the lock free, less the time the backend takes to see a process die)"
+        )
+    if assumed:
+        said.append(
+            f"{assumed:,} end(s) of killed actives assumed a session timeout before the next"
+            f" active took over ({report.session_timeout:g} s, --session-timeout, where the"
+            " journal gives none): their journals do not say"
+        )
+    if restarted:
+        said.append(f"{restarted:,} end(s) taken as the restarted process's first record")
+    if not said:
+        return None
+    return "Estimated, not recorded: " + "; ".join(said) + "."
 
 
 def summary_table(report: JournalReport) -> Table:
@@ -94,12 +114,11 @@ def summary_table(report: JournalReport) -> Table:
         span = (
             f"\n{local_time(summary['first_ts'].min())} to {local_time(summary['last_ts'].max())}"
         )
-    crashes = int(summary["crashes"].fillna(0).sum()) if len(summary) else 0
     table = Table(
         title=f"Election journal: {report.events:,} events, {report.malformed:,} malformed, "
         f"{report.overlap_count:,} overlaps{span}",
         title_style="bold red" if report.overlap_count else "bold",
-        caption=_assumption(report) if crashes else None,
+        caption=_assumption(report),
         box=box.SIMPLE_HEAD,
         show_edge=False,
         pad_edge=False,
@@ -120,7 +139,7 @@ def _png(fig: Any) -> str:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=110)  # laid out by plots (tight_layout): one draw
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode()
 
@@ -177,12 +196,13 @@ img {{ max-width: 100%; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
 <p>{report.events:,} transitions, {report.malformed:,} malformed records,
-analyzed in {report.seconds:.1f} s ({report.events_per_second:,.0f} events/s).</p>
+analyzed in {report.seconds:.1f} s ({report.engine} engine).</p>
 {verdict}
 <h2>Per election</h2>
 {_html_table(_summary_rows(report))}
-<p>{html.escape(_assumption(report))} A failover's gap is the time with no active; availability
-is the share of the observed span with an active.</p>
+<p>{html.escape(_assumption(report) or "Every leadership end is on record.")} A failover's
+gap is the time with no active; availability is the share of the observed span with an active.
+Bars drawn hatched end at an estimate, not a record.</p>
 <h2>Overlapping leadership{shown}</h2>
 {_html_table(overlap_rows)}
 {charts}

@@ -16,8 +16,18 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
 
-__all__ = ("closeups", "election_summary", "timeline_and_epochs", "to_pandas")
+__all__ = (
+    "INFERRED_ENDS",
+    "closeups",
+    "election_summary",
+    "finish_summary",
+    "timeline_and_epochs",
+    "to_pandas",
+)
 
+# How an interval's end is known (``end_kind``, ``analysis``): only "left" is a record of
+# the holder's own; the others are dated from other records.
+INFERRED_ENDS = ("superseded", "assumed", "restarted")
 TIMELINE_INTERVALS = 40
 TIMELINE_ELECTIONS = 6
 EPOCH_POINTS = 4_000
@@ -36,7 +46,9 @@ def election_summary(per_election: pd.DataFrame, swept: DataFrame) -> pd.DataFra
     per_interval = swept.groupBy("election").agg(
         F.count(F.lit(1)).alias("intervals"),
         F.sum((F.col("end_kind") == "open").cast("int")).alias("open_intervals"),
-        F.sum(F.col("end_kind").isin("restarted", "superseded").cast("int")).alias("unclosed"),
+        F.sum(F.col("end_kind").isin(*INFERRED_ENDS).cast("int")).alias("unclosed"),
+        F.sum((F.col("end_kind") == "superseded").cast("int")).alias("dated_ends"),
+        F.sum((F.col("end_kind") == "assumed").cast("int")).alias("assumed_ends"),
         F.sum((F.col("kind") == "failover").cast("int")).alias("failovers"),
         F.count("gap").alias("known_gaps"),
         F.coalesce(F.sum(F.col("crash").cast("int")), F.lit(0)).alias("crashes"),
@@ -73,7 +85,12 @@ def election_summary(per_election: pd.DataFrame, swept: DataFrame) -> pd.DataFra
         counted["distinct_epochs"] = counted["distinct_epochs"].fillna(
             counted["election"].map(found)
         )
-    counted = counted.drop(columns="epochs")
+    return finish_summary(per_election, counted.drop(columns="epochs"))
+
+
+def finish_summary(per_election: pd.DataFrame, counted: pd.DataFrame) -> pd.DataFrame:
+    """The summary from the per-election counts of records and of intervals (either engine):
+    span, availability, transitions per hour."""
     summary = per_election.merge(counted, on="election", how="left")
     span = summary["last_ts"] - summary["first_ts"]
     summary["span_s"] = span

@@ -64,7 +64,7 @@ from ..membership.handback import HandBack
 from ..membership.members import claim_member, remove_member
 from ..membership.records import Member
 from ..membership.rules import Decision, Eligibility, Standing
-from ..metrics import BackendMetrics, ElectorMetrics, Registry
+from ..metrics import BackendMetrics, CommandMetrics, ElectorMetrics, ProcessMetrics, Registry
 from .exits import OnExit, Restarts, status
 from .fencing import old_active_env
 from .health import check_health
@@ -111,6 +111,8 @@ class Supervisor:
         self._metrics = None if registry is None else ElectorMetrics(registry)
         if registry is not None:
             BackendMetrics(registry).measure(driver)
+            ProcessMetrics(registry)
+        self._command_metrics = CommandMetrics.of(registry, self, settings.path, settings.identity)
         self.identity = settings.identity.encode()
         self.timing = dataclasses.replace(
             timing_for(
@@ -382,6 +384,7 @@ class Supervisor:
                 self._act(self._eligibility.command_ended(anyio.current_time(), note, ran))
                 return
             self._restarting = f"{note}: restart {restarts.done} of {restarts.limit}"
+            self._command_metrics.restarting()
             log.info("%s in %.1fs", self._restarting, delay)
             self._member_poke.set()  # the note says it (ha status, ha failover)
             try:
@@ -404,6 +407,7 @@ class Supervisor:
         self._child = child
         name = self.settings.command[0]
         log.info("started %s (pid %d, epoch %d)", name, child.pid, lease.epoch)
+        self._command_metrics.started()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(child.keep_renewed, lease.stop_deadline, self._renew_every)
@@ -497,6 +501,7 @@ class Supervisor:
             env["HA_STATE"] = self._state
             s = self.settings
             healthy, why = await check_health(s.health, env, s.health_timeout)
+            self._command_metrics.checked(healthy)
             if healthy or self._state != "active" or not await self._pause.paused():
                 held = False
                 self._act(self._eligibility.health_checked(anyio.current_time(), healthy, why))

@@ -59,8 +59,8 @@ def test_the_report_keeps_the_jvm_off_stderr_and_shows_the_crash(tmp_path: Path)
     _journal(tmp_path / "j" / "a.jsonl")
     result = ha(
         "report", str(tmp_path / "j" / "*.jsonl"), "--out", str(out),  # a glob, expanded by ha
-        "--session-timeout", "4",
-        env=ha_env(tmp_path), timeout=180,
+        "--session-timeout", "4", "--engine", "spark",  # a JVM, kept quiet
+        env=ha_env(tmp_path), timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     # Not a terminal: one plain line per stage, and nothing else (no banner, no log4j, no

@@ -220,6 +220,11 @@ class SqliteDriver(PartsDriver):
     def renewal_interval(self) -> float:
         return self._settings.renew_interval
 
+    @property
+    def death_detection(self) -> float:
+        # a dead process's lock file is free: the next poll of any peer ends its session
+        return min(self._settings.poll_interval, self.session_timeout)
+
     # --- test faults (ha.testing.faults) ----------------------------------------------------
 
     def _faults(self) -> FaultHooks:

@@ -1,0 +1,33 @@
+"""`ha report` without Spark: a day's journal is analyzed in the process, no JVM to wait for
+(``ha.report.engine.choose``), and an input the local engine cannot read goes to Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyarrow")
+
+from ha.report.engine import choose  # noqa: E402
+from ha.report.synthetic import generate_journal  # noqa: E402
+from tests.cli.helpers import ha, ha_env  # noqa: E402
+
+
+def test_ten_thousand_events_are_analyzed_without_a_jvm(tmp_path: Path) -> None:
+    generate_journal(tmp_path / "j", events=10_000, elections=3, seed=1)
+    result = ha(
+        "report", str(tmp_path / "j"), "--out", str(tmp_path / "r.html"),
+        env=ha_env(tmp_path), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "events analyzed in" in result.stdout and result.stdout.count("local engine") == 1
+
+
+def test_what_goes_to_spark(tmp_path: Path) -> None:
+    journal = tmp_path / "j.jsonl"
+    journal.write_text("")
+    assert choose("auto", [str(journal)], "local[2]") == "local"
+    assert choose("auto", ["s3a://logs/ha/*.jsonl"], "local[2]") == "spark"  # not a local file
+    assert choose("auto", [str(journal)], "spark://spark-master:7077") == "spark"  # a cluster
+    assert choose("spark", [str(journal)], "local[2]") == "spark"
