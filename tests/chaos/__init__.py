@@ -148,6 +148,9 @@ class RoundResult:
         self.log.append(f"{time.monotonic() - self.started:7.3f} {what}")
 
     def replay(self) -> str:
+        if self.backend.startswith("netns-"):  # tests/netns: hosts as network namespaces
+            kind = self.backend.removeprefix("netns-")
+            return f"python -m tests.netns --backend {kind} --seed {self.seed} --rounds 1 --loop {self.loop}"
         kind = self.backend.removeprefix(SUPERVISED)
         flag = "--supervised " if kind != self.backend else ""
         return (

@@ -1,0 +1,531 @@
+"""The backends of the network rounds: servers and contenders on hosts, and the nemeses.
+
+Every env is a ``tests.chaos.procs.Env``: ``process_round`` runs three contenders (slots a, b,
+c), each on a host of its own (``launch``), and asks the env for the faults it owns. The
+contenders' own faults (``kill``, ``pause``: SIGKILL, SIGSTOP for a while; ``restart``) are the
+fleet's. The env's:
+
+- ``partition``: the servers split into a majority and a minority (one member: the leader
+  most of the time), each contender drawn to one side;
+- ``bridge``: two members cannot hear each other, the third hears both (Jepsen's bridge);
+  contenders drawn to either side;
+- ``isolate``: a contender (the active most of the time) hears no one, no one hears it;
+- ``one_way``: packets one way only are lost (the active to a member, or a member, the leader
+  most of the time, to every other host: it hears, it is not heard);
+- ``loss``: a host (the active's, or a member's) loses 20-60 % of its packets both ways;
+- ``delay``: ``tc netem`` delay with jitter (reordering) on a host, where the kernel has
+  netem (this machine's has not: the kind is left out, and the round's setup says so);
+- ``member_pause``, ``member_kill`` (SIGSTOP; SIGKILL and a start later on its data);
+- clocks, drawn for every contender process when it starts (``Clocks``).
+
+Network faults are nftables rules inside the hosts' namespaces (``hosts.Network``); each lasts
+its length and the filters are then recomputed from the faults still running. ``heal`` lifts
+everything and waits for the servers to have a leader again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import subprocess
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from tests.chaos import Fault, choose
+from tests.chaos.procs import SESSION, Fleet
+from tests.netns import servers
+from tests.netns.hosts import Host, Network
+
+__all__ = ("ENVS", "Clocks", "NetEnv")
+
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+SLOTS = "abc"
+
+
+def netem_refused() -> str | None:
+    """Why ``tc netem`` cannot run here (None: it can)."""
+    if shutil.which("tc") is None:
+        return "tc is not installed (apt-get install iproute2)"
+    probe = subprocess.run(
+        ["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        return f"this kernel has no netem qdisc ({probe.stderr.strip()})"
+    subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
+    return None
+
+
+class Clocks:
+    """Each contender process's clocks, drawn from the round's seed when it starts:
+
+    - ``host``: the host's clocks;
+    - ``monotonic``: CLOCK_MONOTONIC offset by hours to days (a time namespace of its own,
+      ``unshare --time``, joined with ``nsenter``: the kernel's own per-process clock, as two
+      machines' monotonic clocks differ);
+    - ``wall``: the wall clock minutes ahead or behind (libfaketime; it moves CLOCK_MONOTONIC
+      by the same constant too, which changes no duration).
+
+    ``ha`` decides on durations of its own monotonic clock only (a Kubernetes observer times a
+    peer's Lease from when it saw it change, never by ``renewTime``): none of these may
+    change a verdict. Jumps and strobes of a running clock are left out: libfaketime 0.9.10
+    moves CLOCK_MONOTONIC with them (no machine's monotonic clock jumps), and with
+    FAKETIME_DONT_FAKE_MONOTONIC every sleep fails with EINVAL.
+    The witness reads the host's clock whatever these say (``namespaces.host_clock``).
+    """
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.drawn: Counter[str] = Counter()
+        self.notes: list[str] = []
+        self.holders: list[subprocess.Popen[bytes]] = []
+        self.faketime = os.path.exists(LIBFAKETIME)
+        from tests.support.namespaces import refused
+
+        self.timens = refused("--time") is None and shutil.which("nsenter") is not None
+
+    def draw(self, identity: str) -> tuple[list[str], dict[str, str]]:
+        """(nsenter options, environment) for a new process of ``identity``."""
+        kinds = ["host", "host"]
+        kinds += ["monotonic"] * self.timens * 2 + ["wall"] * self.faketime * 2
+        kind = self.rng.choice(kinds)
+        self.drawn[kind] += 1
+        if kind == "monotonic":
+            uptime = float(Path("/proc/uptime").read_text().split()[0])
+            if self.rng.random() < 0.5:
+                offset = int(self.rng.uniform(3600, 5 * 86400))  # ahead by hours to days
+            else:  # behind, by up to most of the uptime: the clock must stay positive
+                offset = -int(self.rng.uniform(0.1, 0.9) * uptime)
+            holder = subprocess.Popen(
+                ["unshare", "--time", f"--monotonic={offset}", "--fork", "--kill-child"]
+                + ["sleep", "infinity"],
+                stdin=subprocess.DEVNULL,
+            )
+            self.holders.append(holder)
+            child = _child_of(holder.pid)
+            self.notes.append(f"{identity}: monotonic clock {offset:+d} s")
+            return [f"--time=/proc/{child}/ns/time"], {}
+        if kind == "wall":
+            offset = int(self.rng.choice([1, -1]) * self.rng.uniform(30, 900))
+            self.notes.append(f"{identity}: wall clock {offset:+d} s (libfaketime)")
+            return [], {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": f"{offset:+d}s"}
+        return [], {}
+
+    def close(self) -> None:
+        for holder in self.holders:
+            with contextlib.suppress(ProcessLookupError):
+                holder.kill()
+            holder.wait()
+        self.holders = []
+
+
+def _child_of(pid: int, timeout: float = 5.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            if children:
+                return int(children[0])
+        time.sleep(0.005)
+    raise RuntimeError(f"unshare (pid {pid}) started no child")
+
+
+class NetEnv:
+    """The part every network backend shares: hosts, contenders, network nemeses."""
+
+    kind = "netns"
+    live_within = 10.0  # a new server leader, a session, backoff: on 2 busy cores
+    session = SESSION
+    member_kinds: tuple[str, ...] = ("partition", "bridge", "member_pause", "member_kill")
+    weights: dict[str, int] = {}
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.home = workdir / f"{self.kind}-{uuid.uuid4().hex[:6]}"  # servers' data: removed
+        self.network = Network()
+        self.members: list[servers.Daemon] = []
+        self.contenders: dict[str, Host] = {}
+        self.clocks = Clocks(random.Random(0))
+        self.faults: dict[int, Callable[[], None]] = {}  # network faults in force, by id
+        self._ids = iter(range(1 << 30))
+        self._lock = anyio.Lock()  # one member start at a time
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self.weights)
+
+    def contender_host(self, slot: str) -> Host:
+        if slot not in self.contenders:
+            self.contenders[slot] = self.network.host(f"c{slot}")
+        return self.contenders[slot]
+
+    async def begin(self, seed: int, workdir: Path) -> None:
+        self.clocks.close()
+        self.clocks = Clocks(random.Random(f"{self.kind}-{seed}-clocks"))
+        for slot in SLOTS:
+            self.contender_host(slot)
+
+    async def launch(
+        self, slot: str, identity: str, argv: list[str], environ: dict[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """Run ``argv`` on the slot's host, with the clocks drawn for it."""
+        host = self.contender_host(slot)
+        options, clock_env = self.clocks.draw(identity)
+        prefix = ["nsenter", f"--net=/run/netns/{host.namespace}", *options, "--"]
+        return [*prefix, *argv], {**environ, **clock_env, "HA_WITNESS_HOST_CLOCK": "1"}
+
+    # --- faults ----------------------------------------------------------------------------------
+
+    def leader(self) -> int | None:
+        return None
+
+    def member_hosts(self) -> list[Host]:
+        return [m.host for m in self.members]
+
+    async def apply(self, fault: Fault, fleet: Fleet, tg: anyio.abc.TaskGroup) -> str | None:
+        length = fault.length * self.session
+        rng = random.Random(f"{fault}")  # the fault's own draws: the seed fixes them
+        if fault.kind in ("member_pause", "member_kill"):
+            return await self._member(fault, length, tg)
+        active = fleet.target(fault.pick)
+        active_host = self.contenders[active.slot] if active else None
+        leader = await anyio.to_thread.run_sync(self.leader) if self.members else None
+        members = self.member_hosts()
+        first = members[leader] if leader is not None and fault.pick < 0.6 else None
+        sides = "contenders " + "".join(SLOTS)
+        if fault.kind == "partition":
+            minority = [first or rng.choice(members)]
+            majority = [h for h in members if h not in minority]
+            small, big = list(minority), list(majority)
+            for host in self.contenders.values():
+                (small if rng.random() < 0.5 else big).append(host)
+            sides = f"{_names(small)} | {_names(big)}"
+            action = _partial(self.network.partition, small, big)
+        elif fault.kind == "bridge":
+            middle = first or rng.choice(members)
+            a, b = [h for h in members if h is not middle]
+            left, right = [a, middle], [b, middle]
+            for host in self.contenders.values():
+                (left if rng.random() < 0.5 else right).append(host)
+            sides = f"{_names(left)} | {_names(right)} (bridge {middle.name})"
+            action = _partial(self.network.partition, left, right)
+        elif fault.kind == "isolate":
+            if active_host is None:
+                return None
+            rest = [h for h in self.network.hosts.values() if h is not active_host]
+            sides = f"{active_host.name} alone"
+            action = _partial(self.network.partition, [active_host], rest)
+        elif fault.kind == "one_way":
+            if fault.pick < 0.5 and active_host is not None and members:
+                target = members[leader] if leader is not None else rng.choice(members)
+                pairs = [(active_host, target)]
+            else:
+                source = first or (rng.choice(members) if members else active_host)
+                if source is None:
+                    return None
+                pairs = [(source, h) for h in self.network.hosts.values() if h is not source]
+            sides = ", ".join(f"{s.name}->{t.name}" for s, t in pairs[:3])
+            sides += " ..." if len(pairs) > 3 else ""
+
+            def action() -> None:
+                for source, target in pairs:
+                    self.network.drop(source, target)
+
+        elif fault.kind == "loss":
+            pool = [h for h in [active_host, first] if h is not None] or members
+            host = rng.choice(pool)
+            percent = rng.choice([20, 40, 60])
+            sides = f"{host.name} {percent}%"
+            action = _partial(self.network.loss, host, percent)
+        elif fault.kind == "delay":
+            pool = [h for h in [active_host, first] if h is not None] or members
+            host = rng.choice(pool)
+            ms = rng.choice([50, 150, 400])
+            sides = f"{host.name} {ms}ms +-{ms // 2}ms"
+            host.run("tc", "qdisc", "replace", "dev", "eth0", "root", "netem", "delay",
+                     f"{ms}ms", f"{ms // 2}ms")  # fmt: skip
+            tg.start_soon(self._later, length, lambda: _no_netem(host))
+            return f"delay {sides} for {length:.2f}s"
+        else:
+            raise ValueError(f"{self.kind} has no fault {fault.kind}")
+        key = next(self._ids)
+        self.faults[key] = action
+        action()
+        tg.start_soon(self._lift, key, length)
+        return f"{fault.kind} {sides} for {length:.2f}s"
+
+    async def _lift(self, key: int, length: float) -> None:
+        await anyio.sleep(length)
+        if self.faults.pop(key, None) is not None:
+            self._refilter()
+
+    def _refilter(self) -> None:
+        self.network.heal()
+        for action in self.faults.values():
+            action()
+
+    async def _later(self, delay: float, action: Callable[[], Any]) -> None:
+        await anyio.sleep(delay)
+        action()
+
+    async def _member(self, fault: Fault, length: float, tg: anyio.abc.TaskGroup) -> str | None:
+        up = [i for i, m in enumerate(self.members) if m.running and not m.paused]
+        if not up:
+            return None
+        leader = await anyio.to_thread.run_sync(self.leader)
+        if leader in up and fault.pick < 0.6:
+            index = leader
+        else:
+            draw = (fault.pick - 0.6) / 0.4 if fault.pick >= 0.6 else fault.pick / 0.6
+            index = int(choose(draw, up))  # type: ignore[call-overload]
+        member = self.members[index]
+        role = "leader" if index == leader else "member"
+        if fault.kind == "member_pause":
+            member.pause()
+            tg.start_soon(self._later, length, member.resume)
+            return f"pause {role} {member.host.name} {length:.2f}s"
+        async with self._lock:
+            await anyio.to_thread.run_sync(member.kill)
+
+        async def restart() -> None:
+            await anyio.sleep(length)
+            await self._start(index)
+
+        tg.start_soon(restart)
+        return f"kill {role} {member.host.name}, start it after {length:.2f}s"
+
+    async def _start(self, index: int) -> None:
+        async with self._lock:
+            member = self.members[index]
+            for _ in range(3):
+                if member.running:
+                    return
+                with contextlib.suppress(RuntimeError):  # it exited at once: again
+                    await anyio.to_thread.run_sync(member.start)
+
+    async def heal(self) -> None:
+        self.faults.clear()
+        self.network.heal()
+        for host in self.network.hosts.values():
+            _no_netem(host)
+        for index, member in enumerate(self.members):
+            member.resume()
+            await self._start(index)
+        with anyio.move_on_after(30):  # a leader again before the liveness clock runs
+            while self.members and await anyio.to_thread.run_sync(self.leader) is None:
+                await anyio.sleep(0.1)
+
+    async def describe(self) -> str:
+        leader = await anyio.to_thread.run_sync(self.leader) if self.members else None
+        states = [
+            f"{m.host.name}: {'down' if not m.running else 'paused' if m.paused else 'up'}"
+            + (" (leader)" if i == leader else "")
+            for i, m in enumerate(self.members)
+        ]
+        return f"{self.kind}: " + ", ".join(states + self.clocks.notes)
+
+    def start_members(self) -> None:
+        try:
+            for member in self.members:
+                member.start(wait=False)  # each waits for a quorum before it answers
+            for member in self.members:
+                member.wait()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self.clocks.close()
+        for member in self.members:
+            with contextlib.suppress(Exception):
+                member.kill()
+        self.network.close()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _partial(function: Callable[..., None], *args: Any) -> Callable[[], None]:
+    return lambda: function(*args)
+
+
+def _names(hosts: list[Host]) -> str:
+    return ",".join(h.name for h in hosts)
+
+
+def _no_netem(host: Host) -> None:
+    subprocess.run(host.argv(["tc", "qdisc", "del", "dev", "eth0", "root"]), capture_output=True)
+
+
+NETWORK = {"isolate": 2, "one_way": 2, "loss": 1}
+
+
+def _with_delay(weights: dict[str, int]) -> dict[str, int]:
+    return {**weights, "delay": 2} if netem_refused() is None else weights
+
+
+class ZooKeeperNetEnv(NetEnv):
+    kind = "netns-zookeeper"
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.weights = _with_delay(
+            {**NETWORK, "partition": 2, "bridge": 1, "member_pause": 1, "member_kill": 1}
+        )
+        hosts = [self.network.host(f"z{i}") for i in (1, 2, 3)]
+        self.members = servers.zookeeper_ensemble(hosts, self.home)
+        self.start_members()
+        self.chroot = ""
+
+    def leader(self) -> int | None:
+        modes = [servers.zookeeper_mode(m) for m in self.members]
+        return modes.index("leader") if "leader" in modes else None
+
+    async def begin(self, seed: int, workdir: Path) -> None:
+        await super().begin(seed, workdir)
+        self.chroot = f"/netns-{seed}-{uuid.uuid4().hex[:6]}"
+
+    def _hosts(self) -> str:
+        return ",".join(f"{m.host.address}:{servers.ZK_CLIENT}" for m in self.members)
+
+    def url(self, identity: str = "") -> str:
+        return self.direct_url(self.session)
+
+    def direct_url(self, session: float) -> str:
+        return f"zk://{self._hosts()}{self.chroot}?session_timeout={session}"
+
+    def observer_url(self) -> str:
+        return self.direct_url(5)
+
+
+class EtcdNetEnv(NetEnv):
+    kind = "netns-etcd"
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.weights = _with_delay(
+            {**NETWORK, "partition": 2, "bridge": 1, "member_pause": 1, "member_kill": 1}
+        )
+        hosts = [self.network.host(f"e{i}") for i in (1, 2, 3)]
+        self.members = servers.etcd_cluster(hosts, self.home)
+        self.start_members()
+        self.prefix = ""
+
+    def leader(self) -> int | None:
+        return servers.etcd_leader(self.members)
+
+    async def begin(self, seed: int, workdir: Path) -> None:
+        await super().begin(seed, workdir)
+        self.prefix = f"/netns-{seed}-{uuid.uuid4().hex[:6]}"
+
+    def _hosts(self, first: int = 0) -> str:
+        ends = [f"{m.host.address}:{servers.ETCD_CLIENT}" for m in self.members]
+        return ",".join(ends[first:] + ends[:first])
+
+    def url(self, identity: str = "") -> str:
+        # the driver talks to its first endpoint: each slot starts on another member
+        first = SLOTS.index(identity[0]) if identity[:1] in SLOTS else 0
+        return f"etcd://{self._hosts(first)}{self.prefix}?session_timeout={self.session}"
+
+    def direct_url(self, session: float) -> str:
+        return f"etcd://{self._hosts()}{self.prefix}?session_timeout={session}"
+
+    def observer_url(self) -> str:
+        return self.direct_url(5)
+
+
+class KubernetesNetEnv(NetEnv):
+    """The FAKE API server (no real kube-apiserver runs here: tests/support/kubeapi) on a host."""
+
+    kind = "netns-kubernetes"
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.weights = _with_delay({**NETWORK, "member_pause": 1, "member_kill": 1})
+        self.api = servers.kube_api(self.network.host("k"), self.home)
+        self.members = [self.api]
+        self.start_members()
+        self.namespace = ""
+
+    def leader(self) -> int | None:
+        return 0 if self.api.running and not self.api.paused else None
+
+    async def begin(self, seed: int, workdir: Path) -> None:
+        await super().begin(seed, workdir)
+        self.namespace = f"netns-{seed}-{uuid.uuid4().hex[:6]}"
+        await anyio.to_thread.run_sync(self._namespace)
+
+    def _namespace(self) -> None:
+        import json
+        import urllib.request
+
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
+        request = urllib.request.Request(
+            f"{self._server()}/api/v1/namespaces",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
+    def _server(self) -> str:
+        return f"http://{self.api.host.address}:{servers.KUBE_PORT}"
+
+    def url(self, identity: str = "") -> str:
+        return self.direct_url(self.session)
+
+    def direct_url(self, session: float) -> str:
+        from tests.support.backends.kubernetes import write_kubeconfig
+
+        config = write_kubeconfig(self.workdir, self._server(), self.namespace)
+        return f"k8s://{self.namespace}/netns?kubeconfig={config}&session_timeout={session}"
+
+    def observer_url(self) -> str:
+        return self.direct_url(5) + "&connect_timeout=30"
+
+
+class SqliteNetEnv(NetEnv):
+    """One host (a file has no network): the contenders' clocks, kills and pauses only."""
+
+    kind = "netns-sqlite"
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.weights = {}
+        self.host = self.network.host("s")
+        self.file = Path()
+
+    def contender_host(self, slot: str) -> Host:
+        return self.host
+
+    async def begin(self, seed: int, workdir: Path) -> None:
+        await super().begin(seed, workdir)
+        self.file = workdir / f"netns-{seed}-{uuid.uuid4().hex[:6]}.db"
+
+    def url(self, identity: str = "") -> str:
+        return self.direct_url(self.session)
+
+    def direct_url(self, session: float) -> str:
+        from urllib.parse import quote
+
+        return f"sqlite://{quote(str(self.file))}?session_timeout={session}&poll_interval=0.02"
+
+    def observer_url(self) -> str:
+        return self.direct_url(self.session)
+
+
+ENVS: dict[str, Callable[[Path], NetEnv]] = {
+    "zookeeper": ZooKeeperNetEnv,
+    "etcd": EtcdNetEnv,
+    "kubernetes": KubernetesNetEnv,
+    "sqlite": SqliteNetEnv,
+}
