@@ -26,7 +26,7 @@ everything and waits for the servers to have a leader again.
 from __future__ import annotations
 
 import contextlib
-import os
+import glob
 import random
 import shutil
 import subprocess
@@ -48,7 +48,8 @@ from tests.netns.hosts import Host, Network
 
 __all__ = ("ENVS", "Clocks", "NetEnv")
 
-LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+# Debian's libfaketime (apt-get install faketime), under the machine's multiarch directory
+LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), "")
 SLOTS = "abc"
 
 
@@ -90,7 +91,7 @@ class Clocks:
         self.drawn: Counter[str] = Counter()
         self.notes: list[str] = []
         self.holders: list[subprocess.Popen[bytes]] = []
-        self.faketime = os.path.exists(LIBFAKETIME)
+        self.faketime = bool(LIBFAKETIME)
         from tests.support.namespaces import refused
 
         self.timens = refused("--time") is None and shutil.which("nsenter") is not None
