@@ -33,7 +33,7 @@ from ...errors import ConnectionLost, DriverError, SessionExpired, Unavailable
 from .._faults import Injected
 from ..base import ConnectionEvent, ConnectionState, Driver, SessionLease
 from .gateway import Gateway
-from .keys import KeySpace
+from .keys import KeySpace, b64
 from .reads import ReadBatcher
 from .settings import Settings
 
@@ -279,11 +279,37 @@ class EtcdSession(Driver):
             self._emit(ConnectionEvent(ConnectionState.EXPIRED, lease))
             self._wake.set()  # a new session at once
             return
+        if not await self._confirmed(reply):
+            self._lost_contact()
+            return
         self._last_contact = max(self._last_contact, sent)
         if not self._connected:
             self._connected = True
             self._emit(ConnectionEvent(ConnectionState.RECONNECTED, lease))
             self._restart_watch()
+
+    async def _confirmed(self, keepalive: dict[str, Any]) -> bool:
+        """Whether a keepalive's renewal counts: a linearizable read, answered by the member
+        that answered the keepalive in the same raft term, right after it.
+
+        etcd-io/etcd#15247: a leader whose raft loop is stuck (a slow fdatasync) renews leases
+        in its lessor and answers with a TTL, while the other members elect a leader that
+        never hears of it and revokes the lease (seen on 3.4.23, ``tests/netns/README.md``).
+        A linearizable read needs that term's leader to reach a quorum after the renewal, which
+        a stuck leader cannot: its keepalives then count as no contact."""
+        header = (keepalive.get("result") or {}).get("header") or {}
+        try:  # bounded as the keepalive is; the contact stays dated by the keepalive's sending
+            reply = await self._request(
+                "kv/range",
+                {"key": b64(self.space.start), "count_only": True},
+                self._session_timeout / 3,
+                lease=True,
+            )
+        except DriverError:
+            return False
+        read = reply.get("header") or {}
+        same = ("member_id", "raft_term")
+        return all(header.get(k) is not None and header.get(k) == read.get(k) for k in same)
 
     async def session_lease(self, owner: int) -> SessionLease | None:
         """Another lease's time to live (``lease/timetolive``), None if etcd has no such lease.
