@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import os
 import random
 import shutil
 import subprocess
@@ -73,31 +74,52 @@ class Clocks:
 
     - ``host``: the host's clocks;
     - ``monotonic``: CLOCK_MONOTONIC offset by hours to days (a time namespace of its own,
-      ``unshare --time``, joined with ``nsenter``: the kernel's own per-process clock, as two
-      machines' monotonic clocks differ);
-    - ``wall``: the wall clock minutes ahead or behind (libfaketime; it moves CLOCK_MONOTONIC
-      by the same constant too, which changes no duration).
+      ``unshare --time``, joined with ``nsenter``: the kernel's own per-process clock, as in
+      a container restored by CRIU; across machines monotonic clocks differ anyway);
+    - ``wall``: the wall clock of its host (a file per host, ``wall``), minutes off the
+      machine's, which ``jump`` steps (as NTP does) and ``strobe`` flips back and forth;
+      libfaketime with FAKETIME_DONT_FAKE_MONOTONIC: CLOCK_MONOTONIC stays the kernel's.
+
+    libfaketime 0.9.10 (Debian 12) has two defects worked around here: faking CLOCK_MONOTONIC
+    too makes timed waits on it hang (a thread's ``Event.wait(0.3)`` waited for the offset),
+    and with FAKETIME_DONT_FAKE_MONOTONIC ``clock_nanosleep`` fails with EINVAL, so such a
+    contender sleeps with ``Event.wait`` instead (``HA_SLEEP_BY_WAIT``, contender.py).
 
     ``ha`` decides on durations of its own monotonic clock only (a Kubernetes observer times a
-    peer's Lease from when it saw it change, never by ``renewTime``): none of these may
-    change a verdict. Jumps and strobes of a running clock are left out: libfaketime 0.9.10
-    moves CLOCK_MONOTONIC with them (no machine's monotonic clock jumps), and with
-    FAKETIME_DONT_FAKE_MONOTONIC every sleep fails with EINVAL.
-    The witness reads the host's clock whatever these say (``namespaces.host_clock``).
+    peer's Lease from when it saw it change, never by ``renewTime``): none of these may change
+    a verdict. The witness reads the host's clock whatever these say (``host_clock``).
     """
 
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
+    def __init__(self, rng: random.Random, directory: Path) -> None:
+        self.rng, self.directory = rng, directory
         self.drawn: Counter[str] = Counter()
         self.notes: list[str] = []
         self.holders: list[subprocess.Popen[bytes]] = []
+        self.walls: dict[str, tuple[Path, int]] = {}  # host name -> its clock file, offset
+        self.users: dict[str, str] = {}  # identity -> the host whose wall clock it reads
         self.faketime = bool(LIBFAKETIME)
         from tests.support.namespaces import refused
 
         self.timens = refused("--time") is None and shutil.which("nsenter") is not None
 
-    def draw(self, identity: str) -> tuple[list[str], dict[str, str]]:
-        """(nsenter options, environment) for a new process of ``identity``."""
+    def wall(self, host: str) -> Path:
+        """The file holding ``host``'s wall clock offset (made on first use)."""
+        if host not in self.walls:
+            offset = int(self.rng.choice([1, -1]) * self.rng.uniform(30, 900))
+            path = self.directory / f"clock-{host}-{uuid.uuid4().hex[:6]}"
+            self.walls[host] = (path, offset)
+            self.set_wall(host, offset)
+            self.notes.append(f"host {host}: wall clock {offset:+d} s")
+        return self.walls[host][0]
+
+    def set_wall(self, host: str, offset: float) -> None:
+        path = self.walls[host][0]
+        temporary = path.with_name(path.name + ".new")
+        temporary.write_text(f"{int(offset):+d}s\n")
+        os.replace(temporary, path)  # a reader sees the old offset or the new, never half
+
+    def draw(self, identity: str, host: str) -> tuple[list[str], dict[str, str]]:
+        """(nsenter options, environment) for a new process of ``identity`` on ``host``."""
         kinds = ["host", "host"]
         kinds += ["monotonic"] * self.timens * 2 + ["wall"] * self.faketime * 2
         kind = self.rng.choice(kinds)
@@ -118,9 +140,16 @@ class Clocks:
             self.notes.append(f"{identity}: monotonic clock {offset:+d} s")
             return [f"--time=/proc/{child}/ns/time"], {}
         if kind == "wall":
-            offset = int(self.rng.choice([1, -1]) * self.rng.uniform(30, 900))
-            self.notes.append(f"{identity}: wall clock {offset:+d} s (libfaketime)")
-            return [], {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": f"{offset:+d}s"}
+            self.users[identity] = host
+            self.notes.append(f"{identity}: the wall clock of host {host}")
+            return [], {
+                "LD_PRELOAD": LIBFAKETIME,
+                "FAKETIME_TIMESTAMP_FILE": str(self.wall(host)),
+                "FAKETIME_NO_CACHE": "1",
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+                "FAKETIME_FORCE_MONOTONIC_FIX": "1",
+                "HA_SLEEP_BY_WAIT": "1",
+            }
         return [], {}
 
     def close(self) -> None:
@@ -129,6 +158,8 @@ class Clocks:
                 holder.kill()
             holder.wait()
         self.holders = []
+        for path, _ in self.walls.values():
+            path.unlink(missing_ok=True)
 
 
 def _child_of(pid: int, timeout: float = 5.0) -> int:
@@ -157,7 +188,7 @@ class NetEnv:
         self.network = Network()
         self.members: list[servers.Daemon] = []
         self.contenders: dict[str, Host] = {}
-        self.clocks = Clocks(random.Random(0))
+        self.clocks = Clocks(random.Random(0), workdir)
         self.faults: dict[int, Callable[[], None]] = {}  # network faults in force, by id
         self._ids = iter(range(1 << 30))
         self._lock = anyio.Lock()  # one member start at a time
@@ -173,7 +204,7 @@ class NetEnv:
 
     async def begin(self, seed: int, workdir: Path) -> None:
         self.clocks.close()
-        self.clocks = Clocks(random.Random(f"{self.kind}-{seed}-clocks"))
+        self.clocks = Clocks(random.Random(f"{self.kind}-{seed}-clocks"), workdir)
         for slot in SLOTS:
             self.contender_host(slot)
 
@@ -182,7 +213,7 @@ class NetEnv:
     ) -> tuple[list[str], dict[str, str]]:
         """Run ``argv`` on the slot's host, with the clocks drawn for it."""
         host = self.contender_host(slot)
-        options, clock_env = self.clocks.draw(identity)
+        options, clock_env = self.clocks.draw(identity, host.name)
         prefix = ["nsenter", f"--net=/run/netns/{host.namespace}", *options, "--"]
         return [*prefix, *argv], {**environ, **clock_env, "HA_WITNESS_HOST_CLOCK": "1"}
 
@@ -199,6 +230,8 @@ class NetEnv:
         rng = random.Random(f"{fault}")  # the fault's own draws: the seed fixes them
         if fault.kind in ("member_pause", "member_kill"):
             return await self._member(fault, length, tg)
+        if fault.kind in ("clock_jump", "clock_strobe"):
+            return self._clock(fault, fleet, length, rng, tg)
         active = fleet.target(fault.pick)
         active_host = self.contenders[active.slot] if active else None
         leader = await anyio.to_thread.run_sync(self.leader) if self.members else None
@@ -265,6 +298,42 @@ class NetEnv:
         action()
         tg.start_soon(self._lift, key, length)
         return f"{fault.kind} {sides} for {length:.2f}s"
+
+    def _clock(
+        self,
+        fault: Fault,
+        fleet: Fleet,
+        length: float,
+        rng: random.Random,
+        tg: anyio.abc.TaskGroup,
+    ) -> str | None:
+        """Step a host's wall clock (the active's most of the time), or strobe it: flip it
+        between its offset and one far off every 10-100 ms for the fault's length."""
+        users = self.clocks.users
+        hosts = sorted({users[p.identity] for p in fleet.live() if p.identity in users})
+        if not hosts:
+            return None
+        active = fleet.target(fault.pick)
+        mine = self.clocks.users.get(active.identity) if active else None
+        host = mine if mine and fault.pick < 0.7 else rng.choice(hosts)
+        base = self.clocks.walls[host][1]
+        step = int(rng.choice([1, -1]) * rng.uniform(5, 600))
+        if fault.kind == "clock_jump":
+            self.clocks.walls[host] = (self.clocks.walls[host][0], base + step)
+            self.clocks.set_wall(host, base + step)
+            return f"wall clock of host {host} steps {step:+d} s"
+
+        async def strobe() -> None:
+            end = anyio.current_time() + length
+            far = True
+            while anyio.current_time() < end:
+                self.clocks.set_wall(host, base + step if far else base)
+                far = not far
+                await anyio.sleep(rng.uniform(0.01, 0.1))
+            self.clocks.set_wall(host, base)
+
+        tg.start_soon(strobe)
+        return f"wall clock of host {host} strobes by {step:+d} s for {length:.2f}s"
 
     async def _lift(self, key: int, length: float) -> None:
         await anyio.sleep(length)
@@ -368,6 +437,7 @@ def _no_netem(host: Host) -> None:
 
 
 NETWORK = {"isolate": 2, "one_way": 2, "loss": 1}
+CLOCK = {"clock_jump": 1, "clock_strobe": 1}
 
 
 def _with_delay(weights: dict[str, int]) -> dict[str, int]:
@@ -380,7 +450,7 @@ class ZooKeeperNetEnv(NetEnv):
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir)
         self.weights = _with_delay(
-            {**NETWORK, "partition": 2, "bridge": 1, "member_pause": 1, "member_kill": 1}
+            {**NETWORK, **CLOCK, "partition": 2, "bridge": 1, "member_pause": 1, "member_kill": 1}
         )
         hosts = [self.network.host(f"z{i}") for i in (1, 2, 3)]
         self.members = servers.zookeeper_ensemble(hosts, self.home)
@@ -414,7 +484,7 @@ class EtcdNetEnv(NetEnv):
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir)
         self.weights = _with_delay(
-            {**NETWORK, "partition": 2, "bridge": 1, "member_pause": 1, "member_kill": 1}
+            {**NETWORK, **CLOCK, "partition": 2, "bridge": 1, "member_pause": 1, "member_kill": 1}
         )
         hosts = [self.network.host(f"e{i}") for i in (1, 2, 3)]
         self.members = servers.etcd_cluster(hosts, self.home)
@@ -451,7 +521,7 @@ class KubernetesNetEnv(NetEnv):
 
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir)
-        self.weights = _with_delay({**NETWORK, "member_pause": 1, "member_kill": 1})
+        self.weights = _with_delay({**NETWORK, **CLOCK, "member_pause": 1, "member_kill": 1})
         self.api = servers.kube_api(self.network.host("k"), self.home)
         self.members = [self.api]
         self.start_members()
@@ -501,7 +571,7 @@ class SqliteNetEnv(NetEnv):
 
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir)
-        self.weights = {}
+        self.weights = dict(CLOCK)  # its processes share one host: one wall clock
         self.host = self.network.host("s")
         self.file = Path()
 
