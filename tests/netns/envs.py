@@ -13,8 +13,9 @@ fleet's. The env's:
 - ``one_way``: packets one way only are lost (the active to a member, or a member, the leader
   most of the time, to every other host: it hears, it is not heard);
 - ``loss``: a host (the active's, or a member's) loses 20-60 % of its packets both ways;
-- ``delay``: ``tc netem`` delay with jitter (reordering) on a host, where the kernel has
-  netem (this machine's has not: the kind is left out, and the round's setup says so);
+- ``delay``: every packet in and out of a host held 50-400 ms, with a jitter of half that,
+  so they also overtake each other (``Host.delay``: ``tc netem``, or where the kernel has no
+  netem, as here, ``delayer.py`` behind iptables' NFQUEUE);
 - ``member_pause``, ``member_kill`` (SIGSTOP; SIGKILL and a start later on its data);
 - clocks, drawn for every contender process when it starts (``Clocks``).
 
@@ -45,28 +46,13 @@ import anyio.to_thread
 from tests.chaos import Fault, choose
 from tests.chaos.procs import SESSION, Fleet
 from tests.netns import servers
-from tests.netns.hosts import Host, Network
+from tests.netns.hosts import Host, Network, delay_refused
 
 __all__ = ("ENVS", "Clocks", "NetEnv")
 
 # Debian's libfaketime (apt-get install faketime), under the machine's multiarch directory
 LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), "")
 SLOTS = "abc"
-
-
-def netem_refused() -> str | None:
-    """Why ``tc netem`` cannot run here (None: it can)."""
-    if shutil.which("tc") is None:
-        return "tc is not installed (apt-get install iproute2)"
-    probe = subprocess.run(
-        ["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
-        capture_output=True,
-        text=True,
-    )
-    if probe.returncode != 0:
-        return f"this kernel has no netem qdisc ({probe.stderr.strip()})"
-    subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
-    return None
 
 
 class Clocks:
@@ -286,11 +272,14 @@ class NetEnv:
             pool = [h for h in [active_host, first] if h is not None] or members
             host = rng.choice(pool)
             ms = rng.choice([50, 150, 400])
-            sides = f"{host.name} {ms}ms +-{ms // 2}ms"
-            host.run("tc", "qdisc", "replace", "dev", "eth0", "root", "netem", "delay",
-                     f"{ms}ms", f"{ms // 2}ms")  # fmt: skip
-            tg.start_soon(self._later, length, lambda: _no_netem(host))
-            return f"delay {sides} for {length:.2f}s"
+            await anyio.to_thread.run_sync(host.delay, ms, ms / 2, str(fault))
+
+            async def undelay() -> None:
+                await anyio.sleep(length)
+                await anyio.to_thread.run_sync(host.undelay)
+
+            tg.start_soon(undelay)
+            return f"delay {host.name} {ms}+-{ms // 2}ms (reordering) for {length:.2f}s"
         else:
             raise ValueError(f"{self.kind} has no fault {fault.kind}")
         key = next(self._ids)
@@ -388,7 +377,7 @@ class NetEnv:
         self.faults.clear()
         self.network.heal()
         for host in self.network.hosts.values():
-            _no_netem(host)
+            await anyio.to_thread.run_sync(host.undelay)
         for index, member in enumerate(self.members):
             member.resume()
             await self._start(index)
@@ -432,16 +421,12 @@ def _names(hosts: list[Host]) -> str:
     return ",".join(h.name for h in hosts)
 
 
-def _no_netem(host: Host) -> None:
-    subprocess.run(host.argv(["tc", "qdisc", "del", "dev", "eth0", "root"]), capture_output=True)
-
-
 NETWORK = {"isolate": 2, "one_way": 2, "loss": 1}
 CLOCK = {"clock_jump": 1, "clock_strobe": 1}
 
 
 def _with_delay(weights: dict[str, int]) -> dict[str, int]:
-    return {**weights, "delay": 2} if netem_refused() is None else weights
+    return {**weights, "delay": 2} if delay_refused() is None else weights
 
 
 class ZooKeeperNetEnv(NetEnv):

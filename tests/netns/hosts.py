@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import functools
 import ipaddress
 import itertools
 import os
@@ -26,12 +27,13 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ("Host", "Network", "refused", "sweep")
+__all__ = ("Host", "Network", "delay_refused", "netem_refused", "refused", "sweep")
 
 PREFIX = "hn"  # every namespace and link made here: hn<creator pid, hex>-<run><suffix>
 _LOCK = Path(tempfile.gettempdir()) / "ha-netns.lock"  # one subnet pick at a time
@@ -91,6 +93,52 @@ def _kill_inside(namespace: str) -> None:
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), signal.SIGCONT)
             os.kill(int(pid), signal.SIGKILL)
+
+
+@functools.cache
+def netem_refused() -> str | None:
+    """Why ``tc netem`` cannot run here (None: it can)."""
+    if shutil.which("tc") is None:
+        return "tc is not installed (apt-get install iproute2)"
+    name = f"{PREFIX}{os.getpid():x}-netem"
+    if _ip("netns", "add", name, check=False).returncode != 0:
+        return "no network namespace to try it in"
+    try:
+        probe = subprocess.run(
+            ["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo", "root", "netem"]
+            + ["delay", "1ms"],
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        _ip("netns", "delete", name, check=False)
+    if probe.returncode != 0:
+        return f"this kernel has no netem qdisc ({probe.stderr.strip()})"
+    return None
+
+
+@functools.cache
+def delay_refused() -> str | None:
+    """Why ``Host.delay`` cannot work here (None: it can, by netem or by the delayer)."""
+    if netem_refused() is None:
+        return None
+    if shutil.which("iptables") is None:
+        return f"{netem_refused()}, and iptables is not installed for the delayer"
+    name = f"{PREFIX}{os.getpid():x}-queue"
+    if _ip("netns", "add", name, check=False).returncode != 0:
+        return "no network namespace to try it in"
+    try:
+        probe = subprocess.run(
+            ["ip", "netns", "exec", name, "iptables", "-A", "OUTPUT", "-j", "NFQUEUE"]
+            + ["--queue-num", "0", "--queue-bypass"],
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        _ip("netns", "delete", name, check=False)
+    if probe.returncode != 0:
+        return f"{netem_refused()}, and iptables' NFQUEUE target is refused: {probe.stderr.strip()}"
+    return None
 
 
 def refused() -> str | None:
@@ -154,6 +202,7 @@ class Host:
     def __init__(self, network: Network, name: str, namespace: str, address: str) -> None:
         self.network, self.name, self.namespace, self.address = network, name, namespace, address
         self.filter = Filter()
+        self.delayer: subprocess.Popen[bytes] | None = None
 
     def __repr__(self) -> str:
         return f"Host({self.name} {self.address})"
@@ -173,6 +222,47 @@ class Host:
     def apply(self) -> None:
         """Make the packet filter say what ``self.filter`` says (one atomic nft batch)."""
         self.run("nft", "-f", "-", stdin=self.filter.ruleset())
+
+    def delay(self, ms: float, jitter: float, seed: str) -> None:
+        """Hold every packet in and out of this host for ``ms`` +- ``jitter`` milliseconds
+        (and so reorder them): ``tc netem`` where the kernel has it, else ``delayer.py``
+        behind iptables' NFQUEUE. ``undelay`` ends it."""
+        self.undelay()
+        if netem_refused() is None:
+            self.run("tc", "qdisc", "replace", "dev", "eth0", "root", "netem", "delay",
+                     f"{ms:g}ms", f"{jitter:g}ms")  # fmt: skip
+            return
+        delayer = Path(__file__).with_name("delayer.py")
+        argv = [sys.executable, str(delayer), "0", f"{ms:g}", f"{jitter:g}", seed]
+        self.delayer = subprocess.Popen(
+            self.argv(argv), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+        )
+        assert self.delayer.stdout is not None
+        if self.delayer.stdout.readline() != b"ready\n":
+            self.undelay()
+            raise RuntimeError(f"the delayer on {self.name} did not start")
+        for chain, way in (("OUTPUT", "-o"), ("INPUT", "-i")):
+            self.run("iptables", "-A", chain, way, "eth0", "-j", "NFQUEUE",
+                     "--queue-num", "0", "--queue-bypass")  # fmt: skip
+
+    def undelay(self) -> None:
+        if netem_refused() is None:
+            subprocess.run(
+                self.argv(["tc", "qdisc", "del", "dev", "eth0", "root"]), capture_output=True
+            )
+            return
+        for chain in ("OUTPUT", "INPUT"):  # only the delay's rules are ever in these chains
+            subprocess.run(self.argv(["iptables", "-F", chain]), capture_output=True)
+        delayer, self.delayer = self.delayer, None
+        if delayer is not None:
+            delayer.terminate()  # it lets what it holds go first
+            try:
+                delayer.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                delayer.kill()
+                delayer.wait()
+            assert delayer.stdout is not None
+            delayer.stdout.close()
 
     def pids(self) -> list[int]:
         out = _ip("netns", "pids", self.namespace, check=False).stdout
@@ -283,6 +373,7 @@ class Network:
             return
         self.closed = True
         for host in self.hosts.values():
+            host.undelay()
             _kill_inside(host.namespace)
             _ip("netns", "delete", host.namespace, check=False)
         _ip("link", "delete", self.bridge, check=False)

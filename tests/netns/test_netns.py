@@ -23,7 +23,7 @@ import pytest
 from tests.chaos import RoundResult, table
 from tests.netns import BACKENDS, missing, run_rounds
 from tests.netns.envs import LIBFAKETIME
-from tests.netns.hosts import Host, Network, refused, sweep
+from tests.netns.hosts import Host, Network, delay_refused, refused, sweep
 from tests.support.namespaces import host_clock
 
 # one xdist worker runs them all, one after the other: each round holds three servers
@@ -112,6 +112,38 @@ def test_partitions_one_way_drops_and_loss_are_packet_filters_inside_the_hosts()
     finally:
         network.close()
     assert not [n for n in _namespaces() if n.startswith(network.tag)]
+
+
+def test_a_delayed_host_gets_its_packets_late_and_out_of_order() -> None:
+    if reason := delay_refused():
+        pytest.skip(reason)
+    network = Network()
+    try:
+        a, b = network.host("a"), network.host("b")
+        code = (
+            "import socket, sys\n"
+            f"s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('{b.address}', 7001))\n"
+            "s.settimeout(5); print('up', flush=True); got = []\n"
+            "while len(got) < 40: got.append(int(s.recv(16)))\n"
+            "print(' '.join(map(str, got)))\n"
+        )
+        receiver = subprocess.Popen(b.argv([sys.executable, "-c", code]), stdout=subprocess.PIPE)
+        assert receiver.stdout is not None and receiver.stdout.readline() == b"up\n"
+        b.delay(60, 40, "test")
+        send = (
+            "import socket\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"for i in range(40): s.sendto(str(i).encode(), ('{b.address}', 7001))\n"
+        )
+        subprocess.run(a.argv([sys.executable, "-c", send]), check=True)
+        got = [int(n) for n in receiver.stdout.readline().split()]
+        receiver.wait()
+        receiver.stdout.close()
+        b.undelay()
+        assert sorted(got) == list(range(40)), "a delay loses nothing"
+        assert got != sorted(got), "with a jitter wider than their spacing, packets overtake"
+    finally:
+        network.close()
 
 
 def _namespaces() -> list[str]:
