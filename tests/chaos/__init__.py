@@ -148,13 +148,13 @@ class RoundResult:
         self.log.append(f"{time.monotonic() - self.started:7.3f} {what}")
 
     def replay(self) -> str:
-        if self.backend.startswith("netns-"):  # tests/netns: hosts as network namespaces
-            kind = self.backend.removeprefix("netns-")
-            return f"python -m tests.netns --backend {kind} --seed {self.seed} --rounds 1 --loop {self.loop}"
         kind = self.backend.removeprefix(SUPERVISED)
         flag = "--supervised " if kind != self.backend else ""
+        package = "tests.chaos"
+        if kind.startswith("netns-"):  # tests/netns: hosts as network namespaces
+            package, kind = "tests.netns", kind.removeprefix("netns-")
         return (
-            f"python -m tests.chaos {flag}--backend {kind} --seed {self.seed} "
+            f"python -m {package} {flag}--backend {kind} --seed {self.seed} "
             f"--rounds 1 --loop {self.loop}"
         )
 

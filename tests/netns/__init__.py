@@ -21,12 +21,18 @@ who leads then, so a replay repeats the schedule, not every interleaving.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.chaos import FAULTS, LENGTHS, SPAN, Fault, RoundResult
+
+if TYPE_CHECKING:
+    from tests.chaos.supervised import Plan
+    from tests.netns.envs import NetEnv
 
 __all__ = ("BACKENDS", "missing", "run_rounds", "schedule")
 
@@ -79,17 +85,39 @@ def _quiet() -> Iterator[None]:
             logger.setLevel(level)
 
 
+async def supervised_plan(backend: str, seed: int, env: NetEnv) -> Plan:
+    """The supervised round ``seed``: ``tests/chaos/supervised.py``'s draw of the session
+    timeout and of each ``ha run``'s options, with faults drawn here: its supervisor faults
+    and this env's (clock faults aside: see ``Clocks.host_only``)."""
+    from tests.chaos.supervised import FAULTS as COUNT
+    from tests.chaos.supervised import LENGTHS as SPANS
+    from tests.chaos.supervised import SUPERVISOR_KINDS, plan
+
+    drawn = await plan(backend, seed, env)  # type: ignore[arg-type]
+    rng = random.Random(f"netns-supervised-{backend}-{seed}")
+    own = {k: w for k, w in env.weights.items() if not k.startswith("clock_")}
+    table = {**SUPERVISOR_KINDS, **own}
+    faults = []
+    for at in sorted(rng.uniform(0, drawn.span) for _ in range(COUNT)):
+        what = rng.choices(list(table), list(table.values()))[0]
+        faults.append(Fault(round(at, 3), what, round(rng.random(), 3), rng.choice(SPANS)))
+    return dataclasses.replace(drawn, faults=faults)
+
+
 async def run_rounds(
     backend: str,
     seeds: list[int],
     loop: str,
     workdir: Path,
     on_round: Callable[[RoundResult], None] = lambda r: None,
+    supervised: bool = False,
 ) -> list[RoundResult]:
-    """Rounds of ``backend`` (its servers live across them), one per seed."""
+    """Rounds of ``backend`` (its servers live across them), one per seed; ``supervised``:
+    three ``ha run`` judged by their COMMANDs' heartbeats (tests/chaos/supervised.py)."""
     import anyio.to_thread
 
     from tests.chaos.procs import process_round
+    from tests.chaos.supervised import supervised_round
     from tests.netns.envs import ENVS
 
     results = []
@@ -97,9 +125,15 @@ async def run_rounds(
         env = await anyio.to_thread.run_sync(ENVS[backend], workdir)
         try:
             for seed in seeds:
-                faults = schedule(env.kind, seed, env.weights)
-                r = await process_round(env, seed, workdir, loop, faults=faults)
-                r.setup = list(env.clocks.notes)
+                if supervised:
+                    env.supervised = True
+                    await env.begin(seed, workdir)  # the plan connects to this round's prefix
+                    drawn = await supervised_plan(backend, seed, env)
+                    r = await supervised_round(env, seed, workdir, loop, drawn)  # type: ignore[arg-type]
+                else:
+                    faults = schedule(env.kind, seed, env.weights)
+                    r = await process_round(env, seed, workdir, loop, faults=faults)  # type: ignore[arg-type]
+                r.setup += list(env.clocks.notes)
                 for kind, n in env.clocks.drawn.items():
                     r.applied[f"clock_{kind}"] += n
                 results.append(r)

@@ -26,6 +26,11 @@ def main() -> int:
     parser.add_argument("--loop", choices=["asyncio", "trio"], default="asyncio")
     parser.add_argument("--keep", type=Path, help="keep witness files and logs in this directory")
     parser.add_argument("--verbose", action="store_true", help="every round's report")
+    parser.add_argument(
+        "--supervised",
+        action="store_true",
+        help="ha run rounds judged by their COMMANDs' heartbeats (tests/chaos/supervised.py)",
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -50,7 +55,7 @@ def main() -> int:
             print(f"{backend}: skipped ({reason})")
             continue
         results += anyio.run(
-            functools.partial(run_rounds, backend, seeds, args.loop, workdir, say),
+            functools.partial(run_rounds, backend, seeds, args.loop, workdir, say, args.supervised),
             backend=args.loop,
         )
     print(table(results, time.monotonic() - started))
