@@ -95,26 +95,29 @@ def _kill_inside(namespace: str) -> None:
             os.kill(int(pid), signal.SIGKILL)
 
 
+def _try_in_namespace(suffix: str, *command: str) -> str | None:
+    """Run ``command`` in a namespace made for it: its error, or None if it worked."""
+    name = f"{PREFIX}{os.getpid():x}-{suffix}"
+    if _ip("netns", "add", name, check=False).returncode != 0:
+        return "no network namespace to try it in"
+    try:
+        probe = subprocess.run(
+            ["ip", "netns", "exec", name, *command], capture_output=True, text=True
+        )
+    finally:
+        _ip("netns", "delete", name, check=False)
+    return probe.stderr.strip() or "failed" if probe.returncode != 0 else None
+
+
 @functools.cache
 def netem_refused() -> str | None:
     """Why ``tc netem`` cannot run here (None: it can)."""
     if shutil.which("tc") is None:
         return "tc is not installed (apt-get install iproute2)"
-    name = f"{PREFIX}{os.getpid():x}-netem"
-    if _ip("netns", "add", name, check=False).returncode != 0:
-        return "no network namespace to try it in"
-    try:
-        probe = subprocess.run(
-            ["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo", "root", "netem"]
-            + ["delay", "1ms"],
-            capture_output=True,
-            text=True,
-        )
-    finally:
-        _ip("netns", "delete", name, check=False)
-    if probe.returncode != 0:
-        return f"this kernel has no netem qdisc ({probe.stderr.strip()})"
-    return None
+    error = _try_in_namespace(
+        "netem", "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"
+    )
+    return None if error is None else f"this kernel has no netem qdisc ({error})"
 
 
 @functools.cache
@@ -124,21 +127,9 @@ def delay_refused() -> str | None:
         return None
     if shutil.which("iptables") is None:
         return f"{netem_refused()}, and iptables is not installed for the delayer"
-    name = f"{PREFIX}{os.getpid():x}-queue"
-    if _ip("netns", "add", name, check=False).returncode != 0:
-        return "no network namespace to try it in"
-    try:
-        probe = subprocess.run(
-            ["ip", "netns", "exec", name, "iptables", "-A", "OUTPUT", "-j", "NFQUEUE"]
-            + ["--queue-num", "0", "--queue-bypass"],
-            capture_output=True,
-            text=True,
-        )
-    finally:
-        _ip("netns", "delete", name, check=False)
-    if probe.returncode != 0:
-        return f"{netem_refused()}, and iptables' NFQUEUE target is refused: {probe.stderr.strip()}"
-    return None
+    rule = ("iptables", "-A", "OUTPUT", "-j", "NFQUEUE", "--queue-num", "0", "--queue-bypass")
+    error = _try_in_namespace("queue", *rule)
+    return None if error is None else f"{netem_refused()}, and NFQUEUE is refused: {error}"
 
 
 def refused() -> str | None:

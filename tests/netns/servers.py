@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -108,16 +107,10 @@ class Daemon:
 # --- ZooKeeper --------------------------------------------------------------------------------
 
 
-def four_letter(address: str, command: str, timeout: float = 0.5) -> str:
-    try:
-        with socket.create_connection((address, ZK_CLIENT), timeout=timeout) as sock:
-            sock.sendall(command.encode())
-            chunks = []
-            while chunk := sock.recv(4096):
-                chunks.append(chunk)
-            return b"".join(chunks).decode(errors="replace")
-    except OSError:
-        return ""
+def four_letter(address: str, command: str) -> str:
+    from tests.support.backends.zookeeper import four_letter as ask
+
+    return ask(ZK_CLIENT, command, timeout=0.5, host=address)
 
 
 def zookeeper_ensemble(hosts: list[Host], directory: Path, sync_limit: int = 50) -> list[Daemon]:
