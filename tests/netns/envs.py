@@ -277,11 +277,14 @@ class NetEnv:
             pool = [h for h in [active_host, first] if h is not None] or members
             host = rng.choice(pool)
             ms = rng.choice([50, 150, 400])
-            await anyio.to_thread.run_sync(host.delay, ms, ms / 2, str(fault))
+            try:
+                number = await anyio.to_thread.run_sync(host.delay, ms, ms / 2, str(fault))
+            except (RuntimeError, OSError) as exc:  # a nemesis that fails is reported, not fatal
+                return f"delay {host.name} failed: {exc}"
 
             async def undelay() -> None:
                 await anyio.sleep(length)
-                await anyio.to_thread.run_sync(host.undelay)
+                await anyio.to_thread.run_sync(host.undelay, number)
 
             tg.start_soon(undelay)
             return f"delay {host.name} {ms}+-{ms // 2}ms (reordering) for {length:.2f}s"

@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,6 +195,8 @@ class Host:
         self.network, self.name, self.namespace, self.address = network, name, namespace, address
         self.filter = Filter()
         self.delayer: subprocess.Popen[bytes] | None = None
+        self._delaying = threading.Lock()  # fault tasks start and end delays from threads
+        self._delays = 0
 
     def __repr__(self) -> str:
         return f"Host({self.name} {self.address})"
@@ -214,29 +217,39 @@ class Host:
         """Make the packet filter say what ``self.filter`` says (one atomic nft batch)."""
         self.run("nft", "-f", "-", stdin=self.filter.ruleset())
 
-    def delay(self, ms: float, jitter: float, seed: str) -> None:
+    def delay(self, ms: float, jitter: float, seed: str) -> int:
         """Hold every packet in and out of this host for ``ms`` +- ``jitter`` milliseconds
         (and so reorder them): ``tc netem`` where the kernel has it, else ``delayer.py``
-        behind iptables' NFQUEUE. ``undelay`` ends it."""
-        self.undelay()
-        if netem_refused() is None:
-            self.run("tc", "qdisc", "replace", "dev", "eth0", "root", "netem", "delay",
-                     f"{ms:g}ms", f"{jitter:g}ms")  # fmt: skip
-            return
-        delayer = Path(__file__).with_name("delayer.py")
-        argv = [sys.executable, str(delayer), "0", f"{ms:g}", f"{jitter:g}", seed]
-        self.delayer = subprocess.Popen(
-            self.argv(argv), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
-        )
-        assert self.delayer.stdout is not None
-        if self.delayer.stdout.readline() != b"ready\n":
-            self.undelay()
-            raise RuntimeError(f"the delayer on {self.name} did not start")
-        for chain, way in (("OUTPUT", "-o"), ("INPUT", "-i")):
-            self.run("iptables", "-A", chain, way, "eth0", "-j", "NFQUEUE",
-                     "--queue-num", "0", "--queue-bypass")  # fmt: skip
+        behind iptables' NFQUEUE. Returns this delay's number, for ``undelay``; a new delay
+        replaces the one in force."""
+        with self._delaying:
+            self._undelay()
+            self._delays += 1
+            if netem_refused() is None:
+                self.run("tc", "qdisc", "replace", "dev", "eth0", "root", "netem", "delay",
+                         f"{ms:g}ms", f"{jitter:g}ms")  # fmt: skip
+                return self._delays
+            delayer = Path(__file__).with_name("delayer.py")
+            argv = [sys.executable, str(delayer), "0", f"{ms:g}", f"{jitter:g}", seed]
+            self.delayer = subprocess.Popen(
+                self.argv(argv), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+            )
+            assert self.delayer.stdout is not None
+            if self.delayer.stdout.readline() != b"ready\n":
+                self._undelay()
+                raise RuntimeError(f"the delayer on {self.name} did not start")
+            for chain, way in (("OUTPUT", "-o"), ("INPUT", "-i")):
+                self.run("iptables", "-A", chain, way, "eth0", "-j", "NFQUEUE",
+                         "--queue-num", "0", "--queue-bypass")  # fmt: skip
+            return self._delays
 
-    def undelay(self) -> None:
+    def undelay(self, number: int | None = None) -> None:
+        """End the delay numbered ``number`` if it is still in force (None: any)."""
+        with self._delaying:
+            if number is None or number == self._delays:
+                self._undelay()
+
+    def _undelay(self) -> None:
         if netem_refused() is None:
             subprocess.run(
                 self.argv(["tc", "qdisc", "del", "dev", "eth0", "root"]), capture_output=True
