@@ -133,8 +133,10 @@ def delay_refused() -> str | None:
     return None if error is None else f"{netem_refused()}, and NFQUEUE is refused: {error}"
 
 
+@functools.cache
 def refused() -> str | None:
-    """Why hosts cannot be made here (None: they can): the tools, then a real probe."""
+    """Why hosts cannot be made here (None: they can): the tools, then a real probe (once a
+    process: a probe namespace just deleted may not be made again at once)."""
     for tool, package in (("ip", "iproute2"), ("nft", "nftables")):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (apt-get install {package})"
