@@ -150,8 +150,11 @@ class RoundResult:
     def replay(self) -> str:
         kind = self.backend.removeprefix(SUPERVISED)
         flag = "--supervised " if kind != self.backend else ""
+        package = "tests.chaos"
+        if kind.startswith("netns-"):  # tests/netns: hosts as network namespaces
+            package, kind = "tests.netns", kind.removeprefix("netns-")
         return (
-            f"python -m tests.chaos {flag}--backend {kind} --seed {self.seed} "
+            f"python -m {package} {flag}--backend {kind} --seed {self.seed} "
             f"--rounds 1 --loop {self.loop}"
         )
 

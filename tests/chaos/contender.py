@@ -19,6 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+if os.environ.get("HA_SLEEP_BY_WAIT"):  # under libfaketime: see tests/netns/envs.py, Clocks
+    import threading
+
+    time.sleep = lambda seconds: threading.Event().wait(seconds) and None  # before kazoo
+
 import anyio
 import anyio.abc
 

@@ -100,11 +100,15 @@ class Fleet:
         identity = slot if n == 0 else f"{slot}{n}"
         url = self.env.url(identity)
         argv = self.argv(slot, identity, url)
+        environ = {**os.environ, "PYTHONPATH": str(REPO), "HA_URL": url, **self.environ}
+        launch = getattr(self.env, "launch", None)  # where it runs: a host (tests/netns)
+        if launch is not None:
+            argv, environ = await launch(slot, identity, argv, environ)
         log = open(self.workdir / f"{self.r.backend}-{self.r.seed}-{identity}.log", "wb")  # noqa: ASYNC230
         try:
             process = await anyio.open_process(
                 argv,
-                env={**os.environ, "PYTHONPATH": str(REPO), "HA_URL": url, **self.environ},
+                env=environ,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -305,10 +309,16 @@ class Fleet:
 
 
 async def process_round(
-    env: Env, seed: int, workdir: Path, loop: str, supervised: bool = False
+    env: Env,
+    seed: int,
+    workdir: Path,
+    loop: str,
+    supervised: bool = False,
+    faults: list[Fault] | None = None,
 ) -> RoundResult:
+    """One round; ``faults``: a schedule drawn elsewhere (tests/netns), else ``schedule``'s."""
     backend = "supervised" if supervised else env.kind
-    r = RoundResult(backend, seed, loop, schedule(backend, seed))
+    r = RoundResult(backend, seed, loop, schedule(backend, seed) if faults is None else faults)
     await env.begin(seed, workdir)
     async with ha.connect(env.observer_url()) as d:
         await prepare(d)

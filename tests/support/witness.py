@@ -32,8 +32,14 @@ from ha.drivers.base import Create, Driver, SetData
 from ha.election.lease import Lease
 from ha.errors import BadVersion, Fenced, HAError, NodeExists, NoNode, TransactionFailed
 from ha.stores.fencing import Writer
+from tests.support.namespaces import host_clock
 
 ROOT = "/witness"
+
+# the witness's clock: CLOCK_MONOTONIC, one clock for every process of the host; a contender
+# whose own clocks are skewed (a time namespace, libfaketime: tests/netns) is started with
+# HA_WITNESS_HOST_CLOCK=1 and reads the host's through ``host_clock``
+now = host_clock if os.environ.get("HA_WITNESS_HOST_CLOCK") else time.monotonic
 
 
 class Witness:
@@ -54,14 +60,14 @@ class Witness:
 
     def note(self, kind: str, **fields: Any) -> None:
         """A line the verdict does not judge (a contender's own stall, for the figures)."""
-        self._line(kind=kind, identity=self.identity, pid=self.pid, t=time.monotonic(), **fields)
+        self._line(kind=kind, identity=self.identity, pid=self.pid, t=now(), **fields)
 
     def act(self, lease: Lease, valid: bool | None = None) -> str | None:
         """Act once if the lease says so; the act's id, or None. ``valid`` overrides the lease
         (the harness's self-test plays a broken contender with it)."""
-        begin = time.monotonic()
+        begin = now()
         ok = lease.valid if valid is None else valid
-        end = time.monotonic()
+        end = now()
         if not ok:
             self.declined += 1
             return None
@@ -83,7 +89,7 @@ class Witness:
         """The act's fenced store write: 'landed', 'refused' (fenced) or 'unknown'."""
         writer = Writer(driver, lease)
         for _ in range(5):
-            sent = time.monotonic()
+            sent = now()
             try:
                 _, stat = await driver.get(ROOT)
                 n = stat.version
@@ -105,7 +111,7 @@ class Witness:
                 break
             except (HAError, OSError):
                 break
-            done = time.monotonic()
+            done = now()
             self._line(
                 kind="write", act=act, epoch=lease.epoch, sent=sent, done=done, result="landed", n=n
             )

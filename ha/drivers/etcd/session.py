@@ -26,12 +26,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 
 from ...errors import ConnectionLost, DriverError
 from .._renewal import Renewal
 from ..base import DriverEvent, SessionLease
+from .keys import KeySpace, b64
 from .settings import Settings
 from .transport import Transport
 
@@ -54,6 +56,7 @@ class EtcdSession:
         self.settings = settings
         self._transport = transport
         self._requested_timeout = settings.options.session_timeout
+        self._probe_key = b64(KeySpace(settings.prefix).start)  # read to confirm a keepalive
         self.state = Renewal(
             settings.options.session_timeout,
             open_session=self._grant,
@@ -109,7 +112,33 @@ class EtcdSession:
             self.state.ended(lease)
             self.state.wake()  # a new session at once
             return
+        if not await self._confirmed(reply):
+            self.state.lost_contact()
+            return
         self.state.renewed(sent)
+
+    async def _confirmed(self, keepalive: dict[str, Any]) -> bool:
+        """Whether a keepalive's renewal counts: a linearizable read, answered by the member
+        that answered the keepalive in the same raft term, right after it.
+
+        etcd-io/etcd#15247: a leader whose raft loop is stuck (a slow fdatasync) renews leases
+        in its lessor and answers with a TTL, while the other members elect a leader that
+        never hears of it and revokes the lease (seen on 3.4.23, ``tests/netns/README.md``).
+        A linearizable read needs that term's leader to reach a quorum after the renewal, which
+        a stuck leader cannot: its keepalives then count as no contact."""
+        header = (keepalive.get("result") or {}).get("header") or {}
+        try:  # bounded as the keepalive is; the contact stays dated by the keepalive's sending
+            reply = await self._transport.call(
+                "kv/range",
+                {"key": self._probe_key, "count_only": True},
+                self.state.timeout / 3,
+                lease=True,
+            )
+        except DriverError:
+            return False
+        read = reply.get("header") or {}
+        same = ("member_id", "raft_term")
+        return all(header.get(k) is not None and header.get(k) == read.get(k) for k in same)
 
     async def lease_of(self, owner: int) -> SessionLease | None:
         """Another lease's time to live (``lease/timetolive``), None if etcd has no such lease.

@@ -77,10 +77,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def four_letter(port: int, command: str, timeout: float = 1.0) -> str:
+def four_letter(port: int, command: str, timeout: float = 1.0, host: str = "127.0.0.1") -> str:
     """Send a four-letter-word command (ruok, srvr, mntr, cons); '' if the server is not there."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.sendall(command.encode())
             chunks = []
             while chunk := sock.recv(4096):
