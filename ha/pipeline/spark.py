@@ -275,10 +275,15 @@ class WarmSession:
         return self.get(0)
 
     def stop(self) -> None:
-        """Stop the session if it was built (blocking; waits for a build in progress)."""
+        """Stop the session if it was built (blocking; waits for a build in progress). A
+        session whose JVM is gone (killed: the job manager leaves for that) has nothing left to
+        stop; the process still ends in good order."""
         if self._thread is None:
             return
         self._ready.wait()
         if self._session is not None:
-            self._session.stop()
+            try:
+                self._session.stop()
+            except Exception as exc:  # Py4J: the JVM does not answer any more
+                log.info("stopping the SparkSession failed: %s", exc)
             self._session = None
