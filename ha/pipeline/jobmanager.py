@@ -75,7 +75,7 @@ from ..stores import BlobStore, Stores
 from .layout import JobLayout
 from .spark import SparkSettings, WarmSession
 from .stream_rehearsal import rehearse_stored_streams
-from .stream_run import warm_streaming
+from .stream_run import session_alive, warm_streaming
 from .term import _Term
 
 __all__ = ("JobManager", "EventSink")
@@ -198,6 +198,7 @@ class JobManager:
             tg = await stack.enter_async_context(anyio.create_task_group())
             if self.warm.hot:
                 tg.start_soon(self._announce_warm)
+                tg.start_soon(self._watch_spark)
             await self.election.start(self)
             task_status.started(self.elector)
             try:
@@ -230,6 +231,29 @@ class JobManager:
             await rehearse_stored_streams(
                 stores, spark, leading=self._leading, emit=self.emit, poll=self.poll_interval
             )
+
+    async def _watch_spark(self) -> None:
+        """Leave the election once the standby's Spark JVM is gone (killed, the OOM killer).
+
+        Elected, such a standby could run nothing: its stream would fail at once and the job
+        count the term as one more death of a job manager running it. The active's stream
+        notices by itself (``stream_run``) and counts that death, the job's JVM perhaps.
+        """
+        try:
+            spark = await self.warm.wait()
+        except Exception:  # never built: reported when it matters, on election
+            return
+        while self.warm.owned:
+            await anyio.sleep(self.poll_interval)
+            if self._leading.is_set():
+                continue
+            # a paused JVM keeps this call waiting: paused is not gone
+            alive = await anyio.to_thread.run_sync(session_alive, spark, abandon_on_cancel=True)
+            if not alive and not self._leading.is_set():
+                log.error("Spark's JVM is gone: leaving the election")
+                self.emit("spark_lost", error="Spark's JVM is gone")
+                self.quit()
+                return
 
     def quit(self) -> None:
         """Stop serving: the job manager leaves (and, with services of its own, the process

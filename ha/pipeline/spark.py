@@ -221,11 +221,14 @@ class WarmSession:
         self._thread: threading.Thread | None = None
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
+        self.owned = True  # built here: its JVM is ours to watch (``JobManager``)
 
     @classmethod
     def of(cls, session: SparkSession) -> WarmSession:
-        """A WarmSession holding a session built elsewhere (tests share one per module)."""
+        """A WarmSession holding a session built elsewhere (tests share one per module); its
+        owner watches its JVM."""
         warm = cls(hot=True)
+        warm.owned = False
         warm._session = session
         warm._thread = threading.current_thread()  # nothing left to build
         warm._ready.set()
