@@ -233,15 +233,19 @@ class JobManager:
             )
 
     async def _watch_spark(self) -> None:
-        """Leave the election once the standby's Spark JVM is gone (killed, the OOM killer).
+        """Leave the election once the standby's Spark is gone for good: its JVM killed (the
+        OOM killer), or never built (killed as it started, no Java; a WarmSession does not
+        build twice).
 
         Elected, such a standby could run nothing: its stream would fail at once and the job
-        count the term as one more death of a job manager running it. The active's stream
-        notices by itself (``stream_run``) and counts that death, the job's JVM perhaps.
+        count the term as one more death of a job manager running it, or its term would fail
+        and give the lead up, again at each election. The active's stream notices by itself
+        (``stream_run``) and counts that death (the job may have killed its JVM).
         """
         try:
             spark = await self.warm.wait()
-        except Exception:  # never built: reported when it matters, on election
+        except Exception as exc:
+            self._leave(f"building Spark failed: {type(exc).__name__}: {exc}")
             return
         while self.warm.owned:
             await anyio.sleep(self.poll_interval)
@@ -250,10 +254,13 @@ class JobManager:
             # a paused JVM keeps this call waiting: paused is not gone
             alive = await anyio.to_thread.run_sync(session_alive, spark, abandon_on_cancel=True)
             if not alive and not self._leading.is_set():
-                log.error("Spark's JVM is gone: leaving the election")
-                self.emit("spark_lost", error="Spark's JVM is gone")
-                self.quit()
+                self._leave("Spark's JVM is gone")
                 return
+
+    def _leave(self, why: str) -> None:
+        log.error("%s: leaving the election", why)
+        self.emit("spark_lost", error=why)
+        self.quit()
 
     def quit(self) -> None:
         """Stop serving: the job manager leaves (and, with services of its own, the process

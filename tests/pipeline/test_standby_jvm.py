@@ -35,6 +35,28 @@ def anyio_backend() -> str:
 
 
 @pytest.mark.timeout(600)
+async def test_a_standby_that_could_not_build_spark_leaves_the_election(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the soak too (seed 103): a standby's JVM SIGKILLed while it started. Its
+    session never built, and a WarmSession does not build twice; it stayed a standby, and
+    elected it failed its term and gave the lead up at once, over and over (tens of epochs a
+    second) until its elector gave up and the process died with a traceback. Here the standby
+    has no Java at all (JAVA_HOME without bin/java), which fails its build at once."""
+    async with LocalJobCluster(tmp_path, session_timeout=2.0) as jobs:
+        await jobs.start("a")
+        with anyio.fail_after(400):
+            await jobs.wait_ready(1)
+        monkeypatch.setenv("JAVA_HOME", str(tmp_path))  # for the process started next
+        await jobs.start("b")
+        with anyio.fail_after(60):
+            lost = await jobs.wait_event("spark_lost", lambda e: e.identity == "b")
+            code = await jobs.workers["b"].process.wait()
+        assert "JAVA_HOME has no bin/java" in lost.fields["error"] and code == 0
+        assert jobs.active() == "a" and jobs.find("active", lambda e: e.identity == "b") == []
+
+
+@pytest.mark.timeout(600)
 async def test_a_standby_whose_jvm_died_leaves_the_election(tmp_path: Path) -> None:
     async with LocalJobCluster(tmp_path, session_timeout=2.0) as jobs:
         for name in ("a", "b"):
