@@ -221,11 +221,14 @@ class WarmSession:
         self._thread: threading.Thread | None = None
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
+        self.owned = True  # built here: its JVM is ours to watch (``JobManager``)
 
     @classmethod
     def of(cls, session: SparkSession) -> WarmSession:
-        """A WarmSession holding a session built elsewhere (tests share one per module)."""
+        """A WarmSession holding a session built elsewhere (tests share one per module); its
+        owner watches its JVM."""
         warm = cls(hot=True)
+        warm.owned = False
         warm._session = session
         warm._thread = threading.current_thread()  # nothing left to build
         warm._ready.set()
@@ -275,10 +278,15 @@ class WarmSession:
         return self.get(0)
 
     def stop(self) -> None:
-        """Stop the session if it was built (blocking; waits for a build in progress)."""
+        """Stop the session if it was built (blocking; waits for a build in progress). A
+        session whose JVM is gone (killed: the job manager leaves for that) has nothing left to
+        stop; the process still ends in good order."""
         if self._thread is None:
             return
         self._ready.wait()
         if self._session is not None:
-            self._session.stop()
+            try:
+                self._session.stop()
+            except Exception as exc:  # Py4J: the JVM does not answer any more
+                log.info("stopping the SparkSession failed: %s", exc)
             self._session = None

@@ -78,7 +78,7 @@ from ..spark import SparkSettings, WarmSession
 from .rehearsal import rehearse_stored_streams
 from .rows import job_rows
 from .runs.base import TermContext
-from .runs.stream import warm_streaming
+from .runs.stream import session_alive, warm_streaming
 from .term import Term
 
 __all__ = ("JobManager", "EventSink")
@@ -203,6 +203,7 @@ class JobManager:
             tg = await stack.enter_async_context(anyio.create_task_group())
             if self.warm.hot:
                 tg.start_soon(self._announce_warm)
+                tg.start_soon(self._watch_spark)
             await self.election.start(self)
             task_status.started(self.elector)
             try:
@@ -235,6 +236,36 @@ class JobManager:
             await rehearse_stored_streams(
                 stores, spark, leading=self._leading, emit=self.emit, poll=self.poll_interval
             )
+
+    async def _watch_spark(self) -> None:
+        """Leave the election once the standby's Spark is gone for good: its JVM killed (the
+        OOM killer), or never built (killed as it started, no Java; a WarmSession does not
+        build twice).
+
+        Elected, such a standby could run nothing: its stream would fail at once and the job
+        count the term as one more death of a job manager running it, or its term would fail
+        and give the lead up, again at each election. The active's stream notices by itself
+        (``stream_run``) and counts that death (the job may have killed its JVM).
+        """
+        try:
+            spark = await self.warm.wait()
+        except Exception as exc:
+            self._leave(f"building Spark failed: {type(exc).__name__}: {exc}")
+            return
+        while self.warm.owned:
+            await anyio.sleep(self.poll_interval)
+            if self._leading.is_set():
+                continue
+            # a paused JVM keeps this call waiting: paused is not gone
+            alive = await anyio.to_thread.run_sync(session_alive, spark, abandon_on_cancel=True)
+            if not alive and not self._leading.is_set():
+                self._leave("Spark's JVM is gone")
+                return
+
+    def _leave(self, why: str) -> None:
+        log.error("%s: leaving the election", why)
+        self.emit("spark_lost", error=why)
+        self.quit()
 
     def quit(self) -> None:
         """Stop serving: the job manager leaves (and, with services of its own, the process
