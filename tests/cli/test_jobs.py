@@ -239,7 +239,8 @@ def test_spark_commands_without_pyspark_say_what_to_install(tmp_path: Path) -> N
     journal.write_text("")
     env = ha_env(tmp_path, PYTHONPATH=str(fake.parent))
     for args in (
-        ["report", str(journal), "--out", str(tmp_path / "r.html")],
+        # Spark asked for: a small journal's report runs without it (--engine auto: local)
+        ["report", str(journal), "--out", str(tmp_path / "r.html"), "--engine", "spark"],
         ["jobs", "manager", "--id", "jm-1"],
         ["demo", "--pipeline"],
     ):
