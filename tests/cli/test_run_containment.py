@@ -84,6 +84,16 @@ class Hosts(Supervisors):
         ident, epoch, pid, _ = found[-1]
         return ident, epoch, pid
 
+    def a_active_b_standing_by(self) -> int:
+        """Start a, then b behind it; the pid of a's COMMAND, once it beats and b stands by."""
+        self.start("a")
+        wait_until(lambda: beats(self.beats), "a's COMMAND")
+        self.start("b")
+        wait_until(lambda: "standby" in self.log("b"), "b to stand by")
+        ident, _, pid = self.leader()
+        assert ident == "a"
+        return pid
+
     def log(self, identity: str) -> str:
         return (self.directory / f"{identity}.log").read_text()
 
@@ -126,12 +136,7 @@ def test_a_frozen_supervisors_command_stops_before_the_standby_starts(
     with Hosts(tmp_path) as h:
         h.env["HA_ASYNC_BACKEND"] = loop
         try:
-            h.start("a")
-            wait_until(lambda: beats(h.beats), "a's COMMAND")
-            h.start("b")
-            wait_until(lambda: "standby" in h.log("b"), "b to stand by")
-            ident, epoch, pid = h.leader()
-            assert ident == "a"
+            pid = h.a_active_b_standing_by()
             os.kill(h.procs["a"].pid, signal.SIGSTOP)
             wait_until(lambda: h.leader()[0] == "b", "b's COMMAND", within=20)
             wait_until(
@@ -160,12 +165,7 @@ def test_a_supervisor_frozen_with_its_guard_still_loses_its_command(
     with Hosts(tmp_path) as h:
         h.env["HA_ASYNC_BACKEND"] = loop
         try:
-            h.start("a")
-            wait_until(lambda: beats(h.beats), "a's COMMAND")
-            h.start("b")
-            wait_until(lambda: "standby" in h.log("b"), "b to stand by")
-            ident, _, pid = h.leader()
-            assert ident == "a"
+            pid = h.a_active_b_standing_by()
             guard = guard_of(h.procs["a"].pid)
             os.kill(guard, signal.SIGSTOP)
             os.kill(h.procs["a"].pid, signal.SIGSTOP)
