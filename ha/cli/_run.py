@@ -127,7 +127,7 @@ def _one_line(exc: BaseException) -> str:
 # --- Spark: what to install, and its errors in one line -----------------------------------------
 
 # what the spark extra brings: a missing one is an installation problem, said so
-SPARK_MODULES = frozenset({"pyspark", "py4j", "pandas", "pyarrow", "numpy", "matplotlib"})
+SPARK_MODULES = frozenset({"pyspark", "py4j", "pandas", "pyarrow", "numpy"})
 SPARK_HINT = install_hint("spark")
 
 

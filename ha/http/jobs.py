@@ -1,11 +1,12 @@
 """``ha jobs manager --http``: the job manager's endpoint and metrics.
 
-``serve_job_manager`` measures a ``JobManager`` that has not started yet (its backend's
-operations, its elector, its batches and recoveries through its event sink) and serves the
-routes of ``endpoints.py`` for its election until cancelled. The job manager is a component of
-its process's HA services, whose elector runs the services' contender: ``ElectorMetrics.watch``
-is handed to the services (``on_elector``), so each elector they run is measured and runs the
-wrapper that counts its fences. It takes any object shaped like a job manager
+``serve_job_manager`` measures a ``JobManager`` that has not started yet (its process and
+build as ``ha run --http`` does, its backend's operations, its elector, its batches and
+recoveries through its event sink) and serves the routes of ``endpoints.py`` for its election
+until cancelled. The job manager is a component of its process's HA services, whose elector
+runs the services' contender: ``ElectorMetrics.watch`` is handed to the services
+(``on_elector``), so each elector they run is measured and runs the wrapper that counts its
+fences. It takes any object shaped like a job manager
 (``ServedJobManager``): this layer sits below ``ha.pipeline`` and imports nothing of it.
 """
 
@@ -16,11 +17,12 @@ from typing import Any, Protocol
 
 import anyio
 import anyio.abc
+import sniffio
 
 from ..drivers.base import Driver
 from ..election.elector import Elector
 from ..election.nodes import identity_bytes
-from ..metrics import BackendMetrics, ElectorMetrics, JobManagerMetrics, Registry
+from ..metrics import BackendMetrics, ElectorMetrics, JobManagerMetrics, ProcessMetrics, Registry
 from ..metrics.jobs import EventSink
 from .endpoints import ElectionEndpoints
 from .server import serve
@@ -76,6 +78,7 @@ async def serve_job_manager(
     """Measure ``manager`` and serve its endpoint on ``host:port`` until cancelled (call
     before ``manager.run()``: ``await task_group.start(serve_job_manager, manager, h, p)``)."""
     registry = Registry()
+    ProcessMetrics(registry, event_loop=sniffio.current_async_library())  # as `ha run`'s
     BackendMetrics(registry).measure(manager.driver)
     manager.on_event = JobManagerMetrics(registry).sink(manager.identity, manager.on_event)
     manager.services.on_elector(ElectorMetrics(registry).watch)

@@ -1,4 +1,4 @@
-"""The report's charts (matplotlib), drawn from a ``JournalReport``'s small pandas frames.
+"""The report's charts (SVG, ``svg``), drawn from a ``JournalReport``'s small pandas frames.
 
 Every chart has a legend and is drawn only when it has something to show: a journal of a
 few seconds gets no rate line of one point and no epoch staircase of one step. Times on the
@@ -11,18 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .analysis import JournalReport
 from .summary import INFERRED_ENDS
+from .svg import PALETTE, Axis, Bar, Chart, Key, Line, Panel, linear_ticks, log_ticks
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
-__all__ = ("figures", "local_time", "seconds_label")
+__all__ = ("charts", "local_time", "seconds_label")
 
 ACTIVE_COLOR = "#1f77b4"
 OVERLAP_COLOR = "#d62728"
+OTHERS_COLOR = "#999999"  # the elections beyond MAX_SERIES, as one series
 # The gaps by how the previous holder's end is known (its ``end_kind``), with their colors.
 GAP_KINDS = {
     "left": ("handover: both ends on record", "#2ca02c"),
@@ -53,86 +52,64 @@ def local_time(ts: float) -> str:
     return datetime.fromtimestamp(ts).astimezone().isoformat(sep=" ", timespec="milliseconds")
 
 
-def figures(report: JournalReport) -> list[tuple[str, Figure]]:
-    """(caption, figure) for each chart that has data; close them after use."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display; also safe in worker threads
-    drawers: list[Callable[[JournalReport], tuple[str, Figure] | None]] = [
+def charts(report: JournalReport) -> list[Chart]:
+    """Each chart that has data, in the page's order."""
+    drawers: list[Callable[[JournalReport], Chart | None]] = [
         _timeline, _gaps, _rates, _closeups, _epochs,
     ]  # fmt: skip
     return [drawn for draw in drawers if (drawn := draw(report)) is not None]
 
 
-def _margins(fig: Any) -> None:
-    """Fixed margins for a chart of one axes with numbers on both axes: tight_layout would
-    draw the whole figure once more to measure its labels (a third of the time to render)."""
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.15, top=0.95)
-
-
-def _bar_legend(ax: Any, overlap: bool, estimated: bool = False) -> None:
-    from matplotlib.patches import Patch
-
-    handles = [Patch(color=ACTIVE_COLOR, label="active")]
+def _bar_keys(overlap: bool, estimated: bool = False) -> list[Key]:
+    keys = [Key("active", ACTIVE_COLOR)]
     if estimated:
-        handles.append(
-            Patch(facecolor="white", edgecolor=ACTIVE_COLOR, hatch="////",
-                  label="active, end estimated (no record of leaving)")
-        )  # fmt: skip
+        keys.append(Key("active, end estimated (no record of leaving)", ACTIVE_COLOR, "hatch"))
     if overlap:
-        handles.append(Patch(color=OVERLAP_COLOR, label="active while another was (overlap)"))
-    ax.legend(handles=handles, fontsize=7, loc="upper right")
+        keys.append(Key("active while another was (overlap)", OVERLAP_COLOR))
+    return keys
 
 
-def _bars(ax: Any, rows: Any, lo: float, hi: float | None = None) -> None:
-    """One row of leadership bars per identity, from ``lo`` (seconds since ``lo``)."""
+def _bars(rows: Any, lo: float, hi: float | None = None) -> tuple[list[Bar], Axis]:
+    """One row of leadership bars per identity, from ``lo`` (seconds since ``lo``), and the
+    axis naming the rows."""
     idents = sorted(rows["identity"].unique())
+    estimated = rows["end_kind"].isin(INFERRED_ENDS) if "end_kind" in rows else None
+    bars = []
     for y, ident in enumerate(idents):
-        mine = rows[rows["identity"] == ident]
-        starts = mine["start"].clip(lower=lo)
-        ends = mine["end"] if hi is None else mine["end"].clip(upper=hi)
-        bars = list(zip(starts - lo, ends - starts, strict=True))
-        colors = [OVERLAP_COLOR if k == "overlap" else ACTIVE_COLOR for k in mine["kind"]]
-        if "end_kind" in mine:
-            estimated = list(mine["end_kind"].isin(INFERRED_ENDS))
-        else:
-            estimated = [False] * len(bars)
-        # one collection for the recorded bars, one for the estimated (hatched, not solid)
-        for guess in (False, True):
-            pick = [n for n, g in enumerate(estimated) if bool(g) == guess]
-            if not pick:
-                continue
-            mine_bars, mine_colors = [bars[n] for n in pick], [colors[n] for n in pick]
-            if guess:
-                ax.broken_barh(mine_bars, (y - 0.35, 0.7), facecolors="white",
-                               edgecolors=mine_colors, hatch="////")  # fmt: skip
-            else:
-                ax.broken_barh(mine_bars, (y - 0.35, 0.7), facecolors=mine_colors)
-    ax.set_yticks(range(len(idents)), idents)
+        mine = rows["identity"] == ident
+        starts = rows.loc[mine, "start"].clip(lower=lo)
+        ends = rows.loc[mine, "end"] if hi is None else rows.loc[mine, "end"].clip(upper=hi)
+        guesses = estimated[mine] if estimated is not None else [False] * len(starts)
+        for start, end, kind, guess in zip(
+            starts, ends, rows.loc[mine, "kind"], guesses, strict=True
+        ):
+            color = OVERLAP_COLOR if kind == "overlap" else ACTIVE_COLOR
+            bars.append(Bar(start - lo, end - lo, y - 0.35, y + 0.35, color, bool(guess)))
+    names = Axis(-0.6, len(idents) - 0.4, ticks=[(float(y), i) for y, i in enumerate(idents)])
+    return bars, names
 
 
-def _timeline(report: JournalReport) -> tuple[str, Figure] | None:
-    import matplotlib.pyplot as plt
-
+def _timeline(report: JournalReport) -> Chart | None:
     tl = report.timeline
     if not len(tl):
         return None
-    elections = list(dict.fromkeys(tl["election"]))
-    fig, axes = plt.subplots(
-        len(elections), 1, figsize=(10, 1.4 + 1.2 * len(elections)), squeeze=False
-    )
-    for ax, name in zip(axes[:, 0], elections, strict=True):
+    panels = []
+    for name in dict.fromkeys(tl["election"]):
         rows = tl[tl["election"] == name]
         t0 = float(rows["start"].min())
-        _bars(ax, rows, t0)
-        ax.set_title(
-            f"{name}: first {len(rows)} leadership intervals from {local_time(t0)}", fontsize=9
-        )
-        ax.set_xlabel("seconds since the first interval", fontsize=8)
+        bars, names = _bars(rows, t0)
+        right = max(float(rows["end"].max()) - t0, 1e-3) * 1.02
         estimated = bool(rows["end_kind"].isin(INFERRED_ENDS).any())
-        _bar_legend(ax, bool((rows["kind"] == "overlap").any()), estimated)
-    fig.tight_layout()
-    return "Who was active", fig
+        panels.append(
+            Panel(
+                Axis(0.0, right, "seconds since the first interval", linear_ticks(0.0, right)),
+                names,
+                title=f"{name}: first {len(rows)} leadership intervals from {local_time(t0)}",
+                bars=bars,
+                keys=_bar_keys(bool((rows["kind"] == "overlap").any()), estimated),
+            )
+        )
+    return Chart("Who was active", panels, panel_height=150 if len(panels) > 1 else 200)
 
 
 def _series(frame: Any, *, merge_rest: bool = True) -> list[tuple[str, Any]]:
@@ -150,48 +127,48 @@ def _series(frame: Any, *, merge_rest: bool = True) -> list[tuple[str, Any]]:
     return [*kept, (f"{len(groups) - MAX_SERIES + 1} other elections", rest)]
 
 
-def _gaps(report: JournalReport) -> tuple[str, Figure] | None:
-    import matplotlib.pyplot as plt
+def _color(n: int, name: str) -> str:
+    return OTHERS_COLOR if name.endswith(" other elections") else PALETTE[n % len(PALETTE)]
+
+
+def _gaps(report: JournalReport) -> Chart | None:
     import numpy as np
-    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     gaps = report.gaps
     if not len(gaps):
         return None
-    fig, ax = plt.subplots(figsize=(10, 3.5))
     values = gaps["gap"].to_numpy(dtype=float)
     smallest, largest = max(float(values.min()), 1e-6), max(float(values.max()), 1e-6)
     log = largest / smallest > LOG_GAPS_ABOVE
     if log:  # from microseconds to seconds: each decade as wide
         bins = np.logspace(np.log10(smallest) - 0.05, np.log10(largest) + 0.05, 50)
         values = np.clip(values, smallest, None)
+        x = Axis(float(bins[0]), float(bins[-1]), log=True)
+        x.ticks = log_ticks(x.lo, x.hi, seconds_label)
     else:  # a few values, or of one magnitude: a plain axis from 0
         bins = np.linspace(0.0, largest * 1.05, 43)
+        x = Axis(0.0, float(bins[-1]), ticks=linear_ticks(0.0, float(bins[-1]), seconds_label))
+    x.label = "failover gap: no active until the new active"
     after = gaps["after"].to_numpy()
-    stacked, labels, colors = [], [], []
+    stacked = np.zeros(len(bins) - 1)
+    bars, keys = [], []
     for kind, (label, color) in GAP_KINDS.items():
         mine = values[after == kind]
-        if len(mine):
-            stacked.append(mine)
-            labels.append(f"{label} ({len(mine):,})")
-            colors.append(color)
-    ax.hist(stacked, bins=bins.tolist(), stacked=True, label=labels, color=colors)
-    if log:
-        ax.set_xscale("log")
-        ax.xaxis.set_major_locator(LogLocator(base=10))
-        ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: seconds_label(v)))
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("failover gap: no active until the new active")
-    ax.set_ylabel("failovers")
-    ax.legend(fontsize=7, title="how the old active's end is known", title_fontsize=7)
-    _margins(fig)
-    return "Failover gaps, every election", fig
+        if not len(mine):
+            continue
+        counts, _ = np.histogram(mine, bins=bins)
+        for n in np.flatnonzero(counts):
+            top = stacked[n] + counts[n]
+            bars.append(Bar(float(bins[n]), float(bins[n + 1]), float(stacked[n]), top, color))
+        stacked += counts
+        keys.append(Key(f"{label} ({len(mine):,})", color))
+    most = float(stacked.max()) * 1.05
+    y = Axis(0.0, most, "failovers", linear_ticks(0.0, most, integer=True))
+    panel = Panel(x, y, bars=bars, keys=keys, key_title="how the old active's end is known")
+    return Chart("Failover gaps, every election", [panel])
 
 
-def _rates(report: JournalReport) -> tuple[str, Figure] | None:
-    import matplotlib.pyplot as plt
-
+def _rates(report: JournalReport) -> Chart | None:
     rates, width = report.rates, report.rate_bucket_s
     if rates["bucket"].nunique() < MIN_RATE_POINTS:
         return None  # a line of one or two points says nothing
@@ -200,45 +177,49 @@ def _rates(report: JournalReport) -> tuple[str, Figure] | None:
     step = max(width, float(rates["bucket"].max() - t0 + width) / 200)
     binned = rates.assign(bin=t0 + ((rates["bucket"] - t0) // step) * step)
     unit, per = ("hours", 3600.0) if width >= 3600 else ("minutes", 60.0)
-    fig, ax = plt.subplots(figsize=(10, 3.5))
-    for name, group in _series(binned):
+    lines = []
+    for n, (name, group) in enumerate(_series(binned)):
         series = group.groupby("bin")["transitions"].sum() / (step / 3600)
-        ax.plot((series.index - t0) / per, series.to_numpy(), lw=0.9, label=name)
-    ax.set_xlabel(f"{unit} since {local_time(t0)}")
-    ax.set_ylabel("transitions per hour")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7, title="election", title_fontsize=7)
-    _margins(fig)
-    return "Transitions per hour, per election", fig
+        xs = [float(v) for v in (series.index - t0) / per]
+        lines.append(Line(name, xs, [float(v) for v in series], _color(n, name)))
+    right = max(max(line.xs) for line in lines)
+    top = max(max(line.ys) for line in lines) * 1.05 or 1.0
+    panel = Panel(
+        Axis(0.0, right, f"{unit} since {local_time(t0)}", linear_ticks(0.0, right)),
+        Axis(0.0, top, "transitions per hour", linear_ticks(0.0, top)),
+        lines=lines,
+        keys=[Key(line.label, line.color, "line") for line in lines],
+        key_title="election",
+    )
+    return Chart("Transitions per hour, per election", [panel])
 
 
-def _closeups(report: JournalReport) -> tuple[str, Figure] | None:
-    import matplotlib.pyplot as plt
-
+def _closeups(report: JournalReport) -> Chart | None:
     close = report.closeups
     if not len(close):
         return None
-    shots = list(dict.fromkeys(close["closeup"]))
-    fig, axes = plt.subplots(len(shots), 1, figsize=(10, 0.8 + 1.4 * len(shots)), squeeze=False)
-    for ax, shot in zip(axes[:, 0], shots, strict=True):
+    panels = []
+    for shot in dict.fromkeys(close["closeup"]):
         rows = close[close["closeup"] == shot]
         lo, hi = float(rows["lo"].iloc[0]), float(rows["hi"].iloc[0])
-        _bars(ax, rows, lo, hi)
+        bars, names = _bars(rows, lo, hi)
         first = rows.iloc[0]
-        ax.axvspan(first["ov_start"] - lo, first["ov_end"] - lo, color=OVERLAP_COLOR, alpha=0.15)
-        ax.set_xlim(0, hi - lo)
-        ax.set_title(f"{rows['election'].iloc[0]} from {local_time(lo)}", fontsize=9)
-        _bar_legend(ax, True)
-    axes[-1, 0].set_xlabel("seconds")
-    fig.tight_layout()
-    return "Overlapping leadership up close", fig
+        overlap = Bar(first["ov_start"] - lo, first["ov_end"] - lo, names.lo, names.hi,
+                      OVERLAP_COLOR, opacity=0.15)  # fmt: skip
+        panels.append(
+            Panel(
+                Axis(0.0, hi - lo, "seconds", linear_ticks(0.0, hi - lo)),
+                names,
+                title=f"{rows['election'].iloc[0]} from {local_time(lo)}",
+                bars=[overlap, *bars],
+                keys=_bar_keys(True),
+            )
+        )
+    return Chart("Overlapping leadership up close", panels, panel_height=170)
 
 
-def _epochs(report: JournalReport) -> tuple[str, Figure] | None:
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    ep = report.epochs
+def _epochs(report: JournalReport) -> Chart | None:
+    ep = report.epochs.dropna(subset=["epoch"])  # an elector too old to record one
     if not len(ep) or ep.groupby("election").size().max() < 2:
         return None  # one interval per election: no succession to show
     # The whole run of each election drawn: from its first record, the last epoch held to
@@ -248,16 +229,24 @@ def _epochs(report: JournalReport) -> tuple[str, Figure] | None:
     t0, t1 = float(shown["first_ts"].min()), float(shown["last_ts"].max())
     hours = t1 - t0 >= 2 * 3600
     unit, per = ("hours", 3600.0) if hours else ("seconds", 1.0)
-    fig, ax = plt.subplots(figsize=(10, 3.5))
-    for name, group in _series(ep, merge_rest=False):
+    lines = []
+    for n, (name, group) in enumerate(_series(ep, merge_rest=False)):
         group = group.sort_values("start")
-        x = [*((group["start"] - t0) / per), (float(spans.at[name, "last_ts"]) - t0) / per]
-        y = [*group["epoch"], group["epoch"].iloc[-1]]
-        ax.step(x, y, where="post", label=name)
-    ax.set_xlim(0, (t1 - t0) / per)
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel(f"{unit} since {local_time(t0)}")
-    ax.set_ylabel("epoch")
-    ax.legend(fontsize=7, title="election", title_fontsize=7)
-    _margins(fig)
-    return "Epochs of successive leaders", fig
+        xs = [*((group["start"] - t0) / per), (float(spans.at[name, "last_ts"]) - t0) / per]
+        ys = [*group["epoch"], group["epoch"].iloc[-1]]
+        lines.append(
+            Line(name, [float(v) for v in xs], [float(v) for v in ys], _color(n, name), True)
+        )
+    low = min(min(line.ys) for line in lines)
+    high = max(max(line.ys) for line in lines)
+    pad = max(1.0, (high - low) * 0.05)
+    panel = Panel(
+        Axis(0.0, (t1 - t0) / per, f"{unit} since {local_time(t0)}",
+             linear_ticks(0.0, (t1 - t0) / per)),
+        Axis(low - pad, high + pad, "epoch",
+             linear_ticks(low - pad, high + pad, integer=True)),
+        lines=lines,
+        keys=[Key(line.label, line.color, "line") for line in lines],
+        key_title="election",
+    )  # fmt: skip
+    return Chart("Epochs of successive leaders", [panel])

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 from typing import TYPE_CHECKING, Any
 
 from .analysis import JournalReport
-from .plots import figures, local_time
+from .plots import charts, local_time
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+    from .svg import Chart
 
 __all__ = ("render_html", "summary_table")
 
@@ -135,13 +136,8 @@ def summary_table(report: JournalReport) -> Table:
     return table
 
 
-def _png(fig: Any) -> str:
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)  # laid out by plots (tight_layout): one draw
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
+def _svg_uri(chart: Chart) -> str:
+    return "data:image/svg+xml;base64," + base64.b64encode(chart.svg().encode()).decode()
 
 
 def _html_table(rows: list[dict[str, str]]) -> str:
@@ -156,7 +152,7 @@ def _html_table(rows: list[dict[str, str]]) -> str:
 
 
 def render_html(report: JournalReport, title: str = "Election journal report") -> str:
-    """A self-contained HTML page (plots embedded as base64 PNG)."""
+    """A self-contained HTML page (charts embedded as SVG images)."""
     overlap_rows = [
         {
             "election": str(r["election"]),
@@ -179,10 +175,10 @@ def render_html(report: JournalReport, title: str = "Election journal report") -
     shown = (
         f" (first {len(overlap_rows):,} shown)" if report.overlap_count > len(overlap_rows) else ""
     )
-    charts = "".join(
-        f'<h2>{html.escape(caption)}</h2><img alt="{html.escape(caption)}" '
-        f'src="data:image/png;base64,{_png(fig)}">'
-        for caption, fig in figures(report)
+    drawn = "".join(
+        f'<h2>{html.escape(chart.caption)}</h2><img alt="{html.escape(chart.caption)}" '
+        f'src="{_svg_uri(chart)}">'
+        for chart in charts(report)
     )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -205,6 +201,6 @@ gap is the time with no active; availability is the share of the observed span w
 Bars drawn hatched end at an estimate, not a record.</p>
 <h2>Overlapping leadership{shown}</h2>
 {_html_table(overlap_rows)}
-{charts}
+{drawn}
 </body></html>
 """

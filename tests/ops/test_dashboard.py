@@ -5,7 +5,8 @@ deploy/grafana checked against what they export.
 No leader's identity in a label (a pod's name is new on every restart: a new series per
 leader); whether the election has an active, is paused, since when its leader leads; COMMAND
 up, its starts and health checks; ``process_*`` and ``ha_build_info``; and the time the
-election had no active, detection included (the takeover histogram leaves it out).
+election had no active, detection included (the takeover histogram leaves it out). And
+`ha jobs manager --http` exports the same ``process_*`` and ``ha_build_info``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ha._install import version
 from ha.supervisor.exits import STARTED
-from tests.cli.helpers import Supervisors, popen_ha, wait_until
+from tests.cli.helpers import Supervisors, ha, popen_ha, wait_until
 from tests.cli.test_operating import http_get
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "ha-elections.json"
@@ -169,3 +171,40 @@ def test_metrics_a_dashboard_can_use_from_a_real_ha_run(tmp_path: Path, loop: st
         "ha_election_leaderless_seconds_sum",
         "ha_command_up",
     } <= names
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_a_job_manager_exports_its_process_and_build(tmp_path: Path, loop: str) -> None:
+    """`ha jobs manager --http` exports ``process_*`` and ``ha_build_info`` as `ha run --http`
+    does (a cold standby behind another holder of its election: no JVM needed)."""
+    pytest.importorskip("pyspark")  # the command refuses to start without it
+    election = "/ha/default/election"
+    with Supervisors(tmp_path, HA_ASYNC_BACKEND=loop) as sup:
+        sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+        sup.procs["holder"] = popen_ha(
+            "run", election, "--id", "holder", "--", *sleep, env=sup.env,
+            log=tmp_path / "holder.log",
+        )  # fmt: skip
+        wait_until(lambda: _leader(sup, election) == "holder", "the holder to lead")
+        sup.procs["jm-1"] = popen_ha(
+            "jobs", "manager", "--id", "jm-1", "--cold", "--http", "127.0.0.1:0", env=sup.env,
+            log=tmp_path / "jm-1.log",
+        )  # fmt: skip
+        port = _port(tmp_path, "jm-1")
+        wait_until(lambda: http_get(port, "/readyz") == (503, b"standby\n"), "jm-1 standby")
+        samples, _ = scrape(port)
+    assert one(samples, "ha_jobmanager_recoveries_total", identity="jm-1") == 0  # the manager's
+    assert one(samples, "process_cpu_seconds_total") > 0
+    assert one(samples, "process_resident_memory_bytes") > 0
+    assert 0 < one(samples, "process_open_fds") <= one(samples, "process_max_fds")
+    assert one(samples, "process_start_time_seconds") > 0
+    assert one(samples, "ha_build_info", version=version(), event_loop=loop) == 1
+
+
+def _leader(sup: Supervisors, election: str) -> str | None:
+    result = ha("status", election, "--json", env=sup.env)
+    if result.returncode != 0:
+        return None  # not yet created (1), or no active yet (3)
+    active: str | None = json.loads(result.stdout)["active"]
+    return active

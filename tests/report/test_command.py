@@ -81,4 +81,4 @@ def test_the_report_keeps_the_jvm_off_stderr_and_shows_the_crash(tmp_path: Path)
     assert row[1:] == ["1", "1", "4.00", "s", "4.00", "s", "0", "75.000%"]
     assert lines[-1] == "no overlapping leadership"  # and exit code 0, above
     page = out.read_text()
-    assert "data:image/png;base64," in page and "No overlapping leadership." in page
+    assert "data:image/svg+xml;base64," in page and "No overlapping leadership." in page

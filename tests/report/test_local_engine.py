@@ -24,6 +24,27 @@ def test_ten_thousand_events_are_analyzed_without_a_jvm(tmp_path: Path) -> None:
     assert "events analyzed in" in result.stdout and result.stdout.count("local engine") == 1
 
 
+def test_the_charts_import_no_plotting_library(tmp_path: Path) -> None:
+    """The charts are SVG text (``ha.report.svg``): `ha report` imports neither matplotlib nor
+    an imaging library, nor pyspark for the local engine (their import took a CPU-second)."""
+    generate_journal(tmp_path / "j", events=10_000, elections=3, seed=1)
+    out = tmp_path / "r.html"
+    result = ha(
+        "report", str(tmp_path / "j"), "--out", str(out),
+        env=ha_env(tmp_path, PYTHONPROFILEIMPORTTIME="1"), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert {"ha.cli", "ha.report.local", "pandas"} <= imported  # the list is the command's
+    heavy = {name for name in imported if name.split(".")[0] in ("matplotlib", "PIL", "pyspark")}
+    assert not heavy, sorted(heavy)[:5]
+    assert out.read_text().count("data:image/svg+xml;base64,") == 4  # no overlap: no close-up
+
+
 def test_what_goes_to_spark(tmp_path: Path) -> None:
     journal = tmp_path / "j.jsonl"
     journal.write_text("")
