@@ -13,9 +13,11 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from tests.cli.helpers import ha_env, popen_ha, stop_procs, wait_until
 from tests.support.backends.etcd import EtcdServer
 
 # packages a standby never runs: loaded, each costs resident memory in every contender process
@@ -55,7 +57,7 @@ def heavy(modules: list[str]) -> list[str]:
 
 def test_import_ha_loads_the_package_alone() -> None:
     _, modules = loaded("import ha")
-    assert [m for m in modules if m == "ha" or m.startswith("ha.")] == ["ha"]
+    assert [m for m in modules if m == "ha" or m.startswith("ha.")] == ["ha", "ha._lazy"]
     assert heavy(modules) == []
 
 
@@ -128,3 +130,70 @@ def test_an_etcd_standby_loads_only_what_it_runs(
     assert printed == ["ACTIVE STANDBY"]
     assert "ha.election.elector" in modules and "ha.drivers.etcd.driver" in modules
     assert heavy(modules) == []
+
+
+# `ha` as the console script runs it, writing the modules it holds to argv[1] at its exit
+DUMPING_HA = textwrap.dedent(
+    """
+    import atexit, json, sys
+
+    out = sys.argv.pop(1)
+
+    def dump() -> None:
+        with open(out, "w") as f:
+            json.dump(sorted(sys.modules), f)
+
+    atexit.register(dump)
+    sys.argv[0] = "ha"
+    from ha.cli import main
+
+    main()
+    """
+)
+
+# what `ha run` without --http never runs: the endpoint, the metrics beside its stand-in, and
+# the packages of the services and the jobs
+NOT_FOR_HA_RUN = (
+    "ha.drivers.memory",
+    "ha.http.endpoints",
+    "ha.http.jobs",
+    "ha.http.page",
+    "ha.metrics.backend",
+    "ha.metrics.election",
+    "ha.metrics.process",
+    "ha.pipeline",
+    "ha.report",
+    "ha.services",
+    "ha.stores",
+    "importlib.metadata",
+    "email",
+)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_ha_run_standing_by_loads_no_metrics_nor_endpoint(
+    etcd_server: EtcdServer, backend: str, tmp_path: Path
+) -> None:
+    env = ha_env(tmp_path, HA_URL=f"etcd://{etcd_server.hosts}/{tmp_path.name}")
+    env["HA_ASYNC_BACKEND"] = backend
+    run = ("run", "/svc", "--id")
+    procs = [popen_ha(*run, "a", "--", "sleep", "600", env=env, log=tmp_path / "a.log")]
+    try:
+        wait_until(lambda: "-> active" in (tmp_path / "a.log").read_text(), "a active")
+        with open(tmp_path / "b.log", "wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", DUMPING_HA, str(tmp_path / "b.json"), *run, "b"]
+                    + ["--", "sleep", "600"],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                )
+            )
+        wait_until(lambda: "-> standby" in (tmp_path / "b.log").read_text(), "b standing by")
+    finally:
+        stop_procs(reversed(procs))
+    modules = json.loads((tmp_path / "b.json").read_text())
+    assert "ha.supervisor" in modules and "ha.drivers.etcd.driver" in modules
+    assert [m for m in modules if m.split(".")[0] == "email" or m.startswith(NOT_FOR_HA_RUN)] == []
