@@ -45,6 +45,11 @@ else:
             "errors": ".errors",
             "open_services": ".services:services",
             "services": ".services",
+            # not public names, but 68ed52c's eager imports left them on the package
+            "drivers": ".drivers",
+            "election": ".election",
+            "membership": ".membership",
+            "stores": ".stores",
         },
     )
 

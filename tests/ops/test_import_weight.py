@@ -66,6 +66,7 @@ def test_public_names_still_load_on_use() -> None:
         """
         import types
         import ha
+        assert ha.stores.Stores and ha.election.nodes  # subpackages, as eager imports left them
         from ha import Elector, Lease, connect
         from ha import *  # noqa: F403
         assert Elector is ha.election.elector.Elector and Lease is ha.Lease
