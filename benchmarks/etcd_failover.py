@@ -24,7 +24,9 @@ run is listed with the reason.
 
 Before the rounds, with every election settled, the standbys' idle cost is read from
 ``/proc``: CPU over ``--idle`` seconds (utime + stime, the process and its children, as a share
-of one core) and RSS, averaged over the two standbys of each kind. After the rounds, ``ha``
+of one core) and RSS, averaged over the two standbys of each kind; beside them the RSS floor of
+any contender on anyio (``anyio floor``: the loop running on asyncio or trio, one worker
+thread, nothing else), which the election API's contender (threads, no event loop) is below. After the rounds, ``ha``
 holds ``--many`` elections (each its own path) on one driver in one process: the time from
 starting the electors until all lead (``peers_etcd/ha_many_etcd.py``; the process's start, its
 imports and its connection are not counted), with the CPU time that took, the steadier figure
@@ -182,6 +184,36 @@ def idle_cost(elections: dict[str, Election], seconds: float, server: int | None
     return costs
 
 
+FLOOR = """
+import sys, anyio, anyio.to_thread
+async def idle() -> None:
+    print("READY", flush=True)
+    await anyio.to_thread.run_sync(sys.stdin.readline)  # a worker thread, as ha's contender has
+anyio.run(idle, backend=sys.argv[1])
+"""
+
+
+def floors() -> dict[str, str]:
+    """RSS of the least any contender on anyio is: the loop running, a worker thread, idle
+    (ha's contender is that plus ha, its connection and the protocol's reader thread)."""
+    found = {}
+    for backend in ("asyncio", "trio"):
+        process = subprocess.Popen(
+            [sys.executable, "-c", FLOOR, backend],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            if process.stdout.readline().startswith("READY"):
+                found[f"anyio floor ({backend})"] = f"{'-':>5} {rss_mib(process.pid):6.1f}"
+        finally:
+            process.kill()
+            process.wait()
+    return found
+
+
 def many_elections(hosts: str, count: int, backend: str, metrics: str | None) -> str:
     """``ha``: one process holding ``count`` elections on one driver; settle time, its CPU
     time (and the GC's part) and memory, and with ``metrics`` (the server started here) the requests etcd served per elector."""
@@ -290,6 +322,8 @@ def table(
             print(f"{'':<22}samples {counts[0]}/{counts[1]}/{counts[2]} {result.failed}")
     if "etcd server" in idle:
         print(f"{'etcd server (idle)':<22}{'':>90}{idle['etcd server']}")
+    for key in (k for k in idle if k.startswith("anyio floor")):
+        print(f"{key:<22}{'':>90}{idle[key]}")
     for key, why in skipped.items():
         print(f"{kinds[key].name:<22}not run: {why}")
 
@@ -371,7 +405,7 @@ def main() -> None:
                 f"{len(elections)} kinds settled; idle cost over {args.idle:g} s...",
                 file=sys.stderr,
             )
-            idle = idle_cost(elections, args.idle, server)
+            idle = idle_cost(elections, args.idle, server) | floors()
             print(f"{args.rounds} rounds...", file=sys.stderr)
             graceful_only = [key for key, kind in kinds.items() if not kind.crash]
             run_rounds(elections, args.rounds, results, graceful_only)

@@ -9,8 +9,6 @@ tests/packaging/test_distribution_name.py checks this name against pyproject.tom
 
 from __future__ import annotations
 
-from importlib import metadata
-
 __all__ = ("DISTRIBUTION", "install_hint", "version")
 
 DISTRIBUTION = "ha-elector"
@@ -24,6 +22,8 @@ def install_hint(extra: str) -> str:
 def version() -> str:
     """The installed distribution's version (``ha --version``), or why there is none: run
     from a source tree that was never installed, or beside an older install of another name."""
+    from importlib import metadata  # here: it loads email, zipfile and csv, which only this needs
+
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:

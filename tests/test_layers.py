@@ -23,7 +23,15 @@ HA = Path(__file__).parents[1] / "ha"
 # bottom first; a package may import from the layers before its own
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("ha.errors",),  # the one error tree
-    ("ha._background", "ha._clock", "ha._fs", "ha._guard", "ha._install", "ha._process"),
+    (
+        "ha._background",
+        "ha._clock",
+        "ha._fs",
+        "ha._guard",
+        "ha._install",
+        "ha._lazy",
+        "ha._process",
+    ),
     ("ha.drivers",),  # the contract (base.py) and one package per backend
     ("ha.election",),  # the pure machine, its names, its runner
     ("ha.membership",),  # what a member publishes and honours (ha run, the services)

@@ -5,9 +5,29 @@ process in an election (``endpoints.py``): ``/healthz``, ``/readyz``, ``/leader`
 
 from __future__ import annotations
 
-from .endpoints import ElectionEndpoints
-from .jobs import ServedJobManager, ServedServices, serve_job_manager
-from .server import Handler, Limits, Response, parse_address, serve
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from .endpoints import ElectionEndpoints
+    from .jobs import ServedJobManager, ServedServices, serve_job_manager
+    from .server import Handler, Limits, Response, parse_address, serve
+else:  # loaded on first use: ha run's parse_address does not load the endpoints and metrics
+    __getattr__, __dir__ = lazy_names(
+        __name__,
+        {
+            "ElectionEndpoints": ".endpoints:ElectionEndpoints",
+            "ServedJobManager": ".jobs:ServedJobManager",
+            "ServedServices": ".jobs:ServedServices",
+            "serve_job_manager": ".jobs:serve_job_manager",
+            "Handler": ".server:Handler",
+            "Limits": ".server:Limits",
+            "Response": ".server:Response",
+            "parse_address": ".server:parse_address",
+            "serve": ".server:serve",
+        },
+    )
 
 __all__ = (
     "ElectionEndpoints",

@@ -9,12 +9,36 @@ batches and recoveries. ``ha run --http`` and ``ha jobs manager --http`` serve t
 
 from __future__ import annotations
 
-from .backend import BackendMetrics, tap_node_events
-from .command import CommandMetrics
-from .election import ElectorMetrics, cause_label
-from .jobs import JobManagerMetrics
-from .process import ProcessMetrics
-from .registry import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric, Registry
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from .backend import BackendMetrics, tap_node_events
+    from .command import CommandMetrics
+    from .election import ElectorMetrics, cause_label
+    from .jobs import JobManagerMetrics
+    from .process import ProcessMetrics
+    from .registry import LATENCY_BUCKETS, Counter, Gauge, Histogram, Metric, Registry
+else:  # loaded on first use: ha run without --http needs CommandMetrics' stand-in alone
+    __getattr__, __dir__ = lazy_names(
+        __name__,
+        {
+            "BackendMetrics": ".backend:BackendMetrics",
+            "tap_node_events": ".backend:tap_node_events",
+            "CommandMetrics": ".command:CommandMetrics",
+            "ElectorMetrics": ".election:ElectorMetrics",
+            "cause_label": ".election:cause_label",
+            "JobManagerMetrics": ".jobs:JobManagerMetrics",
+            "ProcessMetrics": ".process:ProcessMetrics",
+            "LATENCY_BUCKETS": ".registry:LATENCY_BUCKETS",
+            "Counter": ".registry:Counter",
+            "Gauge": ".registry:Gauge",
+            "Histogram": ".registry:Histogram",
+            "Metric": ".registry:Metric",
+            "Registry": ".registry:Registry",
+        },
+    )
 
 __all__ = (
     "LATENCY_BUCKETS",

@@ -47,7 +47,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
+import types
 import uuid
+import warnings
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
@@ -497,3 +500,19 @@ def services(
         journal=journal,
         members=members,
     )
+
+
+class _CallableModule(types.ModuleType):
+    """``ha.services`` was the function (shadowing this module); a call still works."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> HAServices:
+        warnings.warn(
+            "ha.services(...) is deprecated: call ha.open_services(...)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return services(*args, **kwargs)
+
+
+# here, not in ha/__init__.py: ``import ha.services`` alone (ha's names load lazily) gets it too
+sys.modules[__name__].__class__ = _CallableModule

@@ -43,6 +43,7 @@ import os
 import signal
 import socket
 import time
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -58,19 +59,21 @@ from ..election.machine import State
 from ..election.nodes import ElectionNodes
 from ..election.timing import Backoff
 from ..errors import ElectionFailed, HAError
-from ..http import ElectionEndpoints, serve
 from ..membership.follow import Wakeup, follow_failover, keep_member
 from ..membership.handback import HandBack
 from ..membership.members import claim_member, remove_member
 from ..membership.records import Member
 from ..membership.rules import Decision, Eligibility, Standing
-from ..metrics import BackendMetrics, CommandMetrics, ElectorMetrics, ProcessMetrics, Registry
+from ..metrics.command import CommandMetrics
 from .exits import OnExit, Restarts, status
 from .fencing import old_active_env
 from .health import check_health
 from .paused import PauseWatch
 from .settings import Settings, timing_for
 from .systemd import Notifier
+
+if TYPE_CHECKING:
+    from ..metrics import ElectorMetrics, Registry
 
 # the package's API: the supervisor, what it is asked to do, and the child processes it runs
 __all__ = ("Child", "FenceRefused", "Settings", "Supervisor", "spawn", "timing_for")
@@ -106,10 +109,15 @@ class Supervisor:
         self._systemd = systemd if systemd is not None else Notifier()
         self.settings = settings
         if registry is None and settings.http is not None:
+            from ..metrics import Registry
+
             registry = Registry()
         self.registry = registry
-        self._metrics = None if registry is None else ElectorMetrics(registry)
-        if registry is not None:
+        self._metrics: ElectorMetrics | None = None
+        if registry is not None:  # loaded only here: without --http nothing is measured
+            from ..metrics import BackendMetrics, ElectorMetrics, ProcessMetrics
+
+            self._metrics = ElectorMetrics(registry)
             BackendMetrics(registry).measure(driver)
             ProcessMetrics(registry)
         self._command_metrics = CommandMetrics.of(registry, self, settings.path, settings.identity)
@@ -178,6 +186,8 @@ class Supervisor:
         if self.settings.http is None or self.registry is None:
             await self._run()
             return
+        from ..http import ElectionEndpoints, serve  # the endpoint's code, only when asked
+
         host, port = self.settings.http
         routes = ElectionEndpoints(
             self.driver, self.settings.path, self.identity, lambda: self._state, self.registry
