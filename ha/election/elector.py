@@ -154,6 +154,10 @@ class Elector:
         breadcrumb with our node once we have led (after a lost contact, once it is back) so
         the next active does not fence us."""
         self._feed(ev.QuitRequested(need_fence))
+        if self._send is not None:
+            # a quit stops the term whatever the machine's phase (P14): begin now, the loop's
+            # StopActive then waits for the work (a handover starts one task switch sooner)
+            self._leadership.cancel()
 
     def statistics(self) -> ElectorStatistics:
         """A snapshot of the elector's state, its transition counts and refused fences."""

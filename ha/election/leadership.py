@@ -47,6 +47,7 @@ class Leadership:
         "_machine",
         "_feed",
         "_scope",
+        "_watch",
         "_done",
         "expired",
     )
@@ -67,6 +68,7 @@ class Leadership:
         self._machine = machine  # read for its epoch: a lease is valid while it is ours
         self._feed = feed  # hands the machine an input (the watchdog's, a failure, a fence)
         self._scope: anyio.CancelScope | None = None
+        self._watch: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
         # the wall-clock time of the local deadline that stopped the last term (the journal
         # records it: a process frozen past it reports its term's end only when it thaws)
@@ -80,10 +82,12 @@ class Leadership:
         epoch: int,
         node: str,
     ) -> Lease:
-        """Start ``become_active`` in a task of ``tg``; return the lease it is handed."""
+        """Start ``become_active`` in a task of ``tg``, and its watchdog in another; return the
+        lease the work is handed."""
         scope = anyio.CancelScope()
+        watch = anyio.CancelScope()  # the watchdog's: cancelled with the term, never awaited
         done = anyio.Event()
-        self._scope, self._done = scope, done
+        self._scope, self._watch, self._done = scope, watch, done
         self.expired = None
 
         # the lease is asked from any thread: its deadline is on time.monotonic()
@@ -111,16 +115,27 @@ class Leadership:
             fenced,
             deadline,
         )
-        tg.start_soon(self._lead, contender, lease, scope, done)
+        # the work's task first: it reaches become_active before the watchdog first runs.
+        # Named here: anyio would otherwise work a name out of the function (a term's start
+        # is on a handover's path)
+        tg.start_soon(self._lead, contender, lease, scope, watch, done, name="ha term")
+        tg.start_soon(self._watchdog, lease, scope, watch, name="ha term watchdog")
         driver.show_leader(self._nodes.path, self._identity, epoch)  # information, not awaited
         return lease
 
+    def cancel(self) -> None:
+        """Begin to stop the running term, if any (``stop`` then waits for it): a quit asked
+        for need not wait for the elector's loop to cancel the work."""
+        if self._scope is not None and self._watch is not None:
+            self._scope.cancel()
+            self._watch.cancel()
+
     async def stop(self, cause: str) -> None:
         """Cancel the running term, if any, and wait until its work has returned."""
-        scope, done = self._scope, self._done
-        if scope is None or done is None:
+        done = self._done
+        if done is None:
             return
-        scope.cancel()
+        self.cancel()
         while not done.is_set():
             with anyio.move_on_after(self._timing.hook_timeout):
                 await done.wait()
@@ -128,52 +143,60 @@ class Leadership:
                 log.error(
                     "%s: the active work ignores cancellation; still waiting", self._nodes.path
                 )
-        self._scope = self._done = None
+        self._scope = self._watch = self._done = None
         log.debug("%s: active work stopped (%s)", self._nodes.path, cause)
 
     async def _lead(
-        self, contender: Any, lease: Lease, scope: anyio.CancelScope, done: anyio.Event
+        self,
+        contender: Any,
+        lease: Lease,
+        scope: anyio.CancelScope,
+        watch: anyio.CancelScope,
+        done: anyio.Event,
     ) -> None:
         try:
             with scope:
-                async with anyio.create_task_group() as inner:
-                    inner.start_soon(self._watchdog, lease, scope)
-                    try:
-                        await contender.become_active(lease)
-                    except BaseException as exc:
-                        # a contender's own task group may raise a group mixing our
-                        # cancellation with its errors: report the errors, re-raise the rest
-                        cancelled, failed = _split_cancelled(exc)
-                        if failed is not None:
-                            log.error("%s: become_active raised", lease.election, exc_info=failed)
-                            self._feed(ev.ActiveFailed(lease.session_id, lease.epoch, repr(failed)))
-                            inner.cancel_scope.cancel()
-                        if cancelled is not None:
-                            raise cancelled from None
-                        return
-                    await anyio.sleep_forever()  # returned: keep leading until told to stop
+                try:
+                    await contender.become_active(lease)
+                except BaseException as exc:
+                    # a contender's own task group may raise a group mixing our
+                    # cancellation with its errors: report the errors, re-raise the rest
+                    cancelled, failed = _split_cancelled(exc)
+                    if failed is not None:
+                        log.error("%s: become_active raised", lease.election, exc_info=failed)
+                        self._feed(ev.ActiveFailed(lease.session_id, lease.epoch, repr(failed)))
+                    if cancelled is not None:
+                        raise cancelled from None
+                    return
+                await anyio.sleep_forever()  # returned: keep leading until told to stop
         finally:
+            watch.cancel()  # the work is over: nothing left to stop
             self._driver.hide_leader(lease.election, lease.epoch)
             done.set()
 
-    async def _watchdog(self, lease: Lease, scope: anyio.CancelScope) -> None:
+    async def _watchdog(
+        self, lease: Lease, scope: anyio.CancelScope, watch: anyio.CancelScope
+    ) -> None:
         """Stop the work on the local deadline counted from the last contact (property 3)."""
         driver = self._driver
         span = self._timing.deadline_ratio * driver.session_timeout
-        while True:
-            deadline = driver.last_contact + span
-            now = anyio.current_time()
-            if now >= deadline:
-                log.warning(
-                    "%s: no contact with the backend for %.3fs: stopping the active work",
-                    lease.election,
-                    now - driver.last_contact,
-                )
-                self.expired = time.time() - (now - deadline)
-                scope.cancel()
-                self._feed(ev.DeadlineExpired(lease.session_id))
-                return
-            await anyio.sleep(deadline - now)
+        with watch:
+            while True:
+                deadline = driver.last_contact + span
+                now = anyio.current_time()
+                if now >= deadline:
+                    log.warning(
+                        "%s: no contact with the backend for %.3fs: stopping the active work",
+                        lease.election,
+                        now - driver.last_contact,
+                    )
+                    self.expired = time.time() - (now - deadline)
+                    scope.cancel()
+                    self._feed(ev.DeadlineExpired(lease.session_id))
+                    return
+                await anyio.sleep(deadline - now)
+                if watch.cancel_called:
+                    return  # the term ended while we slept (woken before the cancellation)
 
 
 def _split_cancelled(

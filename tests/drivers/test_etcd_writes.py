@@ -155,7 +155,7 @@ async def test_the_write_with_the_earliest_deadline_goes_first() -> None:
         tg.start_soon(batcher.run)
         await anyio.wait_all_tasks_blocked()
         async with anyio.create_task_group() as callers:
-            for number in range(WORKERS):  # every sender busy
+            for number in range(BUSY):  # every sender busy
                 callers.start_soon(
                     batcher.write, {"compare": [], "success": [_put(b"b%d" % number)]}
                 )
@@ -173,7 +173,7 @@ async def test_the_write_with_the_earliest_deadline_goes_first() -> None:
             await anyio.wait_all_tasks_blocked()
             recorder.release.set()
         tg.cancel_scope.cancel()
-    assert recorder.sent[WORKERS:] == [sooner, later], recorder.sent[WORKERS:]
+    assert recorder.sent[BUSY:] == [sooner, later], recorder.sent[BUSY:]
 
 
 async def test_a_fenced_write_is_one_round_trip(etcd_backend: EtcdBackend) -> None:
@@ -342,17 +342,23 @@ def test_footprints_conflict_when_one_writes_what_the_other_touches() -> None:
     assert footprint({"success": [{"request_lease": {}}]}) is None  # unknown: sent alone
 
 
+# requests that keep a write batcher busy: one per sender, and the first, sent by its caller
+# (it found nothing in flight); a read batcher's are its senders'
+BUSY = WORKERS + 1
+
+
 class _Recorder:
     """A fake etcd for a batcher: records each request and answers it with success; the
-    first ``WORKERS`` wait for ``release`` (every sender busy)."""
+    first ``hold`` wait for ``release`` (every sender busy)."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold: int = BUSY) -> None:
         self.sent: list[dict[str, Any]] = []
         self.release = anyio.Event()
+        self.hold = hold
 
     async def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         self.sent.append(body)
-        if len(self.sent) <= WORKERS:
+        if len(self.sent) <= self.hold:
             await self.release.wait()
         ops = body.get("success") or []
         replies = [{"response_txn": {"succeeded": True}} if "request_txn" in o else {} for o in ops]
@@ -373,7 +379,7 @@ async def _withdrawn(batcher: WriteBatcher | ReadBatcher, recorder: _Recorder) -
         tg.start_soon(batcher.run)
         await anyio.wait_all_tasks_blocked()
         async with anyio.create_task_group() as callers:
-            for number in range(WORKERS):
+            for number in range(recorder.hold):
                 callers.start_soon(call, b"busy%d" % number)
                 await anyio.wait_all_tasks_blocked()
             with anyio.move_on_after(0.05) as waited:
@@ -387,7 +393,7 @@ async def _withdrawn(batcher: WriteBatcher | ReadBatcher, recorder: _Recorder) -
 
 @pytest.mark.parametrize("kind", ["write", "read"])
 async def test_a_request_given_up_before_it_is_sent_is_never_sent(kind: str) -> None:
-    recorder = _Recorder()
+    recorder = _Recorder(BUSY if kind == "write" else WORKERS)
     batcher = WriteBatcher(recorder) if kind == "write" else ReadBatcher(recorder)
     await _withdrawn(batcher, recorder)
     sent = str(recorder.sent)

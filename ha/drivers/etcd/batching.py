@@ -147,6 +147,7 @@ class Batcher(Generic[W]):
     def __init__(self, horizon: float = math.inf) -> None:
         self.waiting: Queue[W] = Queue(horizon)
         self.accepting = False  # taking requests (the senders may not run yet)
+        self.busy = 0  # batches being sent (and requests sent by their callers)
 
     def open(self) -> None:
         """Take requests from now on: they wait for the senders (``run``) if these are not

@@ -69,6 +69,9 @@ class Watches:
         self._stream_ended.set()
         self._resynced = anyio.Event()
         self._cancelled = False  # etcd cancelled the current stream's watch
+        # the deliverer waits with nothing handed to it: the reader may deliver events itself
+        # (their order is kept: nothing is before them), sparing a task switch per message
+        self._idle = False
 
     # --- subscriptions ----------------------------------------------------------------------
 
@@ -76,7 +79,7 @@ class Watches:
         self.seen[path] = _UNKNOWN
         self.unread[path] = None
         if self._inbox is not None:
-            self._inbox.send_nowait(("subscribed", path))
+            self._hand(self._inbox, ("subscribed", path))
 
     def stopped(self, path: str) -> None:
         self.seen.pop(path, None)
@@ -103,7 +106,7 @@ class Watches:
         send, receive = anyio.create_memory_object_stream[tuple[str, Any]](math.inf)
         self._inbox = send
         for path in self.seen:  # subscribed before the session began
-            send.send_nowait(("subscribed", path))
+            self._hand(send, ("subscribed", path))
         async with anyio.create_task_group() as tg, send, receive:
             tg.start_soon(self._reader, send)
             await self._deliverer(receive)
@@ -123,7 +126,7 @@ class Watches:
                 self._stream_ended.set()
             if resync:
                 self._resynced = anyio.Event()
-                await send.send(("resync", None))
+                self._hand(send, ("resync", None))
                 await self._resynced.wait()
             else:
                 await anyio.sleep(0.05)
@@ -171,14 +174,38 @@ class Watches:
             events = message.get("events") or []
             if events:
                 self._read_revision = max(kv_int(e["kv"], "mod_revision") for e in events)
-                await send.send(("events", events))
+                if self._idle:
+                    self._deliver(events)
+                else:
+                    self._hand(send, ("events", events))
             elif not message.get("created"):  # a progress notice: all events until now
                 revision = kv_int(message.get("header") or {}, "revision")
                 self._read_revision = max(self._read_revision, revision)
-                await send.send(("progress", revision))
+                if self._idle:
+                    self._done_revision = max(self._done_revision, revision)
+                else:
+                    self._hand(send, ("progress", revision))
+
+    def _hand(self, send: MemoryObjectSendStream[tuple[str, Any]], item: tuple[str, Any]) -> None:
+        """Give the deliverer ``item`` (the inbox is unbounded): it is busy until it has
+        handled every item handed to it."""
+        self._idle = False
+        send.send_nowait(item)
 
     async def _deliverer(self, receive: MemoryObjectReceiveStream[tuple[str, Any]]) -> None:
-        async for kind, item in receive:
+        while True:
+            try:
+                kind, item = receive.receive_nowait()
+            except anyio.WouldBlock:
+                self._idle = True
+                try:
+                    kind, item = await receive.receive()
+                except anyio.EndOfStream:
+                    return
+                finally:
+                    self._idle = False
+            except anyio.EndOfStream:
+                return
             if kind == "events":
                 self._deliver(item)
             elif kind == "progress":
