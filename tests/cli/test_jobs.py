@@ -337,7 +337,7 @@ def test_report_exit_code_says_leadership_overlapped(tmp_path: Path, env: dict[s
     assert f"wrote {out}" in result.stdout
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") or "<html" in page[:200]
-    assert "data:image/png;base64," in page  # plots embedded
+    assert "data:image/svg+xml;base64," in page  # plots embedded
     assert result.returncode == 4, result.stdout + result.stderr
     assert "OVERLAP: 1 overlapping leadership interval(s)" in result.stdout
     assert "1 overlapping leadership interval(s)" in page
