@@ -9,7 +9,8 @@ the backend's own tools such as ``kubectl get lease``); those calls only note it
 Timing assumption (see ``ha/drivers/base.py``): the backend expires a session no earlier than
 ``session_timeout`` after the last contact. The watchdog cancels the scope at
 ``driver.last_contact + deadline_ratio * session_timeout`` unless contact was made since, so
-the work stops before leadership can pass on even if the elector's loop is stuck in a slow call.
+the work stops before leadership can pass on even if the elector's loop is stuck in a slow call;
+it is one timer for all the terms of a driver (``deadlines.py``).
 The lease's ``stop_deadline()`` is the same deadline, on ``time.monotonic()``.
 """
 
@@ -26,6 +27,7 @@ import anyio.abc
 from .._clock import monotonic_minus_loop
 from ..drivers.base import Driver
 from . import events as ev
+from .deadlines import Expire, deadlines_of
 from .lease import Lease
 from .machine import Machine
 from .nodes import ElectionNodes
@@ -134,10 +136,12 @@ class Leadership:
     async def _lead(
         self, contender: Any, lease: Lease, scope: anyio.CancelScope, done: anyio.Event
     ) -> None:
+        deadlines = deadlines_of(self._driver)
+        span, expire = self._watch(lease, scope)
+        deadlines.add(scope, span, expire)
         try:
             with scope:
                 async with anyio.create_task_group() as inner:
-                    inner.start_soon(self._watchdog, lease, scope)
                     try:
                         await contender.become_active(lease)
                     except BaseException as exc:
@@ -153,27 +157,27 @@ class Leadership:
                         return
                     await anyio.sleep_forever()  # returned: keep leading until told to stop
         finally:
+            deadlines.remove(scope, span)
             self._driver.hide_leader(lease.election, lease.epoch)
             done.set()
 
-    async def _watchdog(self, lease: Lease, scope: anyio.CancelScope) -> None:
-        """Stop the work on the local deadline counted from the last contact (property 3)."""
+    def _watch(self, lease: Lease, scope: anyio.CancelScope) -> tuple[float, Expire]:
+        """What stops the work on the local deadline counted from the last contact (property
+        3): the span and the stop, for the driver's one timer (``deadlines.py``)."""
         driver = self._driver
         span = self._timing.deadline_ratio * driver.session_timeout
-        while True:
-            deadline = driver.last_contact + span
-            now = anyio.current_time()
-            if now >= deadline:
-                log.warning(
-                    "%s: no contact with the backend for %.3fs: stopping the active work",
-                    lease.election,
-                    now - driver.last_contact,
-                )
-                self.expired = time.time() - (now - deadline)
-                scope.cancel()
-                self._feed(ev.DeadlineExpired(lease.session_id))
-                return
-            await anyio.sleep(deadline - now)
+
+        def expire(now: float) -> None:
+            log.warning(
+                "%s: no contact with the backend for %.3fs: stopping the active work",
+                lease.election,
+                now - driver.last_contact,
+            )
+            self.expired = time.time() - (now - (driver.last_contact + span))
+            scope.cancel()
+            self._feed(ev.DeadlineExpired(lease.session_id))
+
+        return span, expire
 
 
 def _split_cancelled(
