@@ -141,21 +141,19 @@ class Leadership:
         deadlines.add(scope, span, expire)
         try:
             with scope:
-                async with anyio.create_task_group() as inner:
-                    try:
-                        await contender.become_active(lease)
-                    except BaseException as exc:
-                        # a contender's own task group may raise a group mixing our
-                        # cancellation with its errors: report the errors, re-raise the rest
-                        cancelled, failed = _split_cancelled(exc)
-                        if failed is not None:
-                            log.error("%s: become_active raised", lease.election, exc_info=failed)
-                            self._feed(ev.ActiveFailed(lease.session_id, lease.epoch, repr(failed)))
-                            inner.cancel_scope.cancel()
-                        if cancelled is not None:
-                            raise cancelled from None
-                        return
-                    await anyio.sleep_forever()  # returned: keep leading until told to stop
+                try:
+                    await contender.become_active(lease)
+                except BaseException as exc:
+                    # a contender's own task group may raise a group mixing our
+                    # cancellation with its errors: report the errors, re-raise the rest
+                    cancelled, failed = _split_cancelled(exc)
+                    if failed is not None:
+                        log.error("%s: become_active raised", lease.election, exc_info=failed)
+                        self._feed(ev.ActiveFailed(lease.session_id, lease.epoch, repr(failed)))
+                    if cancelled is not None:
+                        raise cancelled from None
+                    return
+                await anyio.sleep_forever()  # returned: keep leading until told to stop
         finally:
             deadlines.remove(scope, span)
             self._driver.hide_leader(lease.election, lease.epoch)
