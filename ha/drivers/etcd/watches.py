@@ -176,6 +176,9 @@ class Watches:
                 revision = kv_int(message.get("header") or {}, "revision")
                 self._read_revision = max(self._read_revision, revision)
                 await send.send(("progress", revision))
+            # not held while the stream is quiet: after ten thousand joins the last message
+            # held thousands of events (about 6 KiB per elector, idle)
+            del message, events
 
     async def _deliverer(self, receive: MemoryObjectReceiveStream[tuple[str, Any]]) -> None:
         async for kind, item in receive:
@@ -188,6 +191,7 @@ class Watches:
             else:
                 await self._resync()
                 self._resynced.set()
+            del item  # not held while nothing comes (see _messages)
 
     # --- events -----------------------------------------------------------------------------
 

@@ -197,6 +197,7 @@ class WriteBatcher(Batcher[_Write]):
             batch = self._take()
             if batch:
                 await serve(batch, self._replies)
+            del batch  # the replies are the writers': not held while idle
 
     def _take(self) -> list[_Write]:
         """The first waiting write and those after it that can go with it (``Footprint``,
