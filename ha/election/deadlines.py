@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, ref
 
 import anyio
 
@@ -36,7 +36,7 @@ class TermDeadlines:
     """The running terms of one driver, each stopped ``span`` after the last contact."""
 
     def __init__(self, driver: Driver) -> None:
-        self._driver = driver
+        self._driver = ref(driver)  # weakly: ``_all`` maps the driver to this, weakly too
         self._terms: dict[float, dict[object, Expire]] = {}  # span -> term -> its stop
         self._task: BackgroundTask | None = None
         self._changed: anyio.Event | None = None  # set: a term came, look again
@@ -59,14 +59,13 @@ class TermDeadlines:
             terms.pop(term, None)
             if not terms:
                 del self._terms[span]
-
-    def __len__(self) -> int:
-        return sum(len(terms) for terms in self._terms.values())
+        if not self._terms and self._changed is not None:
+            self._changed.set()  # the task leaves now, not at the deadline it sleeps until
 
     async def _run(self) -> None:
-        driver = self._driver
+        driver = self._driver()
         try:
-            while True:
+            while driver is not None:
                 self._changed = anyio.Event()
                 now, contact = anyio.current_time(), driver.last_contact
                 for span in sorted(self._terms):

@@ -4,7 +4,9 @@ task per term that wakes at every renewal; every term still stops on its deadlin
 
 from __future__ import annotations
 
+import gc
 import uuid
+import weakref
 
 import anyio
 import pytest
@@ -71,3 +73,18 @@ async def test_every_term_of_a_driver_stops_on_its_deadline() -> None:
             assert all(t.until is not None for t in stopped), "stopped by something else"
             faults(driver).heal()
             tg.cancel_scope.cancel()
+
+
+async def test_the_timer_keeps_no_driver_alive() -> None:
+    """A driver whose terms have ended, closed and dropped, is freed: the map from drivers to
+    their timers holds neither side strongly."""
+    async with MemoryDriver(f"dl-{uuid.uuid4()}", session_timeout=2.0) as driver:
+        elector = ha.Elector(driver, "/e", "a", timing=FAST)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(elector.run, Leads())
+            await elector.wait_active()
+            elector.quit()
+    gone = weakref.ref(driver)
+    del driver, elector, tg
+    gc.collect()
+    assert gone() is None
