@@ -43,6 +43,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, os.environ.get("HA_ROOT") or str(ROOT))
@@ -62,8 +63,30 @@ def rss_kib() -> int:
 async def child(
     url: str, count: int, idle: float, standbys: bool, limit: float, drivers: int, kill: bool
 ) -> None:
-    import random
     from contextlib import AsyncExitStack
+
+    import ha
+
+    # the drivers first, the task group inside: a driver may hold a task group of the task
+    # that started it (ZooKeeper), closed in the reverse order of the starts
+    second = standbys and drivers == 1  # the standbys' driver, started now, used later
+    async with AsyncExitStack() as stack:
+        connected = [
+            await stack.enter_async_context(ha.connect(url)) for _ in range(drivers + second)
+        ]
+        await run_child(connected, count, idle, limit, drivers, kill, second)
+
+
+async def run_child(
+    connected: list[Any],
+    count: int,
+    idle: float,
+    limit: float,
+    drivers: int,
+    kill: bool,
+    second: bool,
+) -> None:
+    import random
 
     import anyio
 
@@ -94,8 +117,7 @@ async def child(
             self._check(self.standby)
 
     tag = f"p{os.getpid()}"
-    async with AsyncExitStack() as stack, anyio.create_task_group() as tg:
-        connected = [await stack.enter_async_context(ha.connect(url)) for _ in range(drivers)]
+    async with anyio.create_task_group() as tg:
         gc.collect()
         base = rss_kib()
         leaders = Holder(count)
@@ -120,9 +142,7 @@ async def child(
         with anyio.move_on_after(limit):
             await leaders.settled.wait()
         others = Holder(count)
-        if (standbys or drivers > 1) and leaders.settled.is_set():
-            if drivers == 1:
-                connected.append(await stack.enter_async_context(ha.connect(url)))
+        if (second or drivers > 1) and leaders.settled.is_set():
             behind = [connected[(i + 1) % len(connected)] for i in range(count)]
             electors += [
                 ha.Elector(d, f"/e{i}", f"{tag}-{i % drivers}b") for i, d in enumerate(behind)
