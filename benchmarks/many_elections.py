@@ -3,6 +3,7 @@ does every leader stay leader while nothing happens?
 
     .venv/bin/python benchmarks/many_elections.py [--counts 300,1000] [--backends zookeeper,etcd]
         [--loops asyncio,trio] [--session-timeout 4] [--idle 12] [--standbys]
+        [--drivers 10 --kill]
         [--ha-root DIR --ha-root DIR2]    # two trees' ha, interleaved (rows A: and B:)
 
 Each (count, backend, loop) runs in a fresh process (``--child``) on one driver (one session),
@@ -17,7 +18,12 @@ then the next count). Per run, one row:
 - idle: over the next ``--idle`` seconds, the process's CPU (% of one core), how many times
   ``become_active`` was called in all (``starts``: one per election is right; more means
   leaders were stopped and started again) and the oldest the driver's ``last_contact`` got
-  (``age``, while settling and while idle; an active stops at 2/3 of the session timeout).
+  (``age``, while settling and while idle; an active stops at 2/3 of the session timeout);
+- kill a tenth (``--kill``, with ``--drivers N``): a tenth of the drivers (at least one, never
+  two next to each other) crash as a killed process does (``ha.testing.faults().crash()``: the
+  client stops, its session is left to expire on the server); of the elections they led, how
+  many had their standby take over, and seconds from the crash to the median and the last
+  takeover (the target: within the session timeout + 1 s).
 
 Starts its own ZooKeeper and etcd (Debian's packages, like the tests) unless ``--zookeeper`` /
 ``--etcd`` give hosts. Prints the load average with the table; results are not kept.
@@ -29,6 +35,7 @@ import argparse
 import gc
 import itertools
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -36,6 +43,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, os.environ.get("HA_ROOT") or str(ROOT))
@@ -52,18 +60,48 @@ def rss_kib() -> int:
 # --- the child: one process, many elections --------------------------------------------------
 
 
-async def child(url: str, count: int, idle: float, standbys: bool, limit: float) -> None:
-    import anyio
+async def child(
+    url: str, count: int, idle: float, standbys: bool, limit: float, drivers: int, kill: bool
+) -> None:
+    from contextlib import AsyncExitStack
 
     import ha
 
+    # the drivers first, the task group inside: a driver may hold a task group of the task
+    # that started it (ZooKeeper), closed in the reverse order of the starts
+    second = standbys and drivers == 1  # the standbys' driver, started now, used later
+    async with AsyncExitStack() as stack:
+        connected = [
+            await stack.enter_async_context(ha.connect(url)) for _ in range(drivers + second)
+        ]
+        await run_child(connected, count, idle, limit, drivers, kill, second)
+
+
+async def run_child(
+    connected: list[Any],
+    count: int,
+    idle: float,
+    limit: float,
+    drivers: int,
+    kill: bool,
+    second: bool,
+) -> None:
+    import random
+
+    import anyio
+
+    import ha
+    from ha.testing import faults
+
     class Holder:
-        """Counts its starts; ``settled`` once ``want`` of them (or of standby notices) came."""
+        """Counts its starts (and when each election last started here); ``settled`` once
+        ``want`` of them (or of standby notices) came."""
 
         def __init__(self, want: int) -> None:
             self.starts = self.standby = 0
             self.want = want
             self.settled = anyio.Event()
+            self.started: dict[str, float] = {}
 
         def _check(self, n: int) -> None:
             if n >= self.want:
@@ -71,6 +109,7 @@ async def child(url: str, count: int, idle: float, standbys: bool, limit: float)
 
         async def become_active(self, lease: ha.Lease) -> None:
             self.starts += 1
+            self.started[lease.election] = time.monotonic()
             self._check(self.starts)
 
         async def become_standby(self) -> None:
@@ -78,7 +117,7 @@ async def child(url: str, count: int, idle: float, standbys: bool, limit: float)
             self._check(self.standby)
 
     tag = f"p{os.getpid()}"
-    async with ha.connect(url) as driver, anyio.create_task_group() as tg:
+    async with anyio.create_task_group() as tg:
         gc.collect()
         base = rss_kib()
         leaders = Holder(count)
@@ -86,27 +125,39 @@ async def child(url: str, count: int, idle: float, standbys: bool, limit: float)
 
         async def contact_age() -> None:
             while True:
-                oldest[0] = max(oldest[0], anyio.current_time() - driver.last_contact)
+                contact = min(d.last_contact for d in alive)
+                oldest[0] = max(oldest[0], anyio.current_time() - contact)
                 await anyio.sleep(0.05)
 
+        alive = list(connected)  # the drivers not killed
         tg.start_soon(contact_age)
         started, cpu = time.monotonic(), time.process_time()
-        electors = [ha.Elector(driver, f"/e{i}", f"{tag}-a") for i in range(count)]
+        # election i: its leader on driver i % drivers, its standby on the next one
+        electors = [
+            ha.Elector(connected[i % drivers], f"/e{i}", f"{tag}-{i % drivers}a")
+            for i in range(count)
+        ]
         for elector in electors:
             tg.start_soon(elector.run, leaders)
         with anyio.move_on_after(limit):
             await leaders.settled.wait()
-        if standbys and leaders.settled.is_set():
-            second = await ha.connect(url).__aenter__()  # closed with the process
-            others = Holder(count)
-            electors += [ha.Elector(second, f"/e{i}", f"{tag}-b") for i in range(count)]
+        others = Holder(count)
+        if (second or drivers > 1) and leaders.settled.is_set():
+            behind = [connected[(i + 1) % len(connected)] for i in range(count)]
+            electors += [
+                ha.Elector(d, f"/e{i}", f"{tag}-{i % drivers}b") for i, d in enumerate(behind)
+            ]
             for elector in electors[count:]:
                 tg.start_soon(elector.run, others)
             with anyio.move_on_after(limit):
                 await others.settled.wait()
         settled, cpu = time.monotonic() - started, time.process_time() - cpu
-        if not leaders.settled.is_set() or (standbys and not others.settled.is_set()):
-            print(f"UNSETTLED {leaders.starts} of {count} active after {settled:.1f} s", flush=True)
+        if not leaders.settled.is_set() or (len(electors) > count and not others.settled.is_set()):
+            print(
+                f"UNSETTLED {leaders.starts} of {count} active, {others.standby} standing by,"
+                f" after {settled:.1f} s",
+                flush=True,
+            )
             tg.cancel_scope.cancel()
             return
         per = (rss_kib() - base) / len(electors)  # no collection here: it would stall the loop
@@ -115,12 +166,30 @@ async def child(url: str, count: int, idle: float, standbys: bool, limit: float)
         await anyio.sleep(idle)
         idle_cpu = (time.process_time() - idle_cpu) / (time.monotonic() - idle_started) * 100
         restarts = leaders.starts - starts_before
-        print(
+        result = (
             f"RESULT settle {settled:.3f} cpu {cpu:.3f} kib {per:.1f} idle_cpu {idle_cpu:.2f}"
             f" starts {leaders.starts} restarts {restarts} contact_age {oldest[0]:.3f}"
-            f" settle_age {settling:.3f}",
-            flush=True,
+            f" settle_age {settling:.3f}"
         )
+        if kill and drivers > 1:
+            # a random tenth of the drivers (at least one) die as a killed process does: their
+            # leaders' sessions end on the server, the standbys on the next drivers take over
+            # (never two next to each other: a standby of the one is on the other)
+            doomed = random.sample(range(0, drivers - 1, 2), max(1, drivers // 10))
+            lost = [f"/e{i}" for i in range(count) if i % drivers in doomed]
+            alive = [d for i, d in enumerate(connected) if i not in doomed]
+            killed = time.monotonic()
+            for i in doomed:
+                await faults(connected[i]).crash()
+            timeout = connected[0].session_timeout
+            with anyio.move_on_after(3 * timeout + 5):
+                while not all(others.started.get(e, 0) > killed for e in lost):
+                    await anyio.sleep(0.05)
+            took = sorted(others.started.get(e, math.inf) - killed for e in lost)
+            done = sum(t < math.inf for t in took)
+            result += f" kill_n {len(lost)} kill_done {done} kill_max {took[-1]:.3f}"
+            result += f" kill_p50 {took[len(took) // 2]:.3f} session {timeout:g}"
+        print(result, flush=True)
         tg.cancel_scope.cancel()
 
 
@@ -157,6 +226,7 @@ def one_run(url: str, count: int, loop: str, args: argparse.Namespace, tree: str
     command = [sys.executable, __file__, "--child", url, "--count", str(count), "--loop", loop]
     command += ["--idle", str(args.idle), "--limit", str(args.limit)]
     command += ["--standbys"] if args.standbys else []
+    command += ["--drivers", str(args.drivers)] + (["--kill"] if args.kill else [])
     try:
         done = subprocess.run(
             command,
@@ -183,6 +253,10 @@ def row(key: str, count: int, line: str, session_timeout: float) -> str:
         f"{key:<24}{count:>7}{float(v['settle']):>9.2f}{float(v['cpu']):>8.2f}"
         f"{float(v['kib']):>9.1f}{float(v['idle_cpu']):>9.1f}{starts:>10.2f}"
         f"{float(v.get('settle_age', 'nan')):>8.2f}{float(v['contact_age']):>8.2f}"
+    ) + (
+        f"{v['kill_done']:>7}/{v['kill_n']:<6}{float(v['kill_p50']):>7.2f}{float(v['kill_max']):>7.2f}"
+        if "kill_n" in v
+        else ""
     )
 
 
@@ -195,6 +269,12 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=12.0, help="seconds watched after settling")
     parser.add_argument("--limit", type=float, default=60.0, help="seconds allowed to settle")
     parser.add_argument("--standbys", action="store_true", help="a standby for every election")
+    parser.add_argument(
+        "--drivers", type=int, default=1, help="drivers (sessions) the leaders are spread over"
+    )
+    parser.add_argument(
+        "--kill", action="store_true", help="then kill a tenth of the drivers (needs --drivers)"
+    )
     parser.add_argument("--rounds", type=int, default=1, help="runs of each kind and count")
     parser.add_argument("--zookeeper", help="ZooKeeper hosts (else one is started here)")
     parser.add_argument("--etcd", help="etcd hosts (else one is started here)")
@@ -210,6 +290,7 @@ def main() -> None:
 
         logging.basicConfig(level=logging.CRITICAL)
         run = (child, args.child, args.count, args.idle, args.standbys, args.limit)
+        run += (args.drivers, args.kill)
         anyio.run(*run, backend=args.loop)
         return
     backends, loops = args.backends.split(","), args.loops.split(",")
@@ -220,10 +301,12 @@ def main() -> None:
         tree: f"{chr(ord('A') + i)}:" if len(trees) > 1 else "" for i, tree in enumerate(trees)
     }
     try:
-        print(f"{'':<24}{'':>7}{'settle':^17}{'':>9}{'idle':^27}")
+        kill = f"{'kill a tenth: re-elected':^28}" if args.kill else ""
+        print(f"{'':<24}{'':>7}{'settle':^17}{'':>9}{'idle':^27}{'':>8}{kill}")
         print(
             f"{'kind':<24}{'count':>7}{'s':>9}{'cpu s':>8}{'KiB/el':>9}{'cpu %':>9}"
             f"{'starts/el':>10}{'age: settle':>12}{'idle':>6}"
+            + (f"{'of':>12}{'p50 s':>8}{'max s':>7}" if args.kill else "")
         )
         run = 0
         for count in (int(c) for c in args.counts.split(",")):
@@ -238,6 +321,16 @@ def main() -> None:
             if label:
                 print(f"{label} ha from {tree}")
         standby = ", a standby each (second driver)" if args.standbys else ""
+        if args.drivers > 1:
+            standby = (
+                f", leaders spread over {args.drivers} drivers (sessions), election i led on"
+                f" driver i % {args.drivers} with its standby on the next"
+            )
+            if args.kill:
+                standby += (
+                    f"; then {max(1, args.drivers // 10)} driver(s) crash (faults().crash():"
+                    " the session left to expire), re-elected = its standby leads"
+                )
         print(
             f"session timeout {args.session_timeout:g} s, one leader per election{standby};"
             f" idle window {args.idle:g} s; load average {' '.join(map(str, os.getloadavg()))}"

@@ -9,7 +9,8 @@ the backend's own tools such as ``kubectl get lease``); those calls only note it
 Timing assumption (see ``ha/drivers/base.py``): the backend expires a session no earlier than
 ``session_timeout`` after the last contact. The watchdog cancels the scope at
 ``driver.last_contact + deadline_ratio * session_timeout`` unless contact was made since, so
-the work stops before leadership can pass on even if the elector's loop is stuck in a slow call.
+the work stops before leadership can pass on even if the elector's loop is stuck in a slow call;
+it is one timer for all the terms of a driver (``deadlines.py``).
 The lease's ``stop_deadline()`` is the same deadline, on ``time.monotonic()``.
 """
 
@@ -26,6 +27,7 @@ import anyio.abc
 from .._clock import monotonic_minus_loop
 from ..drivers.base import Driver
 from . import events as ev
+from .deadlines import Expire, deadlines_of
 from .lease import Lease
 from .machine import Machine
 from .nodes import ElectionNodes
@@ -47,7 +49,6 @@ class Leadership:
         "_machine",
         "_feed",
         "_scope",
-        "_watch",
         "_done",
         "expired",
     )
@@ -68,7 +69,6 @@ class Leadership:
         self._machine = machine  # read for its epoch: a lease is valid while it is ours
         self._feed = feed  # hands the machine an input (the watchdog's, a failure, a fence)
         self._scope: anyio.CancelScope | None = None
-        self._watch: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
         # the wall-clock time of the local deadline that stopped the last term (the journal
         # records it: a process frozen past it reports its term's end only when it thaws)
@@ -82,12 +82,10 @@ class Leadership:
         epoch: int,
         node: str,
     ) -> Lease:
-        """Start ``become_active`` in a task of ``tg``, and its watchdog in another; return the
-        lease the work is handed."""
+        """Start ``become_active`` in a task of ``tg``; return the lease it is handed."""
         scope = anyio.CancelScope()
-        watch = anyio.CancelScope()  # the watchdog's: cancelled with the term, never awaited
         done = anyio.Event()
-        self._scope, self._watch, self._done = scope, watch, done
+        self._scope, self._done = scope, done
         self.expired = None
 
         # the lease is asked from any thread: its deadline is on time.monotonic()
@@ -115,27 +113,24 @@ class Leadership:
             fenced,
             deadline,
         )
-        # the work's task first: it reaches become_active before the watchdog first runs.
-        # Named here: anyio would otherwise work a name out of the function (a term's start
-        # is on a handover's path)
-        tg.start_soon(self._lead, contender, lease, scope, watch, done, name="ha term")
-        tg.start_soon(self._watchdog, lease, scope, watch, name="ha term watchdog")
+        # named here: anyio would otherwise work a name out of the function (on a handover's
+        # path)
+        tg.start_soon(self._lead, contender, lease, scope, done, name="ha term")
         driver.show_leader(self._nodes.path, self._identity, epoch)  # information, not awaited
         return lease
 
     def cancel(self) -> None:
         """Begin to stop the running term, if any (``stop`` then waits for it): a quit asked
         for need not wait for the elector's loop to cancel the work."""
-        if self._scope is not None and self._watch is not None:
+        if self._scope is not None:
             self._scope.cancel()
-            self._watch.cancel()
 
     async def stop(self, cause: str) -> None:
         """Cancel the running term, if any, and wait until its work has returned."""
-        done = self._done
-        if done is None:
+        scope, done = self._scope, self._done
+        if scope is None or done is None:
             return
-        self.cancel()
+        scope.cancel()
         while not done.is_set():
             with anyio.move_on_after(self._timing.hook_timeout):
                 await done.wait()
@@ -143,17 +138,15 @@ class Leadership:
                 log.error(
                     "%s: the active work ignores cancellation; still waiting", self._nodes.path
                 )
-        self._scope = self._watch = self._done = None
+        self._scope = self._done = None
         log.debug("%s: active work stopped (%s)", self._nodes.path, cause)
 
     async def _lead(
-        self,
-        contender: Any,
-        lease: Lease,
-        scope: anyio.CancelScope,
-        watch: anyio.CancelScope,
-        done: anyio.Event,
+        self, contender: Any, lease: Lease, scope: anyio.CancelScope, done: anyio.Event
     ) -> None:
+        deadlines = deadlines_of(self._driver)
+        span, expire = self._watch(lease, scope)
+        deadlines.add(scope, span, expire)
         try:
             with scope:
                 try:
@@ -170,33 +163,27 @@ class Leadership:
                     return
                 await anyio.sleep_forever()  # returned: keep leading until told to stop
         finally:
-            watch.cancel()  # the work is over: nothing left to stop
+            deadlines.remove(scope, span)
             self._driver.hide_leader(lease.election, lease.epoch)
             done.set()
 
-    async def _watchdog(
-        self, lease: Lease, scope: anyio.CancelScope, watch: anyio.CancelScope
-    ) -> None:
-        """Stop the work on the local deadline counted from the last contact (property 3)."""
+    def _watch(self, lease: Lease, scope: anyio.CancelScope) -> tuple[float, Expire]:
+        """What stops the work on the local deadline counted from the last contact (property
+        3): the span and the stop, for the driver's one timer (``deadlines.py``)."""
         driver = self._driver
         span = self._timing.deadline_ratio * driver.session_timeout
-        with watch:
-            while True:
-                deadline = driver.last_contact + span
-                now = anyio.current_time()
-                if now >= deadline:
-                    log.warning(
-                        "%s: no contact with the backend for %.3fs: stopping the active work",
-                        lease.election,
-                        now - driver.last_contact,
-                    )
-                    self.expired = time.time() - (now - deadline)
-                    scope.cancel()
-                    self._feed(ev.DeadlineExpired(lease.session_id))
-                    return
-                await anyio.sleep(deadline - now)
-                if watch.cancel_called:
-                    return  # the term ended while we slept (woken before the cancellation)
+
+        def expire(now: float) -> None:
+            log.warning(
+                "%s: no contact with the backend for %.3fs: stopping the active work",
+                lease.election,
+                now - driver.last_contact,
+            )
+            self.expired = time.time() - (now - (driver.last_contact + span))
+            scope.cancel()
+            self._feed(ev.DeadlineExpired(lease.session_id))
+
+        return span, expire
 
 
 def _split_cancelled(

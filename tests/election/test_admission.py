@@ -61,3 +61,26 @@ async def test_many_joins_on_a_busy_backend_wait_their_turn_not_their_timeout(
             assert driver.abandoned == 0
             for elector in electors:
                 elector.quit()
+
+
+async def test_joins_on_many_drivers_of_one_process_share_the_turns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 31: elections spread over 25 drivers of one process (4 each), on one busy backend.
+    Turns per driver let all 100 joins run at once, each ending after about 1.6 s, past the op
+    timeout; the process's four turns keep every join within it: all lead, none given up."""
+    monkeypatch.setattr(admission, "JOINS_IN_FLIGHT", 4)
+    timing = ha.Timing(op_timeout=1.0, backoff=FAST.backoff)
+    async with MemoryDriver(f"busy-{uuid.uuid4()}", session_timeout=10.0) as inner:
+        drivers = [OneAtATime(inner, 0.002) for _ in range(25)]
+        lock = drivers[0].lock
+        for driver in drivers:
+            driver.lock = lock  # one backend, one call at a time
+        electors = [ha.Elector(drivers[i % 25], f"/e{i}", "a", timing=timing) for i in range(100)]
+        async with anyio.create_task_group() as tg:
+            for elector in electors:
+                tg.start_soon(elector.run, Leads())
+            await wait_for(lambda: all(e.state is ha.State.ACTIVE for e in electors), 60)
+            assert sum(d.abandoned for d in drivers) == 0
+            for elector in electors:
+                elector.quit()

@@ -80,6 +80,7 @@ class ReadBatcher(Batcher[_Read]):
                 size += len(first.ranges)
             if batch:
                 await self._serve(batch)
+            del batch, first  # the replies are the readers': not held while idle
 
     async def _serve(self, batch: list[_Read]) -> None:
         await serve(batch, self._replies)

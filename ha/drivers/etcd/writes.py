@@ -218,6 +218,7 @@ class WriteBatcher(Batcher[_Write]):
                     await serve(batch, self._replies)
                 finally:
                     self.busy -= 1
+            del batch  # the replies are the writers': not held while idle
 
     def _take(self) -> list[_Write]:
         """The first waiting write and those after it that can go with it (``Footprint``,
