@@ -1,7 +1,7 @@
 """The client's share of a graceful handover, traced at the sockets, on ZooKeeper and etcd.
 
     .venv/bin/python benchmarks/handover_share.py [--rounds 30] [--kinds zk,zk-trio,etcd,etcd-trio]
-        [--ha-root DIR]
+        [--ha-root DIR [--ha-root DIR2]]
 
 Three ``ha`` contenders per kind (``peers_zookeeper/traced_contender.py``) on one election;
 rounds interleave the kinds (the order rotates). In each round the leader is asked to step
@@ -18,7 +18,9 @@ successor's client), their ``share`` (the two client parts, summed per round) wi
 and the whole handover. The old leader's process is then replaced and the election settles
 before the next kind runs. Starts its own ZooKeeper and etcd (the tests' Debian packages);
 session 2 s; ``--ha-root`` imports ``ha`` from another tree (``git archive COMMIT | tar -x -C
-DIR``). Prints the load average with the table; results are not kept.
+DIR``); given twice, each kind runs from both trees, interleaved in the same rounds (rows
+``A:`` and ``B:``, before and after a change). Prints the load average with the table; results
+are not kept.
 """
 
 from __future__ import annotations
@@ -95,10 +97,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--kinds", default=",".join(KINDS))
-    parser.add_argument("--ha-root", type=Path, help="import ha from this tree")
+    parser.add_argument(
+        "--ha-root", type=Path, action="append", help="import ha from this tree (twice: A and B)"
+    )
     parser.add_argument("--session-timeout", type=float, default=2.0)
     args = parser.parse_args()
-    kinds = args.kinds.split(",")
+    roots: list[Path | None] = list(args.ha_root or [None])
+    if len(roots) > 2:
+        parser.error("--ha-root at most twice")
+    tags = ["A:", "B:"] if len(roots) == 2 else [""]
+    kinds = [tag + kind for kind in args.kinds.split(",") for tag in tags]
     from tests.support.backends.etcd import EtcdServer
     from tests.support.backends.zookeeper import ZooKeeperServer
 
@@ -107,13 +115,15 @@ def main() -> None:
     zk.wait_serving()
     etcd = EtcdServer()
     etcd.start()
-    env = {"HA_ROOT": str(args.ha_root)} if args.ha_root else {}
     log = Path(tempfile.mkdtemp(prefix="share-")) / "contenders.log"
     elections: dict[str, Election] = {}
     results: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
     try:
         for kind in kinds:
-            server, loop = KINDS[kind]
+            tag, _, base = kind.rpartition(":")
+            server, loop = KINDS[base]
+            root = roots[tags.index(tag + ":") if tag else 0]
+            env = {"HA_ROOT": str(root)} if root else {}
             hosts = zk.hosts if server == "zk" else etcd.hosts
             command = [sys.executable, str(PEERS / "traced_contender.py"), server]
             election = Election(
@@ -137,16 +147,21 @@ def main() -> None:
             election.close()
         zk.stop()
         etcd.remove()
-    print(f"{'':<18}" + "".join(f"{p:>15}" for p in PARTS) + f"{'share p90':>11}")
+    print(f"{'':<21}" + "".join(f"{p:>15}" for p in PARTS) + f"{'share p90':>11}")
     for kind, rounds in results.items():
         if not rounds:
             continue
         p50 = [percentile([r[p] for r in rounds], 0.5) for p in PARTS]
         p90 = percentile([r["share"] for r in rounds], 0.9)
-        loop = KINDS[kind][1]
-        name = f"ha-{KINDS[kind][0]} ({loop})"
-        print(f"{name:<18}" + "".join(f"{v:15.3f}" for v in p50) + f"{p90:11.3f}")
-    tree = f"ha from {args.ha_root}" if args.ha_root else "ha from this tree"
+        tag, _, base = kind.rpartition(":")
+        server, loop = KINDS[base]
+        name = f"{tag + ' ' if tag else ''}ha-{server} ({loop})"
+        print(f"{name:<21}" + "".join(f"{v:15.3f}" for v in p50) + f"{p90:11.3f}")
+    tree = "ha from " + (
+        ", ".join(f"{t} {r}" for t, r in zip(tags, roots, strict=True))
+        if args.ha_root
+        else "this tree"
+    )
     print(
         f"ms, p50 of {args.rounds} rounds (share: per round, then p50); session"
         f" {args.session_timeout:g} s; {tree}; load average"
