@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import ha, ha_env, one_error_line, sqlite_url
+from tests.support.cli import ha, ha_env, one_error_line, sqlite_url
 
 COMMANDS = ["demo", "run", "status", "watch", "failover", "format"]
 

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from ha.supervisor.exits import STARTED
-from tests.cli.helpers import ha, ha_env, popen_ha, sqlite_url, wait_until
-from tests.cli.test_run import Hosts
 from tests.support.backends.zookeeper import ZooKeeperBackend
+from tests.support.cli import Hosts, ha, ha_env, popen_ha, sqlite_url, wait_until
 
 RUN = "import os, sys; open(sys.argv[1], 'a').write(os.environ['HA_EPOCH'] + '\\n'); sys.exit(3)"
 # the same, but the first run lasts long enough to count as started (exits.STARTED)

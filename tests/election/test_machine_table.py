@@ -21,7 +21,7 @@ from ha.election.nodes import (
     decode_breadcrumb,
     parse_entry,
 )
-from tests.election.machine_support import (
+from tests.support.machine import (
     L_CRUMB,
     L_TICKET,
     LEADER,

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
-from typing import Any
 
 import anyio
 import pytest
@@ -13,7 +12,6 @@ import pytest
 from ha import admin
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.election.elector import Elector
-from ha.election.lease import Lease
 from ha.election.machine import State
 from ha.election.nodes import (
     Breadcrumb,
@@ -23,25 +21,11 @@ from ha.election.nodes import (
     ticket_for,
 )
 from ha.errors import ConfigurationError
+from tests.support.contenders import Work, wait_until
 
 pytestmark = pytest.mark.anyio
 
 _names = itertools.count()
-
-
-class Work:
-    async def become_active(self, lease: Lease) -> None:
-        await anyio.sleep_forever()
-
-
-async def wait_until(check: Callable[[], Any], what: str) -> Any:
-    with anyio.move_on_after(10.0):
-        while True:
-            found = check()
-            if found:
-                return found
-            await anyio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @asynccontextmanager

@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ha._install import version
 from ha.supervisor.exits import STARTED
-from tests.cli.helpers import Supervisors, popen_ha, wait_until
-from tests.cli.test_operating import http_get
+from tests.support.cli import Supervisors, popen_ha, wait_until
+from tests.support.http import http_get
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "ha-elections.json"
 IDENTITIES = ("host-a1", "host-b2")

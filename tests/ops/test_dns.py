@@ -9,7 +9,7 @@ import pytest
 
 from ha.cli._dns import check_hosts_resolve
 from ha.errors import ConfigurationError
-from tests.cli.helpers import ha, ha_env, one_error_line
+from tests.support.cli import ha, ha_env, one_error_line
 
 
 def test_an_unresolvable_host_is_one_line_before_the_connect_timeout(tmp_path: Path) -> None:

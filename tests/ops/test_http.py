@@ -17,31 +17,10 @@ from ha.errors import ConfigurationError
 from ha.http import ElectionEndpoints, Response, parse_address, serve, serve_job_manager
 from ha.metrics import ElectorMetrics, Registry
 from ha.testing import History, Recorder
-from tests.ops.test_metrics import parse, value
+from tests.support.http import get, request
+from tests.support.metrics import parse, value
 
 pytestmark = pytest.mark.anyio
-
-
-async def request(address: tuple[str, int], raw: bytes) -> tuple[int, dict[str, str], bytes]:
-    """Send ``raw``, read the whole answer (the server closes): status, headers, body."""
-    async with await anyio.connect_tcp(*address) as stream:
-        await stream.send(raw)
-        data = b""
-        while True:
-            try:
-                data += await stream.receive()
-            except (anyio.EndOfStream, anyio.BrokenResourceError):
-                break
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = dict(line.split(": ", 1) for line in lines[1:])
-    if not raw.startswith(b"HEAD"):  # HEAD: the length of GET's body, which is not sent
-        assert int(headers["Content-Length"]) == len(body)
-    return int(lines[0].split()[1]), headers, body
-
-
-async def get(address: tuple[str, int], path: str) -> tuple[int, dict[str, str], bytes]:
-    return await request(address, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
 
 
 @pytest.fixture(params=["sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])

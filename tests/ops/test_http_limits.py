@@ -21,7 +21,7 @@ import pytest
 from anyio.abc import SocketAttribute
 
 from ha.http import Limits, Response, serve
-from tests.ops.test_http import get
+from tests.support.http import get
 
 pytestmark = pytest.mark.anyio
 

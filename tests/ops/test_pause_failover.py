@@ -27,7 +27,7 @@ from ha.election.nodes import ElectionNodes
 from ha.errors import NoNode
 from ha.membership.follow import Wakeup, follow_failover
 from ha.membership.rules import Decision, Eligibility
-from tests.ops.test_admin import Work, wait_until
+from tests.support.contenders import Work, wait_until
 
 pytestmark = pytest.mark.anyio
 

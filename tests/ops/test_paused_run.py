@@ -20,7 +20,7 @@ import pytest
 from ha import admin
 from ha.admin.status import ElectionStatus
 from ha.supervisor import Settings, Supervisor
-from tests.ops.test_supervisor import alive
+from tests.support.members import alive
 
 pytestmark = pytest.mark.anyio
 

@@ -21,8 +21,8 @@ import pytest
 
 from ha import admin
 from ha.supervisor import Settings, Supervisor
-from tests.ops.test_supervisor import CHILD, alive, child_pid, wait_until
-from tests.ops.test_supervisor import Member as Host
+from tests.support.members import CHILD, alive, child_pid, wait_until
+from tests.support.members import Member as Host
 
 pytestmark = pytest.mark.anyio
 

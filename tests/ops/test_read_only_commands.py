@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import ha, ha_env, one_error_line, sqlite_url
+from tests.support.cli import ha, ha_env, one_error_line, sqlite_url
 
 COMMANDS = {
     "jobs list": ("jobs", "list"),

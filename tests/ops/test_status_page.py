@@ -19,7 +19,7 @@ from ha.election.machine import State
 from ha.http import ElectionEndpoints, serve, serve_job_manager
 from ha.metrics import Registry
 from ha.testing import History, Recorder
-from tests.ops.test_http import get
+from tests.support.http import get
 
 pytestmark = pytest.mark.anyio
 

@@ -25,9 +25,9 @@ from ha.election.elector import Elector
 from ha.election.machine import State
 from ha.http import serve_job_manager
 from ha.testing import History, Recorder
-from tests.cli.helpers import popen_ha, wait_until
-from tests.cli.test_operating import SLEEP, Hosts, http_get
 from tests.support.browser import Browser, chromium
+from tests.support.cli import popen_ha, wait_until
+from tests.support.http import SLEEP, Hosts, http_get
 
 QUEUE = "[...document.querySelectorAll('#queue tbody tr')].map(r => r.dataset.identity)"
 LEADER = "document.querySelector('[data-role=leader]')?.textContent"

@@ -19,7 +19,7 @@ from ha.drivers.sqlite import SqliteDriver
 from ha.election.timing import Timing, renewal_slack
 from ha.errors import ConfigurationError
 from ha.supervisor import timing_for
-from tests.cli.helpers import ha_env, one_error_line, sqlite_url
+from tests.support.cli import ha_env, one_error_line, sqlite_url
 
 
 @given(

@@ -22,8 +22,8 @@ from ha.drivers.base import TreeSize
 from ha.drivers.kubernetes import tree as kube_tree
 from ha.drivers.kubernetes.tree import TooLarge
 from ha.metrics import BackendMetrics, Registry
-from tests.cli.helpers import ha, ha_env
-from tests.stores.test_stores import ELECTION, win
+from tests.support.cli import ha, ha_env
+from tests.support.stores import ELECTION, win
 
 pytestmark = pytest.mark.anyio
 

@@ -42,7 +42,7 @@ from ha.pipeline.commit.stream_commit import (
 )
 from ha.pipeline.layout import JobLayout
 from ha.stores import Writer
-from tests.stores.test_stores import ELECTION, win
+from tests.support.stores import ELECTION, win
 
 pytestmark = pytest.mark.anyio
 

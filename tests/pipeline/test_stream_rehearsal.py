@@ -27,7 +27,7 @@ from ha.pipeline.jobmanager import rehearsal as stream_rehearsal  # noqa: E402
 from ha.pipeline.jobmanager.rehearsal import rehearse, sample_files  # noqa: E402
 from ha.pipeline.spark import SparkSettings, WarmSession, build_session  # noqa: E402
 from ha.stores import Stores  # noqa: E402
-from tests.stores.test_stores import win  # noqa: E402
+from tests.support.stores import win  # noqa: E402
 
 pytestmark = [pytest.mark.spark]
 

@@ -19,8 +19,8 @@ pytest.importorskip("pyspark")
 from ha.report.analysis import analyze  # noqa: E402
 from ha.report.local import analyze_local  # noqa: E402
 from ha.report.synthetic import generate_journal  # noqa: E402
-from tests.cli.helpers import ha, ha_env  # noqa: E402
-from tests.report.journals import write_every_case  # noqa: E402
+from tests.support.cli import ha, ha_env  # noqa: E402
+from tests.support.journals import write_every_case  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

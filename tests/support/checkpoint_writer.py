@@ -12,7 +12,7 @@ it. Micro-batch ``N`` reads source entry ``N`` (one new input file per batch)::
 With ``retain``, offset and commit log entries more than ``retain`` batches behind are purged
 right after each offset log entry, as Spark does with ``minBatchesToRetain``.
 
-As a process (``python -m tests.pipeline.checkpoint_writer``) it reads lines ``DIR BATCHES``:
+As a process (``python -m tests.support.checkpoint_writer``) it reads lines ``DIR BATCHES``:
 for each, it writes ``BATCHES`` micro-batches into a new checkpoint ``DIR``, prints ``ready``
 and writes on there as fast as it can until the next line comes (a deposed JVM that has not
 noticed yet), or its input ends.

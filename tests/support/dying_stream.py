@@ -1,5 +1,5 @@
 """A streaming pipeline whose micro-batch kills its job manager's process (``test_job_deaths``;
-job manager processes load it with ``--import tests.pipeline.dying_stream``)."""
+job manager processes load it with ``--import tests.support.dying_stream``)."""
 
 from __future__ import annotations
 
