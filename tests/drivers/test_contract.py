@@ -237,6 +237,31 @@ async def test_children_are_sorted_names_of_direct_children(backend: Any) -> Non
         assert await driver.children("/") == ["p-sibling"]
 
 
+async def test_tree_parents_children_and_recursive_delete(backend: Any) -> None:
+    # moved from test_sqlite.py
+    async with backend.driver() as driver:
+        with pytest.raises(NoNode):
+            await driver.create("/p/q")
+        await driver.create("/p/q/r", makepath=True)
+        await driver.create("/p/b")
+        await driver.create("/p-sibling")  # sorts between '/p' and '/p/...': not a child
+        assert await driver.children("/p") == ["b", "q"]
+        assert await driver.children("/") == ["p", "p-sibling"]
+        assert (await driver.get("/p"))[1].num_children == 2
+        with pytest.raises(NotEmpty):
+            await driver.delete("/p")
+        await driver.delete("/p", recursive=True)
+        assert await driver.children("/") == ["p-sibling"]
+        with pytest.raises(NoNode):
+            await driver.children("/p")
+        with pytest.raises(NodeExists):
+            await driver.create("/")
+        with pytest.raises(ConfigurationError):
+            await driver.delete("/", recursive=True)
+        with pytest.raises(ConfigurationError):
+            await driver.get("no-slash")
+
+
 async def test_the_root_cannot_be_deleted(backend: Any) -> None:
     async with backend.driver() as driver:
         await driver.create("/kept")

@@ -43,7 +43,6 @@ from ha.errors import (
     ConfigurationError,
     NodeExists,
     NoNode,
-    NotEmpty,
     SessionExpired,
 )
 from ha.testing import faults
@@ -194,31 +193,6 @@ async def test_creation_numbers_and_suffixes_keep_growing_across_reopening(
         assert int(again.removeprefix("/q/n_")) > int(first.removeprefix("/q/n_"))
         await driver.create("/y")
         assert (await driver.get("/y"))[1].created > before
-
-
-@pytest.mark.anyio
-async def test_tree_parents_children_and_recursive_delete(sqlite_backend: SqliteBackend) -> None:
-    async with sqlite_backend.driver() as driver:
-        with pytest.raises(NoNode):
-            await driver.create("/p/q")
-        await driver.create("/p/q/r", makepath=True)
-        await driver.create("/p/b")
-        await driver.create("/p-sibling")  # sorts between '/p' and '/p/...': not a child
-        assert await driver.children("/p") == ["b", "q"]
-        assert await driver.children("/") == ["p", "p-sibling"]
-        assert (await driver.get("/p"))[1].num_children == 2
-        with pytest.raises(NotEmpty):
-            await driver.delete("/p")
-        await driver.delete("/p", recursive=True)
-        assert await driver.children("/") == ["p-sibling"]
-        with pytest.raises(NoNode):
-            await driver.children("/p")
-        with pytest.raises(NodeExists):
-            await driver.create("/")
-        with pytest.raises(ConfigurationError):
-            await driver.delete("/", recursive=True)
-        with pytest.raises(ConfigurationError):
-            await driver.get("no-slash")
 
 
 # --- sessions -----------------------------------------------------------------------------------
