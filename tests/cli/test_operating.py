@@ -128,7 +128,7 @@ def test_the_health_checks_output_is_prefixed(tmp_path: Path) -> None:
 @pytest.mark.timeout(150)
 def test_job_manager_http(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """`ha jobs manager --http`: ready while active, its batches and recovery counted."""
-    # a JVM and a job: about 40 s on 2 cores (tests/ops/test_http.py serves a standby's)
+    # a JVM and a job: about 40 s on 2 cores (tests/http/test_http.py serves a standby's)
     if "slow" not in (request.config.getoption("markexpr") or "") and not os.environ.get("HA_SLOW"):
         pytest.skip("a job manager runs a job on Spark (40 s): select with -m slow or HA_SLOW=1")
     pytest.importorskip("pyspark")

@@ -63,7 +63,7 @@ def test_fail_on_zookeeper_exits_with_commands_status(
     assert members(env) == []
 
 
-@pytest.mark.slow  # two supervisors and a 2 s first run; tests/ops/test_on_exit.py in-process
+@pytest.mark.slow  # two supervisors and a 2 s first run; tests/supervisor/test_on_exit.py in-process
 def test_restart_runs_again_while_active_then_cedes_to_the_standby(tmp_path: Path) -> None:
     with Hosts(tmp_path) as hosts:
         command = [sys.executable, "-c", RUN_UP_FIRST, str(tmp_path / "runs")]
