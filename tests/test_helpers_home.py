@@ -13,6 +13,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support.imports import imported_modules, modules_under
+
 TESTS = Path(__file__).parent
 
 # packages under tests/ whose helper modules form a harness of their own (rounds run with
@@ -20,37 +22,14 @@ TESTS = Path(__file__).parent
 HARNESSES: dict[str, tuple[str, ...]] = {"tests.chaos": (), "tests.netns": ("tests.chaos",)}
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(TESTS.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {module_name(path): path for path in sorted(TESTS.rglob("*.py"))}
+MODULES = modules_under(TESTS)
 
 
 def imports(module: str, source: str | None = None) -> Iterator[tuple[int, str]]:
     """(line, module under tests/) for each import in ``module``, wherever it stands."""
     path = MODULES[module]
-    here = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text() if source is None else source, str(path))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = here.split(".")[: len(here.split(".")) - (node.level - 1)]
-                base = ".".join([*parent, *([node.module] if node.module else [])])
-            targets = [
-                f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
-            ]
-        else:
-            continue
-        for target in targets:
-            while target and target not in MODULES:
-                target = target.rpartition(".")[0]  # a name inside a module
-            if target and target != module:
-                yield node.lineno, target
+    return imported_modules(ast.walk(tree), module, MODULES)
 
 
 def is_test(module: str) -> bool:

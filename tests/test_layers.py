@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.imports import imported_modules, modules_under
+
 HA = Path(__file__).parents[1] / "ha"
 
 # bottom first; a package may import from the layers before its own
@@ -39,12 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 LAYER = {package: level for level, packages in enumerate(LAYERS) for package in packages}
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(HA.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {module_name(path): path for path in sorted(HA.rglob("*.py"))}
+MODULES = modules_under(HA)
 
 
 def package_of(module: str) -> str:
@@ -74,25 +71,8 @@ def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
 def imports(module: str, source: str | None = None) -> Iterator[tuple[int, str]]:
     """(line, module of ``ha`` imported) for each import that ``module`` can run."""
     path = MODULES[module]
-    here = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text() if source is None else source, str(path))
-    for node in _import_nodes(tree):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        else:
-            base = node.module or ""
-            if node.level:
-                parent = here.split(".")[: len(here.split(".")) - (node.level - 1)]
-                base = ".".join([*parent, *([node.module] if node.module else [])])
-            # ``from . import x``: the module x if there is one, else a name of the package
-            targets = [
-                f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
-            ]
-        for target in targets:
-            while target and target not in MODULES:
-                target = target.rpartition(".")[0]  # a name inside a module
-            if target and target != module:
-                yield node.lineno, target
+    return imported_modules(_import_nodes(tree), module, MODULES)
 
 
 def wrong_way(module: str, source: str | None = None) -> list[str]:

@@ -13,13 +13,8 @@ from ha import admin
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.election.elector import Elector
 from ha.election.machine import State
-from ha.election.nodes import (
-    Breadcrumb,
-    ElectionNodes,
-    encode_breadcrumb,
-    parse_entry,
-    ticket_for,
-)
+from ha.election.names import Breadcrumb, encode_breadcrumb, parse_entry, ticket_for
+from ha.election.nodes import ElectionNodes
 from ha.errors import ConfigurationError
 from tests.support.contenders import Work, wait_until
 

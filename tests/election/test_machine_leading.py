@@ -7,7 +7,7 @@ import pytest
 
 from ha.election import events as ev
 from ha.election.machine import Machine, Phase, State
-from ha.election.nodes import ticket_for
+from ha.election.names import ticket_for
 from tests.support.machine import (
     L_TICKET,
     LEADER,

@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from ha.election import events as ev
 from ha.election.machine import LEGAL, Machine, Phase, State
-from ha.election.nodes import (
-    Breadcrumb,
-    encode_breadcrumb,
-    ticket_for,
-)
+from ha.election.names import Breadcrumb, encode_breadcrumb, ticket_for
 
 ME, OTHER, THIRD = b"me:1", b"other:2", b"third:3"
 S1, S2 = 11, 22

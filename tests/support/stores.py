@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from ha.drivers.base import Check, Driver, Op, Stat
 from ha.election.lease import Lease
-from ha.election.nodes import Breadcrumb, ElectionNodes, ticket_for
+from ha.election.names import Breadcrumb, ticket_for
+from ha.election.nodes import ElectionNodes
 from ha.errors import (
     Fenced,
     NodeExists,
