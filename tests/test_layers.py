@@ -13,6 +13,7 @@ circle either, inside a package or across.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -155,3 +156,22 @@ def later():
         "ha/membership/follow.py:8 imports ha.admin",
         "ha/membership/follow.py:10 imports ha.services",
     ]
+
+
+def test_docs_layout_names_every_package_there_is() -> None:
+    """docs/layout.md draws both trees: each package of ``LAYERS`` and each folder of tests/
+    has its line there, and it names no folder that is gone."""
+    text = (HA.parent / "docs" / "layout.md").read_text()
+    named = {
+        f"`ha/{package.removeprefix('ha.').replace('.', '/')}/`"
+        if (HA.parent / package.replace(".", "/")).is_dir() and package != "ha"
+        else f"{package.rpartition('.')[2]}.py"
+        if package != "ha"
+        else "`ha/__init__.py`"
+        for package in LAYER
+    }
+    tests = HA.parent / "tests"
+    named |= {f"`tests/{d.name}/`" for d in tests.iterdir() if (d / "__init__.py").is_file()}
+    assert {name for name in named if name not in text} == set()
+    drawn = set(re.findall(r"`((?:ha|tests)/[\w/]+)/`", text))
+    assert {path for path in drawn if not (HA.parent / path).is_dir()} == set()
