@@ -1,5 +1,6 @@
 """Running the `ha` command in tests: its environment, one-shot and long-running commands,
-their one-line errors, and `ha run` supervisors of one election.
+their one-line errors, `ha run` supervisors of one election (``Hosts``: their COMMAND a child
+that records its pid, epoch and SIGTERM), and a port that never answers (``Silent``).
 
 Every command runs in a subprocess (``python -m ha``), as a user runs it: what is checked is
 what they see (stdout, stderr, exit code), and a supervisor can be killed for real.
