@@ -59,7 +59,8 @@ from ha.drivers import connect  # noqa: E402
 from ha.drivers.base import Driver  # noqa: E402
 from ha.drivers.kubernetes.tree import TooLarge  # noqa: E402
 from ha.election.lease import Lease  # noqa: E402
-from ha.election.nodes import Breadcrumb, ElectionNodes, ticket_for  # noqa: E402
+from ha.election.names import Breadcrumb, ticket_for  # noqa: E402
+from ha.election.nodes import ElectionNodes  # noqa: E402
 from ha.errors import NoNode  # noqa: E402
 from ha.pipeline.commit import STAGING, batch_dir  # noqa: E402
 from ha.pipeline.commit.stream_commit import (  # noqa: E402

@@ -26,7 +26,7 @@ import anyio
 from .election.journal import Transition
 from .election.lease import Lease
 from .election.machine import LEGAL, State
-from .election.nodes import decode_breadcrumb
+from .election.names import decode_breadcrumb
 
 if TYPE_CHECKING:
     from .drivers._faults import FaultHooks

@@ -17,6 +17,9 @@ from hypothesis import settings
 # loads the profile named on the command line)
 settings.register_profile("long", max_examples=3000)
 
+# the helpers' asserts explain themselves as a test's do (they were tests' own, most of them)
+pytest.register_assert_rewrite("tests.support")
+
 pytest_plugins = [
     "tests.support.backends.memory",
     "tests.support.backends.sqlite",

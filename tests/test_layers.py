@@ -13,10 +13,13 @@ circle either, inside a package or across.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.imports import imported_modules, modules_under
 
 HA = Path(__file__).parents[1] / "ha"
 
@@ -47,12 +50,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 LAYER = {package: level for level, packages in enumerate(LAYERS) for package in packages}
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(HA.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {module_name(path): path for path in sorted(HA.rglob("*.py"))}
+MODULES = modules_under(HA)
 
 
 def package_of(module: str) -> str:
@@ -82,25 +80,8 @@ def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
 def imports(module: str, source: str | None = None) -> Iterator[tuple[int, str]]:
     """(line, module of ``ha`` imported) for each import that ``module`` can run."""
     path = MODULES[module]
-    here = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text() if source is None else source, str(path))
-    for node in _import_nodes(tree):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        else:
-            base = node.module or ""
-            if node.level:
-                parent = here.split(".")[: len(here.split(".")) - (node.level - 1)]
-                base = ".".join([*parent, *([node.module] if node.module else [])])
-            # ``from . import x``: the module x if there is one, else a name of the package
-            targets = [
-                f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
-            ]
-        for target in targets:
-            while target and target not in MODULES:
-                target = target.rpartition(".")[0]  # a name inside a module
-            if target and target != module:
-                yield node.lineno, target
+    return imported_modules(_import_nodes(tree), module, MODULES)
 
 
 def wrong_way(module: str, source: str | None = None) -> list[str]:
@@ -183,3 +164,22 @@ def later():
         "ha/membership/follow.py:8 imports ha.admin",
         "ha/membership/follow.py:10 imports ha.services",
     ]
+
+
+def test_docs_layout_names_every_package_there_is() -> None:
+    """docs/layout.md draws both trees: each package of ``LAYERS`` and each folder of tests/
+    has its line there, and it names no folder that is gone."""
+    text = (HA.parent / "docs" / "layout.md").read_text()
+    named = {
+        f"`ha/{package.removeprefix('ha.').replace('.', '/')}/`"
+        if (HA.parent / package.replace(".", "/")).is_dir() and package != "ha"
+        else f"{package.rpartition('.')[2]}.py"
+        if package != "ha"
+        else "`ha/__init__.py`"
+        for package in LAYER
+    }
+    tests = HA.parent / "tests"
+    named |= {f"`tests/{d.name}/`" for d in tests.iterdir() if (d / "__init__.py").is_file()}
+    assert {name for name in named if name not in text} == set()
+    drawn = set(re.findall(r"`((?:ha|tests)/[\w/]+)/`", text))
+    assert {path for path in drawn if not (HA.parent / path).is_dir()} == set()

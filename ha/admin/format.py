@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..drivers.base import Driver
-from ..election.nodes import ElectionNodes, parse_entry
+from ..election.names import parse_entry
+from ..election.nodes import ElectionNodes
 from ..errors import HAError, NoNode, NotEmpty
 from ..membership.records import text
 from .status import check_election

@@ -29,7 +29,7 @@ from ..drivers.memory import MemoryDriver
 from ..election.elector import Elector
 from ..election.journal import JournalWriter
 from ..election.lease import Lease
-from ..election.nodes import decode_breadcrumb
+from ..election.names import decode_breadcrumb
 from .model import Model
 
 __all__ = ("Contenders", "DemoWork", "InProcessContenders", "ProcessContenders", "worker_main")

@@ -37,34 +37,17 @@ import anyio
 from ..drivers.base import Check, Create, Delete, Driver, Op, Stat
 from ..errors import NodeExists, NoNode, TransactionFailed
 from .events import CrumbsRead, NotQueued, PredecessorGone, Queued, Watching
-
-# the names and codecs are ``names.py``'s; importable from here too, beside the paths
 from .names import (
-    BREADCRUMB_FORMAT,
     Breadcrumb,
     QueueEntry,
-    decode_breadcrumb,
     encode_breadcrumb,
-    identity_bytes,
     in_order,
-    lower_lives,
     parse_entry,
-    ticket_for,
     with_epoch,
 )
 
-__all__ = (
-    "BREADCRUMB_FORMAT",
-    "Breadcrumb",
-    "ElectionNodes",
-    "QueueEntry",
-    "decode_breadcrumb",
-    "encode_breadcrumb",
-    "identity_bytes",
-    "lower_lives",
-    "parse_entry",
-    "ticket_for",
-)
+__all__ = ("ElectionNodes",)
+
 
 # --- the nodes -----------------------------------------------------------------------------------
 

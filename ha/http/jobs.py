@@ -21,7 +21,7 @@ import sniffio
 
 from ..drivers.base import Driver
 from ..election.elector import Elector
-from ..election.nodes import identity_bytes
+from ..election.names import identity_bytes
 from ..metrics import BackendMetrics, ElectorMetrics, JobManagerMetrics, ProcessMetrics, Registry
 from ..metrics.jobs import EventSink
 from .endpoints import ElectionEndpoints

@@ -51,7 +51,8 @@ from ..drivers.base import NodeEvent, NodeEventKind
 from ..election.elector import Elector
 from ..election.journal import Transition
 from ..election.machine import State
-from ..election.nodes import ElectionNodes, parse_entry
+from ..election.names import parse_entry
+from ..election.nodes import ElectionNodes
 from .backend import tap_node_events
 from .registry import Registry
 

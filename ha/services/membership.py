@@ -28,7 +28,8 @@ from ..drivers.base import ConnectionEvent
 from ..election.elector import Elector
 from ..election.journal import Transition
 from ..election.machine import State
-from ..election.nodes import ElectionNodes, identity_bytes
+from ..election.names import identity_bytes
+from ..election.nodes import ElectionNodes
 from ..errors import HAError
 from ..membership.follow import Wakeup, follow_failover, keep_member
 from ..membership.members import claim_member, remove_member

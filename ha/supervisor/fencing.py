@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 
-from ..election.nodes import decode_breadcrumb
+from ..election.names import decode_breadcrumb
 
 __all__ = ("old_active_env",)
 

@@ -15,9 +15,7 @@ etcd --rounds 1000``.
 from __future__ import annotations
 
 import os
-import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +25,10 @@ import pytest
 import ha
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.testing import faults
-from tests.chaos import Fault, RoundResult, table
+from tests.chaos import Fault, RoundResult
 from tests.chaos.envs import SqliteEnv
 from tests.chaos.memory import memory_round
+from tests.chaos.reporting import summary_of
 from tests.chaos.runner import BACKENDS, SUPERVISED_BACKENDS, run_backend, server_missing
 from tests.chaos.supervised import Options, Plan, supervised_round
 from tests.support.witness import verdict
@@ -57,17 +56,7 @@ LOOPS = ("asyncio", "trio")
 RESULTS: list[RoundResult] = []
 
 
-@pytest.fixture(scope="module", autouse=True)
-def summary(request: pytest.FixtureRequest) -> Iterator[None]:
-    started = time.monotonic()
-    yield
-    plugins = request.config.pluginmanager
-    reporter, capture = plugins.getplugin("terminalreporter"), plugins.getplugin("capturemanager")
-    if RESULTS and reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():  # shown even when the tests pass
-            reporter.write_line("")
-            for line in table(RESULTS, time.monotonic() - started).splitlines():
-                reporter.write_line(line)
+summary = summary_of(RESULTS)  # the table of the rounds, after the tests
 
 
 # --- the verdict on made-up histories -----------------------------------------------------------

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import ha, ha_env, one_error_line, sqlite_url
+from tests.support.cli import ha, ha_env, one_error_line, sqlite_url
 
 COMMANDS = ["demo", "run", "status", "watch", "failover", "format"]
 
@@ -101,7 +101,8 @@ def test_status_shows_the_queue_in_order_and_the_leftovers(tmp_path: Path) -> No
     import anyio
 
     from ha.drivers import connect
-    from ha.election.nodes import Breadcrumb, ElectionNodes, ticket_for
+    from ha.election.names import Breadcrumb, ticket_for
+    from ha.election.nodes import ElectionNodes
 
     url = sqlite_url(tmp_path)
     env = ha_env(tmp_path, HA_URL=url)

@@ -15,7 +15,7 @@ import pytest
 from ha.cli import cli
 from ha.cli.config import find_config, load_config
 from ha.errors import ConfigurationError
-from tests.cli.helpers import ha, ha_env, one_error_line, wait_until
+from tests.support.cli import ha, ha_env, one_error_line, wait_until
 
 
 @pytest.fixture

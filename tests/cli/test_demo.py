@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import ha, ha_env
+from tests.support.cli import ha, ha_env
 
 
 @pytest.mark.parametrize("url", [None, "memory://demo"])

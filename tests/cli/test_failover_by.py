@@ -8,8 +8,7 @@ import pwd
 import socket
 from pathlib import Path
 
-from tests.cli.helpers import ha
-from tests.cli.test_run import Hosts
+from tests.support.cli import Hosts, ha
 
 
 def test_failover_names_the_real_user_with_user_and_logname_unset(tmp_path: Path) -> None:

@@ -18,9 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import alive, ha, ha_env, popen_ha, sqlite_url, wait_until
-from tests.cli.test_run import Hosts
-from tests.cli.test_run_backend_down import Silent
+from tests.support.cli import Hosts, Silent, alive, ha, ha_env, popen_ha, sqlite_url, wait_until
 
 LOOPS = ["asyncio", "trio"]
 NOISE = ("Traceback", "Error", "ha: error", "Aborted")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import ha, ha_env, one_error_line, popen_ha, wait_until
+from tests.support.cli import ha, ha_env, one_error_line, popen_ha, wait_until
 
 SPARK = importlib.util.find_spec("pyspark") is not None
 needs_pyspark = pytest.mark.skipif(not SPARK, reason="PySpark is not installed (ha-elector[spark])")

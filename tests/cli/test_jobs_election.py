@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.helpers import ha, ha_env
+from tests.support.cli import ha, ha_env
 
 CHILD = """
 import json, sys

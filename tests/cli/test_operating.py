@@ -7,57 +7,17 @@ import json
 import os
 import re
 import socket
-import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cli.helpers import Supervisors, ha, one_error_line, popen_ha, wait_until
-from tests.ops.test_metrics import parse, total, value
 from tests.support.backends.zookeeper import ZooKeeperBackend, zookeeper_backend, zookeeper_server
+from tests.support.cli import Supervisors, ha, one_error_line, popen_ha, wait_until
+from tests.support.http import SLEEP, Hosts, http_get
+from tests.support.metrics import total, value
 
 __all__ = ("zookeeper_backend", "zookeeper_server")  # fixtures, until the plugin is registered
-
-SLEEP = (sys.executable, "-c", "import time; time.sleep(600)")
-
-
-def http_get(port: int, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-class Hosts(Supervisors):
-    """Supervisors of /svc, each with --http on a port of its choosing (read from its log)."""
-
-    def start(self, name: str, *extra: str) -> None:
-        log = self.directory / f"{name}.log"
-        self.procs[name] = popen_ha(
-            "run", "/svc", "--id", name, "--http", "127.0.0.1:0", *extra, "--", *SLEEP,
-            env=self.env, log=log,
-        )  # fmt: skip
-
-    def log(self, name: str) -> str:
-        return (self.directory / f"{name}.log").read_text(errors="replace")
-
-    def port(self, name: str) -> int:
-        found = wait_until(
-            lambda: re.search(r"http on 127\.0\.0\.1:(\d+)", self.log(name)), f"{name}'s http"
-        )
-        return int(found.group(1))
-
-    def ready(self, name: str) -> bool:
-        return http_get(self.port(name), "/readyz")[0] == 200
-
-    def metrics(self, name: str) -> Any:
-        status, body = http_get(self.port(name), "/metrics")
-        assert status == 200
-        return parse(body.decode())
 
 
 def handover(hosts: Hosts) -> None:
@@ -168,7 +128,7 @@ def test_the_health_checks_output_is_prefixed(tmp_path: Path) -> None:
 @pytest.mark.timeout(150)
 def test_job_manager_http(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """`ha jobs manager --http`: ready while active, its batches and recovery counted."""
-    # a JVM and a job: about 40 s on 2 cores (tests/ops/test_http.py serves a standby's)
+    # a JVM and a job: about 40 s on 2 cores (tests/http/test_http.py serves a standby's)
     if "slow" not in (request.config.getoption("markexpr") or "") and not os.environ.get("HA_SLOW"):
         pytest.skip("a job manager runs a job on Spark (40 s): select with -m slow or HA_SLOW=1")
     pytest.importorskip("pyspark")

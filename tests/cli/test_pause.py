@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.cli.helpers import ha, one_error_line, wait_until
-from tests.cli.test_run import Hosts
 from tests.support.backends.zookeeper import ZooKeeperBackend, zookeeper_backend, zookeeper_server
+from tests.support.cli import Hosts, ha, one_error_line, wait_until
 
 __all__ = ("zookeeper_backend", "zookeeper_server")  # fixtures, until the plugin is registered
 

@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.helpers import alive, ha, one_error_line, sqlite_url, wait_until
-from tests.cli.test_run import Hosts
+from tests.support.cli import Hosts, alive, ha, one_error_line, sqlite_url, wait_until
 
 # Long enough that b's session outlives its freeze (two `ha` commands), so b is still in the
 # queue ahead of c when it wakes.

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import ha, ha_env, one_error_line, popen_ha, sqlite_url, wait_until
-from tests.cli.test_run import Hosts
 from tests.support.backends.zookeeper import ZooKeeperBackend, zookeeper_backend, zookeeper_server
+from tests.support.cli import Hosts, ha, ha_env, one_error_line, popen_ha, sqlite_url, wait_until
 
 __all__ = ("zookeeper_backend", "zookeeper_server")  # fixtures, until the plugin is registered
 

@@ -9,81 +9,16 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.cli.helpers import Supervisors, alive, ha, popen_ha, sqlite_url, wait_until
 from tests.support.backends.zookeeper import ZooKeeperBackend, zookeeper_backend, zookeeper_server
+from tests.support.cli import Hosts, alive, ha, popen_ha, sqlite_url, wait_until
 
 __all__ = ("zookeeper_backend", "zookeeper_server")  # fixtures, until the plugin is registered
-
-CHILD = r"""
-import os, signal, sys, time
-directory, ident = sys.argv[1], os.environ["HA_IDENTITY"]
-def on_term(*_):
-    with open(os.path.join(directory, ident + ".term"), "a") as f:
-        f.write(f"{os.getpid()}\n")
-    sys.exit(0)
-signal.signal(signal.SIGTERM, on_term)
-tmp = os.path.join(directory, ident + ".pid.tmp")
-with open(tmp, "w") as f:
-    f.write(f"{os.getpid()} {os.environ['HA_EPOCH']}")
-os.replace(tmp, os.path.join(directory, ident + ".pid"))
-while True:
-    time.sleep(0.05)
-"""
-
-
-class Hosts(Supervisors):
-    """`ha run` supervisors whose COMMAND is ``CHILD``."""
-
-    def __init__(self, directory: Path, url: str | None = None, **env: str) -> None:
-        super().__init__(directory, url, **env)
-        self.script = directory / "child.py"
-        self.script.write_text(CHILD)
-
-    def start(self, identity: str, *extra: str, wrap: bool = False) -> subprocess.Popen[bytes]:
-        """``wrap``: COMMAND is a shell that forks the child and waits (a service wrapper)."""
-        argv = ["run", "/svc", "--id", identity, *extra, "--"]
-        if wrap:
-            argv += ["sh", "-c", '"$0" "$@" & wait']
-        argv += [sys.executable, str(self.script), str(self.directory)]
-        proc = popen_ha(*argv, env=self.env, log=self.directory / f"{identity}.log")
-        self.procs[identity] = proc
-        return proc
-
-    def child(self, identity: str) -> tuple[int, int] | None:
-        """(pid, epoch) of the identity's COMMAND as last started, or None."""
-        try:
-            pid, epoch = (self.directory / f"{identity}.pid").read_text().split()
-        except FileNotFoundError:
-            return None
-        return int(pid), int(epoch)
-
-    def settled(self) -> dict[str, Any]:
-        """Wait for one active running its COMMAND and every other supervisor standby."""
-
-        def check() -> dict[str, Any] | None:
-            doc = self.status()
-            states = {m["identity"]: m["state"] for m in doc["members"]}
-            live = {i for i, p in self.procs.items() if p.poll() is None}
-            if doc["active"] is None or set(states) != live:
-                return None
-            if sorted(states.values()) != ["active"] + ["standby"] * (len(live) - 1):
-                return None
-            child = self.child(doc["active"])
-            return doc if child is not None and child[1] == doc["epoch"] else None
-
-        found: dict[str, Any] = wait_until(check, "one active and the others standby")
-        return found
-
-    def log(self, identity: str) -> str:
-        return (self.directory / f"{identity}.log").read_text()
 
 
 @pytest.fixture

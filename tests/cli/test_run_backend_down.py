@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import ha, ha_env, one_error_line, wait_until
-from tests.cli.test_run import Hosts
 from tests.support.backends import etcd, zookeeper
+from tests.support.cli import Hosts, Silent, ha, ha_env, one_error_line, wait_until
 
 LOOPS = ["asyncio", "trio"]
 BACKENDS = ["etcd", pytest.param("zk", marks=pytest.mark.zookeeper)]
@@ -95,25 +93,6 @@ def test_ha_run_waits_for_a_backend_started_after_it(
         assert tries == list(range(1, len(tries) + 1))  # one line per try, counted
         assert f"reached the backend after {len(tries)} failed tries" in hosts.log("a")
         assert "Traceback" not in hosts.log("a")
-
-
-class Silent:
-    """A port that accepts connections and never answers: a try that hangs until its end."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.accepted: list[socket.socket] = []
-
-    def wait_for_a_client(self) -> None:
-        self.sock.settimeout(60)
-        conn, _ = self.sock.accept()
-        self.accepted.append(conn)
-
-    def close(self) -> None:
-        for conn in self.accepted:
-            conn.close()
-        self.sock.close()
 
 
 @pytest.mark.parametrize("loop", LOOPS)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import Supervisors, alive, ha, popen_ha, sqlite_url, wait_until
+from tests.support.cli import Supervisors, alive, ha, popen_ha, sqlite_url, wait_until
 
 HEARTBEAT = r"""
 import os, sys, time

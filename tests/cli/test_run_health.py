@@ -17,8 +17,7 @@ import pytest
 
 from ha.errors import ConfigurationError
 from ha.supervisor import Settings
-from tests.cli.helpers import alive, ha, one_error_line, wait_until
-from tests.cli.test_run import Hosts
+from tests.support.cli import Hosts, alive, ha, one_error_line, wait_until
 
 CHECK = r"""
 d="$1"

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import alive, ha, ha_env, one_error_line, sqlite_url, wait_until
-from tests.cli.test_run import Hosts
 from tests.support.backends.zookeeper import ZooKeeperBackend
+from tests.support.cli import Hosts, alive, ha, ha_env, one_error_line, sqlite_url, wait_until
 from tests.support.faultproxy import FaultProxy
 
 LOST = "lost contact with the backend"

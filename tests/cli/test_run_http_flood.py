@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import Supervisors, alive, wait_until
-from tests.cli.test_operating import http_get
+from tests.support.cli import Supervisors, alive, wait_until
+from tests.support.http import http_get
 
 NOFILE = 256  # the supervisor's open-file limit; the flood is half as many again
 

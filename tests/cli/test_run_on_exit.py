@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from ha.supervisor.exits import STARTED
-from tests.cli.helpers import ha, ha_env, popen_ha, sqlite_url, wait_until
-from tests.cli.test_run import Hosts
 from tests.support.backends.zookeeper import ZooKeeperBackend
+from tests.support.cli import Hosts, ha, ha_env, popen_ha, sqlite_url, wait_until
 
 RUN = "import os, sys; open(sys.argv[1], 'a').write(os.environ['HA_EPOCH'] + '\\n'); sys.exit(3)"
 # the same, but the first run lasts long enough to count as started (exits.STARTED)
@@ -64,7 +63,7 @@ def test_fail_on_zookeeper_exits_with_commands_status(
     assert members(env) == []
 
 
-@pytest.mark.slow  # two supervisors and a 2 s first run; tests/ops/test_on_exit.py in-process
+@pytest.mark.slow  # two supervisors and a 2 s first run; tests/supervisor/test_on_exit.py in-process
 def test_restart_runs_again_while_active_then_cedes_to_the_standby(tmp_path: Path) -> None:
     with Hosts(tmp_path) as hosts:
         command = [sys.executable, "-c", RUN_UP_FIRST, str(tmp_path / "runs")]

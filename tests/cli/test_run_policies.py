@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.cli.helpers import ABSENT, ha, ha_env, one_error_line, sqlite_url, wait_until
-from tests.cli.test_run import Hosts
+from tests.support.cli import ABSENT, Hosts, ha, ha_env, one_error_line, sqlite_url, wait_until
 
 
 def test_require_fence_without_a_fencer_refuses_to_start(tmp_path: Path) -> None:

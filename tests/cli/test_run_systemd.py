@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import alive, ha, ha_env, popen_ha, sqlite_url, stop_procs, wait_until
+from tests.support.cli import alive, ha, ha_env, popen_ha, sqlite_url, stop_procs, wait_until
 
 WATCHDOG = 2.0  # seconds: WatchdogSec= as systemd hands it over, in WATCHDOG_USEC
 

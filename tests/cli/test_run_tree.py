@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.helpers import Supervisors, alive, ha, popen_ha, wait_until
+from tests.support.cli import Supervisors, alive, ha, popen_ha, wait_until
 
 SERVER = r"""
 import json, os, signal, sys, time

@@ -23,8 +23,8 @@ import pytest
 
 from ha import admin
 from ha.cli._show import print_status
-from tests.cli.helpers import Supervisors, ha, popen_ha, sqlite_url, wait_until
 from tests.support.backends.etcd import EtcdBackend
+from tests.support.cli import Supervisors, ha, popen_ha, sqlite_url, wait_until
 
 # the active renews every half second and is stopped for longer, well within its session
 OPTIONS = "session_timeout=8&renew_interval=0.5"

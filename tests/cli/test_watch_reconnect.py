@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.cli.helpers import ha, popen_ha, wait_until
-from tests.cli.test_run import Hosts
 from tests.support.backends.zookeeper import ZooKeeperServer
+from tests.support.cli import Hosts, ha, popen_ha, wait_until
 
 LOST = "ha: warning: lost the backend ("
 BACK = "ha: the backend is back: watching /svc again"

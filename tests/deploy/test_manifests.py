@@ -29,9 +29,9 @@ from ha.drivers.kubernetes.announce import ROLE
 from ha.election import Elector, State
 from ha.errors import ElectionFailed
 from ha.testing import History, Recorder, faults
-from tests.deploy.schemas import schema_errors
 from tests.support.backends.kubernetes import write_kubeconfig
 from tests.support.kubeapi.process import FakeKubeApi
+from tests.support.schemas import schema_errors
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 LOGGED = re.compile(r'"(GET|POST|PUT|PATCH|DELETE) (\S+) HTTP/1\.[01]"')
@@ -277,7 +277,7 @@ def test_a_rollout_keeps_a_standby_and_the_service_follows_the_active() -> None:
 @pytest.mark.parametrize("name", ["deployment.yaml", "role.yaml"])
 def test_the_manifests_match_the_official_schemas(name: str) -> None:
     """Every object against the API's OpenAPI schema as the official client carries it
-    (tests/deploy/schemas.py): no unknown field, no missing required one, the right types."""
+    (tests/support/schemas.py): no unknown field, no missing required one, the right types."""
     with open(DEPLOY / name) as file:
         for doc in yaml.safe_load_all(file):
             if doc:

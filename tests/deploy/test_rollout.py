@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from ha.drivers.kubernetes.announce import ROLE
-from tests.cli.helpers import Supervisors, popen_ha, stop_procs, wait_until
 from tests.support.backends.kubernetes import KubernetesBackend
+from tests.support.cli import Supervisors, popen_ha, stop_procs, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,7 +23,7 @@ import pytest
 
 from ha._process import GUARD_MARGIN
 from ha.supervisor.systemd import PINGS_PER_INTERVAL
-from tests.cli.helpers import alive, ha_env, sqlite_url, stop_procs, wait_until
+from tests.support.cli import alive, ha_env, sqlite_url, stop_procs, wait_until
 
 UNIT = Path(__file__).resolve().parents[2] / "deploy" / "systemd" / "ha-run@.service"
 

@@ -20,10 +20,9 @@ orders, outcomes, and the timing assumption against the driver's own ``last_cont
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -33,7 +32,6 @@ import ha.drivers
 from ha.drivers.base import (
     Check,
     ConnectionEvent,
-    ConnectionState,
     Create,
     Delete,
     Driver,
@@ -53,50 +51,18 @@ from ha.errors import (
     TransactionFailed,
 )
 from ha.testing import faults
+from tests.support.contact import WAIT, Contact, Events, S, contact
+
+__all__ = ("contact",)  # a fixture
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
-S = ConnectionState
 CREATED, CHANGED, DELETED = NodeEventKind.CREATED, NodeEventKind.CHANGED, NodeEventKind.DELETED
-WAIT = 15.0  # seconds an awaited event may take before the test fails (a hang guard)
 # session timeouts short enough for expiry tests (ZooKeeper's client needs a little more)
 SHORT = {"memory": 0.3, "sqlite": 0.4, "zookeeper": 1.0, "etcd": 1.0, "kubernetes": 1.0}
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-class Events:
-    """A subscriber that keeps every event and lets a test wait for the next ones."""
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-        self.threads: set[int] = set()
-        self._read = 0
-        self._changed = anyio.Event()
-
-    def __call__(self, event: Any) -> None:
-        self.events.append(event)
-        self.threads.add(threading.get_ident())
-        self._changed.set()
-
-    async def next(self) -> Any:
-        with anyio.fail_after(WAIT):
-            while self._read >= len(self.events):
-                self._changed = anyio.Event()
-                await self._changed.wait()
-        self._read += 1
-        return self.events[self._read - 1]
-
-    async def state(self) -> ConnectionEvent:
-        """The next connection event other than DISCONNECTED (which a backend may add)."""
-        while (event := await self.next()).state is S.DISCONNECTED:
-            pass
-        assert isinstance(event, ConnectionEvent)
-        return event
-
-    def pending(self) -> list[Any]:
-        return self.events[self._read :]
 
 
 async def watch(driver: Driver, path: str) -> Events:
@@ -126,49 +92,6 @@ def known_gap(request: pytest.FixtureRequest, backend: Any, names: set[str], fin
         request.applymarker(pytest.mark.xfail(strict=True, reason=f"finding: {finding}"))
         return 3.0
     return WAIT
-
-
-class Contact:
-    """Contact between one driver and its backend, lost and regained.
-
-    ``ha.testing.faults`` does it, but for sqlite, which has no connection: there the file
-    stalls (``freeze``: no renewal, no contact), or another connection holds its write lock
-    (renewals fail, noticed as DISCONNECTED, while the lease lives on).
-    """
-
-    def __init__(self, backend: Any) -> None:
-        self.sqlite = backend.name == "sqlite"
-        self.stallers: list[sqlite3.Connection] = []
-
-    def cut(self, driver: Driver) -> None:
-        """From now on the driver makes no contact; its session ages on the backend."""
-        (faults(driver).freeze if self.sqlite else faults(driver).disconnect)()
-
-    def restore(self, driver: Driver) -> None:
-        (faults(driver).thaw if self.sqlite else faults(driver).reconnect)()
-
-    async def drop(self, driver: Any) -> None:
-        """Contact is lost and the driver notices (DISCONNECTED) until ``back``."""
-        if not self.sqlite:
-            faults(driver).disconnect()
-            return
-        conn = sqlite3.connect(driver.path, isolation_level=None, check_same_thread=False)
-        self.stallers.append(conn)
-        await anyio.to_thread.run_sync(conn.execute, "BEGIN IMMEDIATE")
-
-    async def back(self, driver: Driver) -> None:
-        if not self.sqlite:
-            faults(driver).reconnect()
-        while self.stallers:
-            await anyio.to_thread.run_sync(self.stallers.pop().close)  # rolls back
-
-
-@pytest.fixture
-def contact(backend: Any) -> Iterator[Contact]:
-    c = Contact(backend)
-    yield c
-    for conn in c.stallers:
-        conn.close()
 
 
 # --- lifecycle ----------------------------------------------------------------------------------
@@ -312,6 +235,31 @@ async def test_children_are_sorted_names_of_direct_children(backend: Any) -> Non
         assert (await driver.get("/p"))[1].num_children == 2
         await driver.delete("/p", recursive=True)
         assert await driver.children("/") == ["p-sibling"]
+
+
+async def test_tree_parents_children_and_recursive_delete(backend: Any) -> None:
+    # moved from test_sqlite.py
+    async with backend.driver() as driver:
+        with pytest.raises(NoNode):
+            await driver.create("/p/q")
+        await driver.create("/p/q/r", makepath=True)
+        await driver.create("/p/b")
+        await driver.create("/p-sibling")  # sorts between '/p' and '/p/...': not a child
+        assert await driver.children("/p") == ["b", "q"]
+        assert await driver.children("/") == ["p", "p-sibling"]
+        assert (await driver.get("/p"))[1].num_children == 2
+        with pytest.raises(NotEmpty):
+            await driver.delete("/p")
+        await driver.delete("/p", recursive=True)
+        assert await driver.children("/") == ["p-sibling"]
+        with pytest.raises(NoNode):
+            await driver.children("/p")
+        with pytest.raises(NodeExists):
+            await driver.create("/")
+        with pytest.raises(ConfigurationError):
+            await driver.delete("/", recursive=True)
+        with pytest.raises(ConfigurationError):
+            await driver.get("no-slash")
 
 
 async def test_the_root_cannot_be_deleted(backend: Any) -> None:

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from ha.drivers.base import SessionLease
-from tests.drivers.test_contract import Contact, contact
+from tests.support.contact import Contact, contact
 
 __all__ = ("contact",)  # a fixture
 

@@ -28,9 +28,9 @@ from ha.errors import (
     Unavailable,
 )
 from ha.testing import faults
-from tests.drivers.test_etcd_reads import transactions
 from tests.support.backends.etcd import EtcdBackend, EtcdCluster, EtcdServer, make_certs
 from tests.support.backends.zookeeper import free_port
+from tests.support.etcd_calls import transactions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

@@ -9,9 +9,6 @@ its metrics port). Every test runs under asyncio and trio against a real etcd.
 from __future__ import annotations
 
 import base64
-import re
-import urllib.request
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -21,6 +18,7 @@ from ha.drivers.etcd import EtcdDriver
 from ha.errors import AccessDenied, ConnectionLost, NoNode
 from ha.testing import faults
 from tests.support.backends.etcd import EtcdBackend, EtcdServer
+from tests.support.etcd_calls import sent_at_start, transactions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -29,32 +27,6 @@ READERS = 300  # 900 range requests: more than one transaction's LIMIT, in neste
 
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
-
-
-def transactions(backend: EtcdBackend) -> int:
-    """How many Txn requests the server has answered so far."""
-    url = f"http://127.0.0.1:{backend.server.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        text = reply.read().decode()
-    found = re.findall(r'grpc_server_handled_total\{[^}]*grpc_method="Txn"[^}]*\} (\d+)', text)
-    return sum(int(count) for count in found)
-
-
-async def sent_at_start(
-    backend: EtcdBackend, call: Callable[[EtcdDriver, int], Awaitable[object]], count: int
-) -> int:
-    """The transactions that ``count`` calls ``call(driver, number)``, made at once right
-    after the driver's start, took (no checkpoint in between: its senders have not run yet)."""
-    driver = backend.driver()
-    await driver.start()
-    try:
-        before = transactions(backend)
-        async with anyio.create_task_group() as tg:
-            for number in range(count):
-                tg.start_soon(call, driver, number)
-        return transactions(backend) - before
-    finally:
-        await driver.aclose()
 
 
 async def test_concurrent_reads_share_transactions(etcd_backend: EtcdBackend) -> None:

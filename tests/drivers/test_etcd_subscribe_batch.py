@@ -20,8 +20,8 @@ from ha.drivers.etcd import EtcdDriver
 from ha.drivers.etcd.reads import ReadBatcher
 from ha.drivers.etcd.watches import _UNKNOWN
 from ha.drivers.etcd.writes import WriteBatcher
-from tests.drivers.test_etcd_reads import transactions
 from tests.support.backends.etcd import EtcdBackend
+from tests.support.etcd_calls import transactions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

@@ -27,8 +27,8 @@ from ha.drivers.etcd.reads import ReadBatcher
 from ha.drivers.etcd.settings import Settings
 from ha.drivers.etcd.writes import WriteBatcher, footprint
 from ha.errors import BadVersion, NodeExists, NoNode, SessionExpired, TransactionFailed
-from tests.drivers.test_etcd_reads import sent_at_start, transactions
 from tests.support.backends.etcd import EtcdBackend
+from tests.support.etcd_calls import sent_at_start, transactions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

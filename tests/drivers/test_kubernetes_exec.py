@@ -17,7 +17,7 @@ import pytest
 from ha.drivers.kubernetes import KubernetesDriver
 from ha.election import Elector, State
 from ha.testing import History, Recorder
-from tests.cli.helpers import ha, ha_env, one_error_line
+from tests.support.cli import ha, ha_env, one_error_line
 from tests.support.kubeapi.process import FakeKubeApi
 
 pytestmark = pytest.mark.timeout(60)

@@ -21,7 +21,7 @@ from ha.drivers.base import ConnectionEvent, ConnectionState, NodeEvent, NodeEve
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.errors import ConfigurationError, ConnectionLost
 from ha.testing import faults
-from tests.drivers.test_contract import Events
+from tests.support.contact import Events
 
 S = ConnectionState
 _names = itertools.count()

@@ -15,7 +15,7 @@ import pytest
 
 from ha.drivers.sqlite import clock
 from ha.errors import ConfigurationError
-from tests.cli.helpers import ha_env, one_error_line, sqlite_url
+from tests.support.cli import ha_env, one_error_line, sqlite_url
 from tests.support.namespaces import host_monotonic, refused, unshare
 
 REPO = Path(__file__).resolve().parents[2]

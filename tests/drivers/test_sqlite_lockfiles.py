@@ -23,8 +23,6 @@ import anyio.to_thread
 import pytest
 
 from ha.testing import Event, check_history
-from tests.drivers.test_sqlite import lease_end, session_ids, stop_outside_write
-from tests.processes.test_sqlite_elector import Contender, Group, check_fenced_writes, group
 from tests.support.backends.sqlite import (
     SqliteBackend,
     lock_held,
@@ -32,6 +30,8 @@ from tests.support.backends.sqlite import (
     replace_lock_files,
     sqlite_backend,
 )
+from tests.support.sqlite_db import lease_end, session_ids, stop_outside_write
+from tests.support.sqlite_group import Contender, Group, check_fenced_writes, group
 
 __all__ = ("sqlite_backend",)  # the fixture, until tests/conftest.py registers the plugin
 

@@ -13,8 +13,8 @@ import ha
 from ha.drivers.base import Driver
 from ha.drivers.memory import MemoryDriver
 from ha.election import admission
-from tests.stores.test_stores import ProxyDriver
 from tests.support.harness import FAST, wait_for
+from tests.support.stores import ProxyDriver
 
 pytestmark = pytest.mark.anyio
 

@@ -21,20 +21,10 @@ import ha
 from ha.drivers.memory import MemoryDriver
 from ha.errors import ConfigurationError, ElectionFailed, ElectorStopped
 from ha.testing import faults
+from tests.support.contenders import Work
 from tests.support.harness import FAST, wait_for
 
 pytestmark = pytest.mark.anyio
-
-
-class Work:
-    """A contender that leads until cancelled."""
-
-    def __init__(self) -> None:
-        self.leases: list[ha.Lease] = []
-
-    async def become_active(self, lease: ha.Lease) -> None:
-        self.leases.append(lease)
-        await anyio.sleep_forever()
 
 
 @asynccontextmanager

@@ -25,10 +25,17 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-import ha
 from tests.support.backends.etcd import EtcdNet, EtcdServer
 from tests.support.backends.kubernetes import KubernetesNet
-from tests.support.harness import Cluster, MemoryNet, Net, Node, SqliteNet, cluster, wait_for
+from tests.support.cluster_faults import (
+    CONTENDER_FAULTS,
+    NET_FAULTS,
+    TIMING,
+    FastMemory,
+    apply,
+    heal_all,
+)
+from tests.support.harness import Net, SqliteNet, cluster, wait_for
 from tests.support.kubeapi.process import FakeKubeApi
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(900)]
@@ -40,23 +47,6 @@ SQLITE_EXAMPLES = max(1, settings.default.max_examples // 4)
 # etcd's leases last at least 1 s (its smallest TTL at the fixture's timers), so an example
 # takes seconds: a tenth (10 per anyio backend; 300 with the long profile)
 ETCD_EXAMPLES = max(1, settings.default.max_examples // 10)
-
-# faults of the backend, each drawn only where the net supports it (Net.faults)
-NET_FAULTS = [
-    "crash",
-    "expire",
-    "disconnect",
-    "reconnect",
-    "cut_off",
-    "restore",
-    "freeze",
-    "thaw",
-    "stall",
-    "unstall",
-    "transient",
-]
-# faults of the contender or of the operator: every backend
-CONTENDER_FAULTS = ["quit", "quit_fence", "restart", "refuse_fence", "fail_active", "hang_hooks"]
 
 
 def plans(net_faults: frozenset[str], session_timeout: float) -> st.SearchStrategy[list[Step]]:
@@ -70,48 +60,6 @@ def plans(net_faults: frozenset[str], session_timeout: float) -> st.SearchStrate
 
 
 Step = tuple[str, int, float]
-
-
-async def apply(c: Cluster, fault: str, node: Node) -> None:
-    stalled = isinstance(c.net, SqliteNet) and c.net.stalled
-    if fault == "restart":
-        # a new process cannot open its session while another holds the write lock
-        if node.done.is_set() and not stalled:
-            c.nodes.remove(node)
-            await c.add(f"{node.name}+", session_timeout=c.net.session_timeout, timing=TIMING)
-    elif node.done.is_set():
-        return  # a crashed or finished node has nothing left to break
-    elif fault == "crash":
-        await c.crash(node)
-    elif fault == "expire":
-        if not stalled:  # expiring needs the write lock too
-            await c.expire(node)
-    elif fault == "transient":
-        c.fail_next(node, 2)
-    elif fault in ("quit", "quit_fence"):
-        node.quit(need_fence=fault == "quit_fence")
-    elif fault == "refuse_fence":
-        node.rec.refuse_fence += 1
-    elif fault == "fail_active":
-        node.rec.fail_active += 1
-    elif fault == "hang_hooks":
-        node.rec.hang_hooks = not node.rec.hang_hooks
-    else:
-        await c.fault(fault, node)
-
-
-async def heal_all(c: Cluster) -> None:
-    await c.heal()
-    for node in c.nodes:
-        node.rec.refuse_fence = node.rec.fail_active = 0
-
-
-TIMING = ha.Timing(
-    backoff=ha.Backoff(initial=0.005, maximum=0.05),
-    fence_backoff=ha.Backoff(initial=0.005, maximum=0.05),  # liveness: within the same bound
-    hook_timeout=0.2,
-    max_retries=50,
-)
 
 
 async def run_plan(net: Net, size: int, plan: list[Step]) -> None:
@@ -129,10 +77,6 @@ async def run_plan(net: Net, size: int, plan: list[Step]) -> None:
             await c.add("fresh", session_timeout=net.session_timeout, timing=TIMING)
         # liveness: session timeout + backoff, with a wide margin for a loaded machine
         await wait_for(c.settled, within=10.0)
-
-
-class FastMemory(MemoryNet):
-    session_timeout = 0.2
 
 
 @settings(

@@ -21,7 +21,8 @@ import ha
 from ha.drivers.base import Stat
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.election.history import read_history
-from ha.election.nodes import Breadcrumb, ElectionNodes, decode_breadcrumb, encode_breadcrumb
+from ha.election.names import Breadcrumb, decode_breadcrumb, encode_breadcrumb
+from ha.election.nodes import ElectionNodes
 from ha.errors import ConfigurationError, CorruptData, ElectionFailed
 from ha.testing import History, Recorder, check_history, faults
 from tests.support.harness import FAST, Net, SqliteNet, cluster, net, wait_for

@@ -15,8 +15,8 @@ from ha.drivers.base import Driver
 from ha.election.history import Term, read_history
 from ha.election.machine import Phase, State
 from ha.election.nodes import ElectionNodes
-from tests.election.test_peer_behaviours import peer_net
 from tests.support.harness import Cluster, MemoryNet, Node, cluster, wait_for
+from tests.support.peers import peer_net
 
 __all__ = ("peer_net",)  # the fixture: memory, sqlite and ZooKeeper
 

@@ -10,9 +10,9 @@ import pytest
 
 from ha.election import events as ev
 from ha.election.machine import Machine, Phase, State
-from ha.election.nodes import ticket_for
+from ha.election.names import ticket_for
 from ha.election.timing import Backoff
-from tests.election.machine_support import (
+from tests.support.machine import (
     L_CRUMB,
     L_TICKET,
     LEADER,

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from ha.election import events as ev
 from ha.election.machine import Phase, State
-
-from .machine_support import OTHER, S1, TOKEN, joined, kinds, mine
+from tests.support.machine import OTHER, S1, TOKEN, joined, kinds, mine
 
 
 def test_first_with_no_stray_breadcrumb_acts_at_once() -> None:

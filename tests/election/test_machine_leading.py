@@ -7,8 +7,8 @@ import pytest
 
 from ha.election import events as ev
 from ha.election.machine import Machine, Phase, State
-from ha.election.nodes import ticket_for
-from tests.election.machine_support import (
+from ha.election.names import ticket_for
+from tests.support.machine import (
     L_TICKET,
     LEADER,
     ME,

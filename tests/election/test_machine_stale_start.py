@@ -10,7 +10,7 @@ import pytest
 
 from ha.election import events as ev
 from ha.election.machine import Machine, Phase
-from tests.election.machine_support import (
+from tests.support.machine import (
     L_CRUMB,
     L_TICKET,
     LEADER,

@@ -17,11 +17,8 @@ from ha.election import events as ev
 from ha.election import machine as m
 from ha.election.diagram import declared, diagram, document, moves, situations
 from ha.election.machine import WAITING, Machine, Phase, State
-from ha.election.nodes import (
-    decode_breadcrumb,
-    parse_entry,
-)
-from tests.election.machine_support import (
+from ha.election.names import decode_breadcrumb, parse_entry
+from tests.support.machine import (
     L_CRUMB,
     L_TICKET,
     LEADER,

@@ -15,10 +15,9 @@ import pytest
 
 from ha.drivers.base import Delete, Driver, Op
 from ha.election import events as ev
-from ha.election.nodes import (
+from ha.election.names import (
     BREADCRUMB_FORMAT,
     Breadcrumb,
-    ElectionNodes,
     QueueEntry,
     decode_breadcrumb,
     encode_breadcrumb,
@@ -28,6 +27,7 @@ from ha.election.nodes import (
     ticket_for,
     with_epoch,
 )
+from ha.election.nodes import ElectionNodes
 from ha.errors import ConfigurationError, NodeExists
 
 NODES = ElectionNodes("/svc")

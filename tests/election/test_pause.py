@@ -17,7 +17,8 @@ from ha.election import events as ev
 from ha.election.history import read_history
 from ha.election.machine import Phase, State
 from ha.election.nodes import ElectionNodes
-from tests.election.machine_support import (
+from tests.support.harness import Cluster, Net, Node, cluster, wait_for
+from tests.support.machine import (
     L_CRUMB,
     L_TICKET,
     LEADER,
@@ -30,8 +31,7 @@ from tests.election.machine_support import (
     queued,
     won,
 )
-from tests.election.test_peer_behaviours import peer_net
-from tests.support.harness import Cluster, Net, Node, cluster, wait_for
+from tests.support.peers import peer_net
 
 __all__ = ("peer_net",)  # the fixture: memory, sqlite and ZooKeeper
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ha.admin import pause_election, resume_election
 from ha.election.machine import Phase
-from tests.election.test_cluster_property import (
+from tests.support.cluster_faults import (
     CONTENDER_FAULTS,
     NET_FAULTS,
     TIMING,

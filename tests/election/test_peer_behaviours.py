@@ -10,7 +10,6 @@ bounds, not timings. Issue 16, behaviours 1 and 2; the ZooKeeper-only ones are i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -20,31 +19,19 @@ import ha
 from ha.election.lease import Lease
 from tests.support.harness import (
     Cluster,
-    MemoryNet,
     Net,
     Node,
     NodeRecorder,
-    SqliteNet,
     cluster,
     wait_for,
 )
+from tests.support.peers import peer_net
+
+__all__ = ("peer_net",)  # the fixture
 
 pytestmark = pytest.mark.anyio
 
 WITHIN = 20.0  # a hang guard (ZooKeeper's sessions here last 1 s)
-
-
-@pytest.fixture(params=["memory", "sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
-def peer_net(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Net]:
-    made: Net
-    if request.param == "zookeeper":
-        from tests.support.backends.zookeeper import ZooKeeperNet
-
-        made = ZooKeeperNet(request.getfixturevalue("zookeeper_server"))
-    else:
-        made = MemoryNet() if request.param == "memory" else SqliteNet(tmp_path)
-    yield made
-    made.close()
 
 
 class HookRecorder(NodeRecorder):
@@ -143,8 +130,8 @@ async def test_a_losing_standby_is_told_standby_once(peer_net: Net) -> None:
 def test_the_demo_log_shows_no_neutral_flap(tmp_path: Path, anyio_backend: str) -> None:
     """``ha demo``: a standby that takes over goes standby -> active, with no neutral between
     (a new user reads "standby -> neutral" as trouble)."""
-    from tests.cli.helpers import ha as run_ha
-    from tests.cli.helpers import ha_env
+    from tests.support.cli import ha as run_ha
+    from tests.support.cli import ha_env
 
     result = run_ha("demo", "--url", "memory://flaps", env=ha_env(tmp_path), timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

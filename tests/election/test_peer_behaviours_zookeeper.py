@@ -239,7 +239,7 @@ def test_ha_run_says_so_and_leads_again_on_a_replaced_ensemble(
     zookeeper_server_factory: Callable[[], ZooKeeperServer], tmp_path: Path, anyio_backend: str
 ) -> None:
     """``ha run`` prints the one line, and its COMMAND runs again on the new ensemble."""
-    from tests.cli.helpers import ha_env, popen_ha, stop_procs, wait_until
+    from tests.support.cli import ha_env, popen_ha, stop_procs, wait_until
 
     server = zookeeper_server_factory()
     env = ha_env(tmp_path, HA_URL=f"zk://{server.hosts}?session_timeout=1")

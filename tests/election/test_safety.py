@@ -26,10 +26,10 @@ from ha.election.lease import Lease
 from ha.errors import TransactionFailed
 from ha.services import services
 from ha.testing import faults
-from tests.services.test_services import FAST as SERVICES_FAST
-from tests.services.test_services import SESSION, join, process
-from tests.stores.test_stores import ProxyDriver
 from tests.support.harness import FAST, Cluster, Net, Node, SqliteNet, cluster, net, wait_for
+from tests.support.services import FAST as SERVICES_FAST
+from tests.support.services import SESSION, join, process
+from tests.support.stores import ProxyDriver
 
 __all__ = ("net",)  # the fixture
 

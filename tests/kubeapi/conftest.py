@@ -12,24 +12,6 @@ import pytest
 
 from tests.support.kubeapi.process import FakeKubeApi
 
-
-def leases(namespace: str) -> str:
-    return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-
-
-def config_maps(namespace: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/configmaps"
-
-
-def lease(name: str, **spec: object) -> dict[str, object]:
-    return {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": name},
-        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 2, **spec},
-    }
-
-
 # plain HTTP only: a context without loaded certificates spares each client the CA bundle
 NO_TLS = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 

@@ -9,7 +9,7 @@ import ssl
 import httpx
 import pytest
 
-from tests.kubeapi.conftest import leases
+from tests.support.kubeapi.paths import leases
 from tests.support.kubeapi.process import FakeKubeApi
 
 pytestmark = pytest.mark.anyio

@@ -9,7 +9,7 @@ import subprocess
 import httpx
 import pytest
 
-from tests.kubeapi.conftest import lease, leases
+from tests.support.kubeapi.paths import lease, leases
 from tests.support.kubeapi.process import FakeKubeApi
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"

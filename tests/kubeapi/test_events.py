@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.kubeapi.test_validation import invalid
+from tests.support.kubeapi.paths import invalid
 
 pytestmark = pytest.mark.anyio
 

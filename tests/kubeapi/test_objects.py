@@ -7,7 +7,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.kubeapi.conftest import config_maps, lease, leases
+from tests.support.kubeapi.paths import config_maps, lease, leases
 
 pytestmark = pytest.mark.anyio
 

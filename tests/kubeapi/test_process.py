@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.kubeapi.conftest import config_maps, lease, leases
+from tests.support.kubeapi.paths import config_maps, lease, leases
 from tests.support.kubeapi.process import FakeKubeApi
 
 

@@ -8,16 +8,9 @@ import base64
 import httpx
 import pytest
 
-from tests.kubeapi.conftest import config_maps, lease, leases
+from tests.support.kubeapi.paths import config_maps, invalid, lease, leases
 
 pytestmark = pytest.mark.anyio
-
-
-async def invalid(answer: httpx.Response) -> list[str]:
-    assert answer.status_code == 422, answer.text
-    body = answer.json()
-    assert body["reason"] == "Invalid" and body["kind"] == "Status"
-    return [cause["field"] for cause in body["details"]["causes"]]
 
 
 @pytest.mark.parametrize("name", ["Upper", "under_score", "-dash", "dot.", "a" * 254, "sp ace"])

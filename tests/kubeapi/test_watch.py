@@ -15,7 +15,7 @@ import anyio.abc
 import httpx
 import pytest
 
-from tests.kubeapi.conftest import config_maps, lease, leases
+from tests.support.kubeapi.paths import config_maps, lease, leases
 from tests.support.kubeapi.process import FakeKubeApi
 
 pytestmark = pytest.mark.anyio

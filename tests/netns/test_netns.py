@@ -15,13 +15,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.chaos import RoundResult, table
+from tests.chaos import RoundResult
+from tests.chaos.reporting import summary_of
 from tests.netns import BACKENDS, missing, run_rounds
 from tests.netns.envs import LIBFAKETIME
 from tests.netns.hosts import Host, Network, delay_refused, refused, sweep
@@ -40,17 +39,7 @@ def hosts_allowed() -> None:
         pytest.skip(f"hosts as network namespaces cannot be made here: {reason}")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def summary(request: pytest.FixtureRequest) -> Iterator[None]:
-    started = time.monotonic()
-    yield
-    plugins = request.config.pluginmanager
-    reporter, capture = plugins.getplugin("terminalreporter"), plugins.getplugin("capturemanager")
-    if RESULTS and reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():  # shown even when the tests pass
-            reporter.write_line("")
-            for line in table(RESULTS, time.monotonic() - started).splitlines():
-                reporter.write_line(line)
+summary = summary_of(RESULTS)  # the table of the rounds, after the tests
 
 
 # --- hosts and the packet filter -------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ha._install import DISTRIBUTION, install_hint
-from tests.cli.helpers import ha, ha_env, one_error_line
+from tests.support.cli import ha, ha_env, one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

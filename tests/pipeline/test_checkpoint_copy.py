@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 
 from ha.pipeline.commit.spark_checkpoint import term_checkpoint
-
-from .checkpoint_writer import STEPS_PER_BATCH, CheckpointWriter
+from tests.support.checkpoint_writer import STEPS_PER_BATCH, CheckpointWriter
 
 ROUNDS = 40
 SOURCE = "checkpoint-e000000000000001"  # the deposed term's copy; the new term's epoch is 2
@@ -177,7 +176,7 @@ def test_a_copy_that_lost_entries_to_a_purge_is_made_again(base: Path) -> None:
 def test_copies_made_while_a_writer_process_runs_are_whole(base: Path) -> None:
     # No schedule: a process writes on, as fast as it can, while each copy is made.
     torn = []
-    argv = [sys.executable, "-m", "tests.pipeline.checkpoint_writer"]
+    argv = [sys.executable, "-m", "tests.support.checkpoint_writer"]
     with subprocess.Popen(argv, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as jvm:
         assert jvm.stdin is not None and jvm.stdout is not None
         try:

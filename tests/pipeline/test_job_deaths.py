@@ -160,7 +160,7 @@ async def test_a_stream_that_kills_its_job_manager_fails_after_max_attempts_deat
     tmp_path: Path,
 ) -> None:
     pytest.importorskip("pyspark")
-    import tests.pipeline.dying_stream  # noqa: F401  (registers test.stream_dies here too)
+    import tests.support.dying_stream  # noqa: F401  (registers test.stream_dies here too)
     from ha.pipeline.api.plan import make_plan
     from ha.pipeline.examples.events import generate_events
     from ha.pipeline.local import LocalJobCluster
@@ -169,7 +169,7 @@ async def test_a_stream_that_kills_its_job_manager_fails_after_max_attempts_deat
     plan = make_plan(
         "test.stream_dies", {"input": str(tmp_path / "in")}, str(tmp_path / "out"), max_attempts=2
     )
-    imports = ["tests.pipeline.dying_stream"]
+    imports = ["tests.support.dying_stream"]
     async with LocalJobCluster(tmp_path / "jm", session_timeout=2.0, imports=imports) as cluster:
         for name in ("sj-1", "sj-2", "sj-3"):
             await cluster.start(name, cold=True)  # one JVM at a time: each built when elected

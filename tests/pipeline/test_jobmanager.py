@@ -9,8 +9,6 @@ The same scenarios with real Spark and real processes are in ``test_pipeline_pro
 from __future__ import annotations
 
 import itertools
-import threading
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -19,99 +17,18 @@ import pytest
 
 import ha
 from ha.drivers.memory import MemoryCluster, MemoryDriver
-from ha.pipeline import Param, pipeline
 from ha.pipeline.api.plan import make_plan
-from ha.pipeline.api.registry import unregister
 from ha.pipeline.client import cancel_job, job_status, list_jobs, submit_job, wait_for_job
 from ha.pipeline.commit import STAGING, committed_batches, output_digest
 from ha.pipeline.jobmanager import JobManager
-from ha.pipeline.jobmanager.runs import batch as jm_module
 from ha.pipeline.spark import WarmSession
 from ha.testing import faults
+from tests.support import jobmanager
+from tests.support.jobmanager import FAST, FakeSpark, _reference, fake_pipeline  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
-FAST = ha.Timing(backoff=ha.Backoff(initial=0.005, maximum=0.05), hook_timeout=0.5)
 _names = itertools.count()
-
-
-class FakeContext:
-    def __init__(self) -> None:
-        self.cancelled: list[str] = []
-
-    def setJobGroup(self, group: str, description: str, interruptOnCancel: bool = False) -> None:  # noqa: N802, N803
-        pass
-
-    def setLocalProperty(self, key: str, value: Any) -> None:  # noqa: N802
-        pass
-
-    def cancelJobGroup(self, group: str) -> None:  # noqa: N802
-        self.cancelled.append(group)
-
-
-class FakeSpark:
-    def __init__(self, name: str) -> None:
-        self.name = name  # which manager computes: failures can be aimed at one
-        self.sparkContext = FakeContext()
-        self.knobs = KNOBS  # its test's: an abandoned batch thread may outlive its test
-
-
-class Knobs:
-    """What the fake pipeline does, shared by the test and the worker threads."""
-
-    def __init__(self) -> None:
-        self.pause = 0.0
-        self.fail: Counter[Any] = Counter()  # batch or (manager, batch) -> failures to inject
-        self.computed: list[int] = []
-        self.release = threading.Event()
-        self.release.set()
-        self.block: Counter[Any] = Counter()  # batch or (manager, batch) -> hangs to inject
-        self.unblock = threading.Event()
-        self.hung: list[tuple[str | None, Any]] = []  # (manager, batch) hanging now
-
-
-KNOBS = Knobs()
-
-
-def _compute(spark: Any, params: Any, batch: Any) -> bytes:
-    knobs = getattr(spark, "knobs", KNOBS)
-    knobs.computed.append(batch)
-    knobs.release.wait(10)
-    if knobs.pause:
-        threading.Event().wait(knobs.pause)
-    for key in (batch, (getattr(spark, "name", None), batch)):
-        if knobs.fail[key] > 0:
-            knobs.fail[key] -= 1
-            raise RuntimeError(f"injected failure in batch {batch}")
-    for key in (batch, (getattr(spark, "name", None), batch)):
-        if knobs.block[key] > 0:
-            knobs.block[key] -= 1
-            knobs.hung.append((getattr(spark, "name", None), batch))
-            knobs.unblock.wait(10)  # hangs until the test ends: its job manager is killed
-    return f"rows of batch {batch} with {params['label']}\n".encode()
-
-
-def _fake_stage(
-    df: bytes, output: Any, index: int, *, files: int, sort_by: Any, token: str
-) -> Path:
-    staging = Path(output) / STAGING / f"batch-{index:05d}.{token}"
-    staging.mkdir(parents=True)
-    (staging / "part-00000.parquet").write_bytes(df)
-    return staging
-
-
-@pytest.fixture(autouse=True)
-def fake_pipeline(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    global KNOBS
-    KNOBS = Knobs()
-    monkeypatch.setattr(jm_module, "stage_batch", _fake_stage)
-    pipeline(
-        "test.fake",
-        batches=lambda p: list(range(p["batches"])),
-        params={"batches": Param(int, 6), "label": Param(str, "x")},
-    )(_compute)
-    yield
-    unregister("test.fake")
 
 
 class Manager:
@@ -174,7 +91,7 @@ class Cluster:
     def on_event(self, name: str, event: str, fields: dict[str, Any]) -> None:
         self.events.append((name, event, fields))
         if event in self.hold_after:
-            KNOBS.release.clear()  # the next compute waits until the test lets it go
+            jobmanager.KNOBS.release.clear()  # the next compute waits until the test lets it go
 
     async def active(self) -> Manager:
         with anyio.fail_after(10):
@@ -227,17 +144,6 @@ async def cluster(tmp_path: Path):  # type: ignore[no-untyped-def]
     MemoryCluster.drop(c.name)
 
 
-async def _reference(tmp_path: Path, batches: int = 6) -> str:
-    """The digest of the output of one uninterrupted run, made by the same stand-in."""
-    out = tmp_path / "reference"
-    for i in range(batches):
-        staged = _fake_stage(
-            _compute(None, {"label": "x"}, i), out, i, files=1, sort_by=None, token="r"
-        )
-        jm_module.commit_batch(staged, out, i)
-    return output_digest(out)
-
-
 async def test_a_job_runs_to_success_and_leaves_only_its_result(cluster: Cluster) -> None:
     await cluster.add("a")
     await cluster.active()
@@ -260,7 +166,7 @@ async def test_the_new_active_resumes_from_the_checkpoint_after_a_crash(cluster:
     a = await cluster.add("a")
     await cluster.active()
     await cluster.add("b")
-    KNOBS.pause = 0.05
+    jobmanager.KNOBS.pause = 0.05
     out = await cluster.submit("job-1")
     await cluster.wait_event("batch_committed", job="job-1", batch=2)
     await a.crash()  # like SIGKILL: no goodbye; the session expires after 1 s
@@ -279,7 +185,7 @@ async def test_a_graceful_handover_mid_job_loses_and_duplicates_nothing(cluster:
     a = await cluster.add("a")
     await cluster.active()
     await cluster.add("b")
-    KNOBS.pause = 0.05
+    jobmanager.KNOBS.pause = 0.05
     out = await cluster.submit("job-1")
     await cluster.wait_event("batch_started", job="job-1", batch=3)
     a.jm.quit()  # the running batch is cancelled; its staging is never committed
@@ -313,7 +219,7 @@ async def test_malformed_submissions_are_refused_with_a_reason(cluster: Cluster)
 
 
 async def test_two_jobs_writing_to_one_output_are_not_both_accepted(cluster: Cluster) -> None:
-    KNOBS.release.clear()  # hold the first job so that both are known at once
+    jobmanager.KNOBS.release.clear()  # hold the first job so that both are known at once
     await cluster.add("a")
     await cluster.active()
     first = make_plan("test.fake", {}, str(cluster.tmp / "same"), job_id="first")
@@ -323,7 +229,7 @@ async def test_two_jobs_writing_to_one_output_are_not_both_accepted(cluster: Clu
         await cluster.wait_event("accepted", job="first")
         await submit_job(d, "c1", second)
     refused = await cluster.wait("second")
-    KNOBS.release.set()
+    jobmanager.KNOBS.release.set()
     assert refused.state == "failed" and "in use by job first" in (refused.error or "")
     assert (await cluster.wait("first")).state == "succeeded"
 
@@ -333,12 +239,12 @@ async def test_a_failing_batch_is_retried_then_the_job_fails_with_its_error(
 ) -> None:
     await cluster.add("a")
     await cluster.active()
-    KNOBS.fail[1] = 1  # fails once: the retry succeeds
+    jobmanager.KNOBS.fail[1] = 1  # fails once: the retry succeeds
     out = await cluster.submit("flaky")
     assert (await cluster.wait("flaky")).state == "succeeded"
     assert output_digest(out) == await _reference(cluster.tmp)
 
-    KNOBS.fail[2] = 5  # fails more often than max_attempts (2)
+    jobmanager.KNOBS.fail[2] = 5  # fails more often than max_attempts (2)
     await cluster.submit("broken")
     status = await cluster.wait("broken")
     assert status.state == "failed"
@@ -352,14 +258,14 @@ async def test_failures_add_up_across_failovers(cluster: Cluster) -> None:
     a = await cluster.add("a")
     await cluster.active()
     await cluster.add("b")
-    KNOBS.fail[("a", 0)] = 1
-    KNOBS.fail[("b", 0)] = 1
+    jobmanager.KNOBS.fail[("a", 0)] = 1
+    jobmanager.KNOBS.fail[("b", 0)] = 1
     cluster.hold_after.add("batch_failed")  # a's retry waits: a dies before it
     await cluster.submit("job")
     await cluster.wait_event("batch_failed", job="job", identity="a")
     cluster.hold_after.clear()
     await a.crash()
-    KNOBS.release.set()
+    jobmanager.KNOBS.release.set()
     status = await cluster.wait("job")  # one failure on a, one on b: max_attempts is 2
     assert status.state == "failed" and status.detail and status.detail["failures"] == 2
     assert [who for who, _ in cluster.seen("batch_failed")] == ["a", "b"]
@@ -368,7 +274,7 @@ async def test_failures_add_up_across_failovers(cluster: Cluster) -> None:
 async def test_cancel_a_running_and_a_pending_job(cluster: Cluster) -> None:
     await cluster.add("a")
     await cluster.active()
-    KNOBS.pause = 0.1
+    jobmanager.KNOBS.pause = 0.1
     await cluster.submit("long")
     await cluster.submit("next")
     await cluster.wait_event("batch_started", job="long", batch=1)
@@ -398,7 +304,7 @@ async def test_status_of_a_submitted_job_before_any_manager_runs(cluster: Cluste
 async def _crash_next(cluster: Cluster, batch: int, dead: list[str]) -> str:
     """Kill the job manager that hangs in ``batch`` next, as os._exit in the batch would."""
     with anyio.fail_after(10):
-        while not (found := [w for w, n in KNOBS.hung if n == batch and w not in dead]):
+        while not (found := [w for w, n in jobmanager.KNOBS.hung if n == batch and w not in dead]):
             await anyio.sleep(0.005)
     [victim] = [m for m in cluster.managers if m.name == found[0]]
     await victim.crash()  # the attempt never ends
@@ -413,13 +319,15 @@ async def test_a_job_that_kills_its_job_managers_is_failed_after_max_attempts(
     await cluster.active()
     await cluster.add("b")
     await cluster.add("c")
-    KNOBS.block[1] = 2  # the first two job managers to run batch 1 hang there: killed there
+    jobmanager.KNOBS.block[1] = (
+        2  # the first two job managers to run batch 1 hang there: killed there
+    )
     await cluster.submit("job")  # max_attempts=2
     dead: list[str] = []
     await _crash_next(cluster, 1, dead)
     second = await _crash_next(cluster, 1, dead)
     status = await cluster.wait("job")
-    KNOBS.unblock.set()
+    jobmanager.KNOBS.unblock.set()
     [third] = {"a", "b", "c"} - set(dead)
     assert status.state == "failed"
     assert status.error == "the job manager died running it 2 times (at batch 1; max_attempts 2)"
@@ -436,8 +344,8 @@ async def test_raised_and_handed_over_attempts_are_no_deaths_and_progress_restar
     await cluster.active()
     await cluster.add("b")
     await cluster.add("c")
-    KNOBS.fail[("a", 1)] = 1
-    KNOBS.block.update({("a", 1): 1, 3: 1, 5: 1})
+    jobmanager.KNOBS.fail[("a", 1)] = 1
+    jobmanager.KNOBS.block.update({("a", 1): 1, 3: 1, 5: 1})
     out = await cluster.submit("job")
     await cluster.wait_event("batch_failed", job="job", identity="a")
     a.jm.quit()  # graceful, in its retry of batch 1: a counted failure, a handover, no death
@@ -445,7 +353,7 @@ async def test_raised_and_handed_over_attempts_are_no_deaths_and_progress_restar
     dead = ["a"]
     second = await _crash_next(cluster, 3, dead)  # it committed batches 1 and 2: one death
     third = await _crash_next(cluster, 5, dead)  # it committed 3 and 4: one death, not two
-    KNOBS.unblock.set()
+    jobmanager.KNOBS.unblock.set()
     await cluster.add("d")
     status = await cluster.wait("job")
     assert status.state == "succeeded"

@@ -29,11 +29,10 @@ from ha.pipeline.jobmanager import term as term_module
 from ha.pipeline.spark import WarmSession
 from ha.services import HAServices, LeaderRetrieval
 from ha.testing import History, Recorder, faults
-from tests.ops.test_http import get
-from tests.ops.test_metrics import parse, value
-
-from . import test_jobmanager
-from .test_jobmanager import FAST, FakeSpark, _reference, fake_pipeline  # noqa: F401
+from tests.support import jobmanager
+from tests.support.http import get
+from tests.support.jobmanager import FAST, FakeSpark, _reference, fake_pipeline  # noqa: F401
+from tests.support.metrics import parse, value
 
 pytestmark = pytest.mark.anyio
 
@@ -101,7 +100,7 @@ class Process:
             self.committed.append(fields["batch"])
             if fields["batch"] in self.hold:
                 # the fixture makes a Knobs per test: read it now, not at import
-                test_jobmanager.KNOBS.release.clear()
+                jobmanager.KNOBS.release.clear()
 
     async def committed_batch(self, batch: int) -> None:
         with anyio.fail_after(10):
@@ -189,13 +188,13 @@ async def test_a_process_s_components_fail_over_together(tmp_path: Path, witness
                 await admin.wait_for_failover(client, path, request)
             await until(both_on, client, "b")
             await until(_member_is, client, path, "a", "standby")  # back after its cooldown
-            test_jobmanager.KNOBS.release.set()
+            jobmanager.KNOBS.release.set()
 
             await b.committed_batch(6)  # then b's next batch waits: it dies there
             assert (a.committed, b.committed) == ([0, 1, 2], [3, 4, 5, 6])  # the holds held
             await b.crash()
             await until(both_on, client, "a")
-            test_jobmanager.KNOBS.release.set()
+            jobmanager.KNOBS.release.set()
             with anyio.fail_after(20):
                 status = await wait_for_job(client, "c1", "j", blobs=tmp_path / "blobs", poll=0.02)
             a.jm.quit()

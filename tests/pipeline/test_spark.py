@@ -25,19 +25,14 @@ from ha.pipeline.examples.clicks import generate_clicks  # noqa: E402
 from ha.pipeline.spark import (  # noqa: E402
     SparkSettings,
     WarmSession,
-    build_session,
     cancel_job_group,
     job_group,
 )
+from tests.support.spark_session import spark  # noqa: E402
+
+__all__ = ("spark",)  # the fixture
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    session = build_session(SparkSettings(app_name="ha-test-pipeline"))
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

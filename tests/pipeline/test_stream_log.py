@@ -27,7 +27,8 @@ import pytest
 from ha.drivers.base import Create, Driver
 from ha.drivers.kubernetes import tree as kube_tree
 from ha.drivers.kubernetes.tree import TooLarge
-from ha.election.nodes import Breadcrumb, ElectionNodes, ticket_for
+from ha.election.names import Breadcrumb, ticket_for
+from ha.election.nodes import ElectionNodes
 from ha.errors import ConfigurationError, Fenced, TransactionFailed
 from ha.pipeline.commit import STAGING, batch_dir, committed_batches
 from ha.pipeline.commit.stream_commit import (
@@ -42,7 +43,7 @@ from ha.pipeline.commit.stream_commit import (
 )
 from ha.pipeline.layout import JobLayout
 from ha.stores import Writer
-from tests.stores.test_stores import ELECTION, win
+from tests.support.stores import ELECTION, win
 
 pytestmark = pytest.mark.anyio
 

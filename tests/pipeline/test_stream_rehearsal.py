@@ -25,9 +25,12 @@ from ha.pipeline.examples.events import SCHEMA, generate_events  # noqa: E402
 from ha.pipeline.jobmanager import JobManager  # noqa: E402
 from ha.pipeline.jobmanager import rehearsal as stream_rehearsal  # noqa: E402
 from ha.pipeline.jobmanager.rehearsal import rehearse, sample_files  # noqa: E402
-from ha.pipeline.spark import SparkSettings, WarmSession, build_session  # noqa: E402
+from ha.pipeline.spark import WarmSession  # noqa: E402
 from ha.stores import Stores  # noqa: E402
-from tests.stores.test_stores import win  # noqa: E402
+from tests.support.spark_session import spark  # noqa: E402
+from tests.support.stores import win  # noqa: E402
+
+__all__ = ("spark",)  # the fixture
 
 pytestmark = [pytest.mark.spark]
 
@@ -50,13 +53,6 @@ def _snapshot(root: Path) -> dict[str, int]:
 def _count(spark: Any, params: Any, batch: Any) -> Any:
     calls.append((params["input"], batch.count()))
     return get_pipeline("events.count").compute(spark, params, batch)
-
-
-@pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    session = build_session(SparkSettings(app_name="ha-test-rehearsal"))
-    yield session
-    session.stop()
 
 
 def test_sample_files_skips_hidden_files_and_a_missing_directory(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from ha.pipeline.commit import STAGING, committed_batches, output_digest
 from ha.pipeline.commit.stream_commit import commit_micro_batch, read_commits, staged_digest
 from ha.pipeline.layout import JobLayout
 from ha.stores import Writer
-from tests.stores.test_stores import win
+from tests.support.stores import win
 
 pytestmark = pytest.mark.anyio
 

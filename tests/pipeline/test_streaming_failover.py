@@ -21,8 +21,8 @@ pytest.importorskip("pyspark")
 from ha.pipeline.commit import output_digest  # noqa: E402
 from ha.pipeline.examples.events import generate_events  # noqa: E402
 from ha.pipeline.local import LocalJobCluster  # noqa: E402
-from tests.cli.helpers import ha_env  # noqa: E402
 from tests.support.backends.zookeeper import missing_reason  # noqa: E402
+from tests.support.cli import ha_env  # noqa: E402
 from tests.support.processes import running  # noqa: E402
 from tests.support.stream_jobs import (  # noqa: E402
     check_rejected,

@@ -23,8 +23,11 @@ from ha.pipeline.client import submit_job, wait_for_job  # noqa: E402
 from ha.pipeline.commit import committed_batches, output_digest  # noqa: E402
 from ha.pipeline.examples.events import generate_events  # noqa: E402
 from ha.pipeline.jobmanager import JobManager  # noqa: E402
-from ha.pipeline.spark import SparkSettings, WarmSession, build_session  # noqa: E402
+from ha.pipeline.spark import WarmSession  # noqa: E402
 from ha.testing import faults  # noqa: E402
+from tests.support.spark_session import spark  # noqa: E402
+
+__all__ = ("spark",)  # the fixture
 
 pytestmark = [pytest.mark.spark, pytest.mark.anyio]
 
@@ -37,13 +40,6 @@ _clusters = itertools.count()
 def anyio_backend() -> str:
     # asyncio: the job manager processes of test_streaming_failover run the same code under it.
     return "trio"
-
-
-@pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    session = build_session(SparkSettings(app_name="ha-test-streaming"))
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -41,8 +41,8 @@ import pytest
 
 from ha.drivers.sqlite.driver import SqliteDriver
 from ha.testing import Event, check_history, faults
-from tests.drivers.test_sqlite import stop_outside_write
 from tests.support.backends.sqlite import SqliteBackend, sqlite_backend
+from tests.support.sqlite_db import stop_outside_write
 
 __all__ = ("sqlite_backend",)  # the fixture, until tests/conftest.py registers the plugin
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.helpers import Supervisors, sqlite_url, wait_until
+from tests.support.cli import Supervisors, sqlite_url, wait_until
 from tests.support.namespaces import host_monotonic, refused, unshare
 
 AHEAD = 100_000  # seconds: the offset of the namespace (as `unshare --monotonic 100000`)

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from tests.cli.helpers import ha, ha_env, one_error_line  # noqa: E402
+from tests.support.cli import ha, ha_env, one_error_line  # noqa: E402
 
 KEYS = ("ts", "election", "identity", "from", "to", "epoch", "cause")
 # A kill -9 of the active on ZooKeeper (session timeout 4 s): a never records its end.

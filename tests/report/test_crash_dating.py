@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.helpers import Supervisors, ha, popen_ha, wait_until
+from tests.support.cli import Supervisors, ha, popen_ha, wait_until
 
 pytest.importorskip("pyarrow")
 

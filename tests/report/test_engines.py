@@ -19,8 +19,11 @@ pytest.importorskip("pyspark")
 from ha.report.analysis import analyze  # noqa: E402
 from ha.report.local import analyze_local  # noqa: E402
 from ha.report.synthetic import generate_journal  # noqa: E402
-from tests.cli.helpers import ha, ha_env  # noqa: E402
-from tests.report.journals import write_every_case  # noqa: E402
+from tests.support.cli import ha, ha_env  # noqa: E402
+from tests.support.journals import write_every_case  # noqa: E402
+from tests.support.spark_session import spark  # noqa: E402
+
+__all__ = ("spark",)  # the fixture
 
 pytestmark = pytest.mark.spark
 
@@ -53,13 +56,7 @@ def test_both_engines_print_the_same_report(tmp_path: Path) -> None:
     assert "1 end(s) taken as the restarted process's first record" in said
 
 
-@pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    from ha.report.session import report_session, report_settings
-
-    session = report_session(report_settings(app_name="ha-test-engines"))
-    yield session
-    session.stop()
+SPARK_SESSION = "report"  # the session `ha report` builds (tests/support/spark_session.py)
 
 
 @pytest.mark.timeout(900)

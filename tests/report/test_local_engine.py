@@ -11,7 +11,7 @@ pytest.importorskip("pyarrow")
 
 from ha.report.engine import choose  # noqa: E402
 from ha.report.synthetic import generate_journal  # noqa: E402
-from tests.cli.helpers import ha, ha_env  # noqa: E402
+from tests.support.cli import ha, ha_env  # noqa: E402
 
 
 def test_ten_thousand_events_are_analyzed_without_a_jvm(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from ha.report.local import analyze_local  # noqa: E402
 from ha.report.plots import charts  # noqa: E402
 from ha.report.svg import Chart  # noqa: E402
 from ha.report.synthetic import generate_journal  # noqa: E402
-from tests.report.journals import T, write_every_case  # noqa: E402
+from tests.support.journals import T, write_every_case  # noqa: E402
 
 
 def _charts(paths: list[str]) -> dict[str, Chart]:

@@ -13,7 +13,6 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from ha.pipeline.spark import SparkSettings, build_session  # noqa: E402
 from ha.report import run_report  # noqa: E402
 from ha.report.analysis import (  # noqa: E402
     analyze,
@@ -24,15 +23,11 @@ from ha.report.analysis import (  # noqa: E402
 from ha.report.plots import charts, local_time  # noqa: E402
 from ha.report.render import render_html, summary_table  # noqa: E402
 from ha.report.synthetic import generate_journal  # noqa: E402
+from tests.support.spark_session import spark  # noqa: E402
+
+__all__ = ("spark",)  # the fixture
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    session = build_session(SparkSettings(app_name="ha-test-report"))
-    yield session
-    session.stop()
 
 
 def _write(path: Path, rows: list[tuple[object, ...]], extra: list[str] = ()) -> str:  # type: ignore[assignment]

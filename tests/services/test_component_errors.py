@@ -15,7 +15,7 @@ import pytest
 
 from ha.errors import ConfigurationError, CorruptData, NoNode, NotEmpty
 from ha.services import ComponentError, LeaderInfo
-from tests.services.test_services import Comp, _until, process, wait_for
+from tests.support.services import Comp, _until, process, wait_for
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,8 @@ import pytest
 from ha.drivers.base import Check, Create, Delete, Op, SetData, Stat
 from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.election.lease import Lease
-from ha.election.nodes import Breadcrumb, ElectionNodes, ticket_for
+from ha.election.names import Breadcrumb, ticket_for
+from ha.election.nodes import ElectionNodes
 from ha.services.publication import Found, Term, plan
 from ha.services.retrieval import LeaderInfo
 

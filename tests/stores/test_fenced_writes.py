@@ -16,8 +16,8 @@ import ha
 from ha.drivers.base import Create, Driver, SetData
 from ha.errors import Fenced, NodeExists, TransactionFailed
 from ha.stores import Writer
-from tests.election.test_api import Work
 from tests.support.backends import Backend
+from tests.support.contenders import Work
 from tests.support.harness import FAST, wait_for
 
 pytestmark = pytest.mark.anyio

@@ -14,7 +14,7 @@ import pytest
 from ha.drivers.base import Driver
 from ha.errors import ConfigurationError, Fenced
 from ha.stores import JobOutcome, JobResult, JobResultStore, Stores, codec
-from tests.stores.test_stores import LAYOUT, win
+from tests.support.stores import LAYOUT, win
 
 pytestmark = pytest.mark.anyio
 

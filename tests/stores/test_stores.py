@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +11,6 @@ import anyio
 import pytest
 
 from ha.drivers.base import Driver, Op, Stat
-from ha.election.lease import Lease
-from ha.election.nodes import Breadcrumb, ElectionNodes, ticket_for
 from ha.errors import (
     BadVersion,
     ConfigurationError,
@@ -27,13 +23,11 @@ from ha.errors import (
 from ha.stores import (
     CheckpointIdCounter,
     CheckpointStore,
-    CompletedCheckpoint,
     ExecutionPlanStore,
     FileBlobStore,
     JobOutcome,
     JobResult,
     JobResultStore,
-    Layout,
     MemoryBlobStore,
     PossiblyInconsistent,
     RunningJobsRegistry,
@@ -42,121 +36,23 @@ from ha.stores import (
     Stores,
 )
 from ha.stores.blobs import BlobRef
+from tests.support.stores import (
+    LAYOUT,
+    FenceLog,
+    ProxyDriver,
+    checkpoint,
+    driver,
+    files_under,
+    other,
+    win,
+)
+
+__all__ = ("driver", "other")  # fixtures
 
 pytestmark = pytest.mark.anyio
 
-ELECTION = "/ha-test/election"
-LAYOUT = Layout("c1")
-
 
 # --- helpers (also used by test_stores_property) ----------------------------------------------
-
-
-class FenceLog:
-    """Counts report_fenced() calls of the leases it made."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def report(self) -> None:
-        self.count += 1
-
-
-async def win(driver: Driver, election: str = ELECTION, log: FenceLog | None = None) -> Lease:
-    """Become the leader as the elector does once every older leader is gone: the queue's
-    nodes are deleted (their leaders deposed: their fenced writes fail from now on), then ours
-    joins the queue, first; its creation order is our epoch."""
-    nodes = ElectionNodes(election)
-    for entry in await nodes.entries(driver):
-        with contextlib.suppress(NoNode):
-            await driver.delete(nodes.node(entry.name))
-    ticket = ticket_for(b"test", secrets.token_hex(4))
-    node = nodes.node(await nodes.join(driver, ticket, Breadcrumb(b"test")))
-    _, stat = await driver.get(node)
-    return Lease(
-        election=election,
-        identity=b"test",
-        epoch=stat.created,
-        session_id=driver.session_id or 0,
-        node=node,
-        _on_fenced=log.report if log else (lambda: None),
-    )
-
-
-class ProxyDriver(Driver):
-    """Delegates to a real driver; subclasses intercept calls (fault injection, recording)."""
-
-    def __init__(self, inner: Driver) -> None:
-        super().__init__()
-        self.inner = inner
-        self.capabilities = inner.capabilities
-
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> ProxyDriver:
-        raise NotImplementedError
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    @property
-    def session_id(self) -> int | None:
-        return self.inner.session_id
-
-    @property
-    def session_timeout(self) -> float:
-        return self.inner.session_timeout
-
-    @property
-    def last_contact(self) -> float:
-        return self.inner.last_contact
-
-    @property
-    def connected(self) -> bool:
-        return self.inner.connected
-
-    async def before(self, name: str, arg: object) -> None:
-        """Hook called before every operation."""
-
-    async def create(
-        self,
-        path: str,
-        data: bytes = b"",
-        *,
-        ephemeral: bool = False,
-        sequential: bool = False,
-        makepath: bool = False,
-    ) -> str:
-        await self.before("create", path)
-        return await self.inner.create(
-            path, data, ephemeral=ephemeral, sequential=sequential, makepath=makepath
-        )
-
-    async def get(self, path: str) -> tuple[bytes, Stat]:
-        await self.before("get", path)
-        return await self.inner.get(path)
-
-    async def exists(self, path: str) -> Stat | None:
-        await self.before("exists", path)
-        return await self.inner.exists(path)
-
-    async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
-        await self.before("set", path)
-        return await self.inner.set(path, data, version)
-
-    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
-        await self.before("delete", path)
-        await self.inner.delete(path, version, recursive=recursive)
-
-    async def children(self, path: str) -> list[str]:
-        await self.before("children", path)
-        return await self.inner.children(path)
-
-    async def transaction(self, ops: Sequence[Op]) -> list[str | Stat | None]:
-        await self.before("transaction", ops)
-        return await self.inner.transaction(ops)
 
 
 class LossyDriver(ProxyDriver):
@@ -177,29 +73,8 @@ class LossyDriver(ProxyDriver):
 
 
 @pytest.fixture
-async def driver(backend: Any) -> AsyncIterator[Driver]:
-    async with backend.driver() as d:
-        yield d
-
-
-@pytest.fixture
-async def other(backend: Any) -> AsyncIterator[Driver]:
-    """A second process's driver on the same backend."""
-    async with backend.driver() as d:
-        yield d
-
-
-@pytest.fixture
 def blob_dir(tmp_path: Path) -> Path:
     return tmp_path / "blobs"  # tmp_path may hold the backend's own files (sqlite)
-
-
-def files_under(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.rglob("*") if p.is_file())
-
-
-def checkpoint(cid: int, job: str = "job1") -> CompletedCheckpoint:
-    return CompletedCheckpoint(job, cid, f"meta-{cid}".encode(), timestamp=1000.0 + cid)
 
 
 # --- job results ----------------------------------------------------------------------------

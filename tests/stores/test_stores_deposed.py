@@ -26,7 +26,7 @@ from ha.stores import (
     Stores,
 )
 from ha.stores.blobs import BlobRef
-from tests.stores.test_stores import ProxyDriver, checkpoint, driver, files_under, other, win
+from tests.support.stores import ProxyDriver, checkpoint, driver, files_under, other, win
 
 __all__ = ("driver", "other")  # fixtures
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ha.testing import faults
-from tests.stores.test_stores_property import PROPERTY, World, deposed_leaders_never_write
+from tests.support.stores import PROPERTY, World, deposed_leaders_never_write
 
 pytestmark = pytest.mark.anyio
 
