@@ -111,6 +111,7 @@ def anyio_backend() -> str:
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # 2-6 min of the suite's one-JVM-at-a-time chain: CI's 20 minutes are full
 @pytest.mark.anyio
 @pytest.mark.timeout(1200)
 async def test_a_stream_through_one_fault_of_each_kind(tmp_path: Path) -> None:
