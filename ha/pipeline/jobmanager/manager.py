@@ -157,6 +157,7 @@ class JobManager:
         self._stop: anyio.Event | None = None
         self._quit = False
         self._observed: Elector | None = None
+        self.spark_lost: str | None = None  # why it left, if Spark was lost: a failed process
 
     @property
     def elector(self) -> Elector:
@@ -265,6 +266,12 @@ class JobManager:
     def _leave(self, why: str) -> None:
         log.error("%s: leaving the election", why)
         self.emit("spark_lost", error=why)
+        self._lost(why)
+
+    def _lost(self, why: str) -> None:
+        """Leave for good: this process can run nothing more (``spark_lost``), so its exit
+        says it failed and a supervisor starts it again, with a new JVM (``worker``)."""
+        self.spark_lost = self.spark_lost or why
         self.quit()
 
     def quit(self) -> None:
@@ -329,7 +336,7 @@ class JobManager:
             spark=spark,
             emit=self.emit,
             portal=self.portal,
-            leave=self.quit,
+            leave=partial(self._lost, "Spark's JVM is gone"),
             checkpointing=self.checkpointing,
         )
 
