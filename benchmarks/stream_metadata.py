@@ -262,7 +262,12 @@ async def stream(
             takeover = 1000 * statistics.median(takeovers)
             position_ms = 1000 * statistics.median(positions)
             rows.append(Row(name, mark, records, used, limit, takeover, position_ms, commit_ms))
-            print(f"  {name}: {mark} batches, {records} records, {used} bytes", file=sys.stderr)
+            print(  # the row as it is measured: a long run stopped early keeps its rows
+                f"  {name}: {mark} batches, {records} records, {used} bytes, takeover"
+                f" {takeover:.2f} ms (position {position_ms:.2f}), commit {commit_ms:.2f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
     return rows
 
 

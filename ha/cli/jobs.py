@@ -461,7 +461,9 @@ def manager(
     the backend and the --blobs directory, and the job outputs' file system) so that one takes
     over when the active dies. Prints one line per event (elected, batch committed, job
     finished...). SIGTERM or Ctrl-C leaves the election gracefully: a standby takes over at
-    once.
+    once, and the exit status is 0. A job manager whose Spark is lost (its JVM killed, or it
+    never started) leaves the election too, and exits with status 69 (EX_UNAVAILABLE), so
+    that systemd's Restart=on-failure or a pod's restart policy starts it again.
 
     \b
     Examples:
@@ -486,7 +488,7 @@ def manager(
         raise UsageFailure(str(exc)) from None
     run_as(identity)
 
-    def go() -> Awaitable[None]:
+    def go() -> Awaitable[str | None]:
         return run_job_manager(
             jo.url,
             jo.cluster,
@@ -501,4 +503,12 @@ def manager(
             http=address,
         )
 
-    run(opts, go, spark=True)
+    lost = run(opts, go, spark=True)
+    if lost is not None:  # it has left the election; a supervisor restarts it (not 0)
+        raise SparkLost(f"{lost}: job manager {identity} left the election")
+
+
+class SparkLost(Failure):
+    """``ha jobs manager`` left the election, its Spark lost: ``worker.EXIT_SPARK_LOST``."""
+
+    exit_code = 69  # EX_UNAVAILABLE (worker.py: not imported here, it loads the job manager)

@@ -61,7 +61,7 @@ def _judge(**changes: object) -> list[str]:
         ],
         "files": 3,
         "survivors": [],
-        "exits": {"jm-2": 0},
+        "exits": {"jm-2": 69},  # left, its JVM gone: EX_UNAVAILABLE
     }
     args.update(changes)
     return [v.kind for v in judge(**args)]  # type: ignore[arg-type]
@@ -86,8 +86,9 @@ def test_the_verdict_catches_a_deposed_write_a_torn_output_and_an_untidy_exit() 
     refused = [_event("batch_rejected", 2, 3)]
     assert _judge(events=refused) == ["deposed"]
     assert _judge(survivors=[4242]) == ["jvm"]
-    # a job manager that left by itself (its JVM gone) with a traceback, or did not end
-    assert _judge(exits={"jm-2": 1, "jm-3": None}) == ["exit", "exit"]
+    # a job manager that left by itself (its JVM gone) with a traceback, or did not end, or
+    # exited 0 (a supervisor would not restart it); 69 (EX_UNAVAILABLE) is its contract
+    assert _judge(exits={"jm-2": 1, "jm-3": None, "jm-4": 0}) == ["exit", "exit", "exit"]
 
 
 # --- the soak ---------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import ha, ha_env, one_error_line, popen_ha, wait_until
+from tests.support.cli import ha, ha_env, one_error_line, popen_ha, stop_procs, wait_until
 
 SPARK = importlib.util.find_spec("pyspark") is not None
 needs_pyspark = pytest.mark.skipif(not SPARK, reason="PySpark is not installed (ha-elector[spark])")
@@ -414,6 +415,41 @@ def test_a_job_manager_runs_a_submitted_job(tmp_path: Path, env: dict[str, str])
     records = [json.loads(line) for line in journal.read_text().splitlines()]
     assert records and records[0]["identity"] == "jm-1"
     assert any(r["to"] == "active" for r in records)
+
+
+@pytest.mark.spark
+@needs_pyspark
+@pytest.mark.timeout(300)
+def test_a_job_manager_that_lost_spark_exits_69(tmp_path: Path, env: dict[str, str]) -> None:
+    """Its JVM killed under a running stream, the job manager leaves the election and exits
+    with EX_UNAVAILABLE (69), one line saying why: systemd's Restart=on-failure (a pod's
+    restart policy) starts it again with a new JVM. Before, it exited 0, and stayed down."""
+    from ha.pipeline.examples.events import generate_events
+    from tests.support.processes import java_under
+
+    generate_events(tmp_path / "in", files=8, rows=50, users=5)
+    log = tmp_path / "jm-1.log"
+    manager = popen_ha("jobs", "manager", "--id", "jm-1", "--no-warm-streams", env=env, log=log)
+    try:
+        submitted = ha("jobs", "submit", "events.count", "-p", f"input={tmp_path / 'in'}",
+                       "-p", "delay_seconds=2", "-o", str(tmp_path / "out"), "--job-id", "s",
+                       env=env)  # fmt: skip
+        assert submitted.returncode == 0, submitted.stderr
+
+        def state() -> str:
+            return str(json.loads(ha("jobs", "status", "s", "--json", env=env).stdout)["state"])
+
+        wait_until(lambda: state() == "running", "stream s running", within=200)
+        [jvm] = java_under(manager.pid)
+        os.kill(jvm, signal.SIGKILL)
+        code = manager.wait(timeout=60)
+    finally:
+        stop_procs([manager])
+    text = log.read_text()
+    assert code == 69, text  # the contract, documented: not imported
+    assert "Traceback" not in text
+    errors = [line for line in text.splitlines() if line.startswith("ha: error: ")]
+    assert errors == ["ha: error: Spark's JVM is gone: job manager jm-1 left the election"], text
 
 
 @pytest.mark.spark

@@ -6,8 +6,9 @@ stream failed at once with the JVM gone, it left, and the job counted the term a
 death of a job manager running it (``attempts``), though nothing of the job ran there; with
 the default ``max_attempts`` of 3, one crash of the active and one dead standby are two of the
 three. And a job manager whose JVM was killed (standby or active) exited with status 1 and a
-Py4J traceback, stopping a session that had no JVM left. Real job manager processes on
-local[2] and sqlite, real SIGKILLs of their JVMs.
+Py4J traceback, stopping a session that had no JVM left; then with status 0, which a
+supervisor's restart on failure takes for a deliberate stop: now EX_UNAVAILABLE (69). Real
+job manager processes on local[2] and sqlite, real SIGKILLs of their JVMs.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from tests.support.processes import running  # noqa: E402
 from tests.support.stream_jobs import jvm_of, kill_the_jvm  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.anyio]
+
+EXIT_SPARK_LOST = 69  # EX_UNAVAILABLE: the documented status (worker.py), pinned here
 
 
 @pytest.fixture
@@ -52,7 +55,7 @@ async def test_a_standby_that_could_not_build_spark_leaves_the_election(
         with anyio.fail_after(60):
             lost = await jobs.wait_event("spark_lost", lambda e: e.identity == "b")
             code = await jobs.workers["b"].process.wait()
-        assert "JAVA_HOME has no bin/java" in lost.fields["error"] and code == 0
+        assert "JAVA_HOME has no bin/java" in lost.fields["error"] and code == EXIT_SPARK_LOST
         assert jobs.active() == "a" and jobs.find("active", lambda e: e.identity == "b") == []
 
 
@@ -70,14 +73,15 @@ async def test_a_standby_whose_jvm_died_leaves_the_election(tmp_path: Path) -> N
             lost = await jobs.wait_event("spark_lost", lambda e: e.identity == standby)
             code = await jobs.workers[standby].process.wait()
         assert "epoch" not in lost.fields  # it never led
-        assert code == 0  # it quit, it did not crash
+        assert code == EXIT_SPARK_LOST  # it left in good order, and a supervisor restarts it
         assert running([jvm]) == []
         # the active is left alone: still active, its own JVM alive
         assert jobs.active() == active and running([jvm_of(jobs, active)])
         assert jobs.find("spark_lost", lambda e: e.identity == active) == []
 
         # The active's JVM killed in a stream: it leaves too, and it also ends in good order
-        # (before, stopping its session raised Py4J's ConnectionRefusedError: exit status 1).
+        # (before, stopping its session raised Py4J's ConnectionRefusedError: exit status 1),
+        # with the same status.
         await jobs.start("c")
         with anyio.fail_after(400):
             await jobs.wait_ready(2)
@@ -86,5 +90,5 @@ async def test_a_standby_whose_jvm_died_leaves_the_election(tmp_path: Path) -> N
         await jobs.submit("events.count", params, str(tmp_path / "out"), job_id="s")
         victim, _ = await kill_the_jvm(jobs, "s")
         with anyio.fail_after(60):
-            assert await jobs.workers[victim].process.wait() == 0
+            assert await jobs.workers[victim].process.wait() == EXIT_SPARK_LOST
             assert (await jobs.wait_job("s")).state == "succeeded"

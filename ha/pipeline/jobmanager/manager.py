@@ -36,8 +36,11 @@ On loss of leadership the services cancel the grant before the elector does anyt
 cancelled, its staging directory is never committed, and the active stops touching outputs (it
 also checks ``lease.valid``, with ``Lease.stop_deadline()``, before each commit: a paused
 process may wake up late). A term that fails (not cancelled: a backend error while the lease
-holds, no SparkSession) gives the process's lead up (``give_up_leadership``), as a failed
-``become_active`` did before, so that another process serves meanwhile. A job whose pipeline
+holds) gives the process's lead up (``give_up_leadership``), as a failed ``become_active`` did
+before, so that another process serves meanwhile; one that fails with its Spark gone (never
+built, or its context stopped: a standalone master down) leaves the election instead, as a
+standby whose JVM died does, for every later term of the process would fail the same way at
+once (``spark_lost``: the process exits 69). A job whose pipeline
 raises, or whose job managers die running it, is tried again up to its ``max_attempts`` across
 failovers, then failed with the reason (``attempts``).
 
@@ -157,6 +160,7 @@ class JobManager:
         self._stop: anyio.Event | None = None
         self._quit = False
         self._observed: Elector | None = None
+        self.spark_lost: str | None = None  # why it left, if Spark was lost: a failed process
 
     @property
     def elector(self) -> Elector:
@@ -262,9 +266,28 @@ class JobManager:
                 self._leave("Spark's JVM is gone")
                 return
 
+    async def _spark_gone(self, spark: Any, error: Exception) -> str | None:
+        """Why this process's Spark can serve no term any more, after a failed one: never
+        built, or its context stopped (a cold standby is not watched: ``_watch_spark``). A
+        standalone master down stops the context of an application it never registered,
+        after Spark's registration retries; a WarmSession does not build twice, so such a
+        job manager would win, fail at once and give the lead up again, over and over."""
+        if not self.warm.owned:
+            return None  # the caller's session: not ours to give up on
+        if spark is None:  # (a Py4J error's message is pages of Java stack)
+            return f"building Spark failed: {type(error).__name__}"
+        alive = await anyio.to_thread.run_sync(session_alive, spark, abandon_on_cancel=True)
+        return None if alive else "Spark's context is stopped"
+
     def _leave(self, why: str) -> None:
         log.error("%s: leaving the election", why)
         self.emit("spark_lost", error=why)
+        self._lost(why)
+
+    def _lost(self, why: str) -> None:
+        """Leave for good: this process can run nothing more (``spark_lost``), so its exit
+        says it failed and a supervisor starts it again, with a new JVM (``worker``)."""
+        self.spark_lost = self.spark_lost or why
         self.quit()
 
     def quit(self) -> None:
@@ -300,6 +323,7 @@ class JobManager:
         stores = Stores(
             self.driver, self.cluster_id, blobs=self.blobs, lease=lease, prefix=self.prefix
         )
+        spark: Any = None
         try:
             spark = await self.warm.wait()
             self.emit("spark_ready", epoch=lease.epoch)
@@ -308,7 +332,11 @@ class JobManager:
         except Exception as exc:
             log.exception("the job manager's term failed")
             self.emit("term_failed", epoch=lease.epoch, error=f"{type(exc).__name__}: {exc}")
-            self.services.give_up_leadership(f"job manager {self.identity}: {exc!r}")
+            gone = await self._spark_gone(spark, exc)
+            if gone is not None:  # every term of this process would fail so: leave for good
+                self._leave(gone)
+            else:
+                self.services.give_up_leadership(f"job manager {self.identity}: {exc!r}")
         finally:
             self._leading.clear()
             with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
@@ -329,7 +357,7 @@ class JobManager:
             spark=spark,
             emit=self.emit,
             portal=self.portal,
-            leave=self.quit,
+            leave=partial(self._lost, "Spark's JVM is gone"),
             checkpointing=self.checkpointing,
         )
 

@@ -6,6 +6,11 @@ It takes part in the cluster's election (``/ha/CLUSTER/election``, as the compon
 manager is printed on stdout as one JSON line (``{"event": "batch_started", "t": ..., ...}``)
 for whoever supervises it (the demo, the tests, the benchmarks). SIGTERM or SIGINT leaves the
 election gracefully. ``run_job_manager`` is the same thing as a function (for ``ha jobs``).
+
+Its exit status: 0 after SIGTERM or SIGINT; ``EXIT_SPARK_LOST`` (69, EX_UNAVAILABLE of
+sysexits.h) once it left the election because its Spark was lost (its JVM killed, or never
+built): it can run nothing more, and a supervisor's restart on failure (systemd's
+``Restart=on-failure``, a Kubernetes pod's restart policy) brings it back with a new JVM.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from ..api.registry import import_pipelines
 from ..spark import SparkSettings
 from .manager import EventSink, JobManager
 
-__all__ = ("main", "run_job_manager")
+__all__ = ("EXIT_SPARK_LOST", "main", "run_job_manager")
+
+EXIT_SPARK_LOST = 69  # EX_UNAVAILABLE: a service it needs is gone; not 0, so it is restarted
 
 
 async def run_job_manager(
@@ -47,9 +54,11 @@ async def run_job_manager(
     http: tuple[str, int] | None = None,
     warm_streams: bool = False,
     **driver_options: Any,
-) -> None:
-    """Run one job manager until SIGTERM/SIGINT (then leave the election gracefully).
-    ``http``: (host, port) to serve its endpoint and metrics on (``ha/http/jobs.py``)."""
+) -> str | None:
+    """Run one job manager until SIGTERM/SIGINT (then leave the election gracefully), or
+    until its Spark is lost: then it has left the election too, and this returns why (None
+    after a signal). ``http``: (host, port) to serve its endpoint and metrics on
+    (``ha/http/jobs.py``)."""
     import_pipelines(imports)
     async with connect(url, **driver_options) as driver:
         manager = JobManager(
@@ -75,6 +84,7 @@ async def run_job_manager(
             await manager.run()
             tg.cancel_scope.cancel()
         await anyio.to_thread.run_sync(manager.warm.stop)  # Spark's JVM goes with us anyway
+    return manager.spark_lost
 
 
 def _print_event(name: str, fields: dict[str, Any]) -> None:
@@ -106,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         die_with_parent()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     options = {} if args.session_timeout is None else {"session_timeout": args.session_timeout}
-    anyio.run(
+    lost = anyio.run(
         lambda: run_job_manager(
             args.url,
             args.cluster,
@@ -122,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             **options,
         )
     )
+    if lost is not None:
+        sys.exit(EXIT_SPARK_LOST)
 
 
 if __name__ == "__main__":
