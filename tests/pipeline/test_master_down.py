@@ -40,6 +40,7 @@ def anyio_backend() -> str:
     return "asyncio"  # processes do the work: one event loop flavour is enough here
 
 
+@pytest.mark.slow  # Spark gives up registering after about 80 s, twice here: CI's 20 min are full
 @pytest.mark.timeout(900)
 async def test_cold_job_managers_leave_when_the_master_is_down(tmp_path: Path) -> None:
     if (reason := spark_missing()) is not None:
