@@ -37,6 +37,7 @@ from typing import Any
 import pytest
 
 from ha.testing import faults
+from tests.support.ports import free_port
 
 __all__ = (
     "ZooKeeperBackend",
@@ -68,13 +69,6 @@ def missing_reason() -> str | None:
     if not os.path.exists(ZK_JAR):
         return f"{ZK_JAR} is missing (apt-get install zookeeper)"
     return None
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def four_letter(port: int, command: str, timeout: float = 1.0, host: str = "127.0.0.1") -> str:
