@@ -289,6 +289,9 @@ def exit_like(status: int | None) -> None:
 
 
 def main(argv: list[str]) -> None:
+    # a clean mask, which COMMAND inherits: the supervisor's thread that started us blocks
+    # SIGABRT (ha/supervisor/abort.py)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
     ctl, report = int(argv[1]), int(argv[2])
     deadline = None if argv[3] == "-" else float(argv[3])
     if _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:

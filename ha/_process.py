@@ -88,6 +88,19 @@ def deathsig_preexec() -> Callable[[], None] | None:
     return preexec
 
 
+def _clean_start(arm: Callable[[], None] | None) -> Callable[[], None]:
+    """A ``preexec_fn``: no signal blocked (the mask is inherited through fork and exec, and the
+    thread that forks blocks SIGABRT under ``ha run``: ha/supervisor/abort.py), then ``arm``."""
+    sigmask, setmask = signal.pthread_sigmask, signal.SIG_SETMASK
+
+    def preexec() -> None:
+        sigmask(setmask, ())
+        if arm is not None:
+            arm()
+
+    return preexec
+
+
 def die_with_parent() -> None:
     """Linux: be killed when the process that started us dies (no orphaned job managers).
 
@@ -352,9 +365,8 @@ async def spawn(
     full_env.update(env or {})
     guard_argv = _guard_argv() if guard else None
     options: dict[str, object] = {}
-    preexec = deathsig_preexec() if guard_argv is None else None
-    if preexec is not None:
-        options["preexec_fn"] = preexec
+    if guard_argv is None:  # the guard clears its own mask, and COMMAND inherits it
+        options["preexec_fn"] = _clean_start(deathsig_preexec())
     stdin_fd = subprocess.DEVNULL if stdin is None else stdin
 
     def start() -> Child:

@@ -9,7 +9,6 @@ the rules of ``ha/supervisor/exits.py`` (``--on-exit``, ``--max-restarts``) and
 
 from __future__ import annotations
 
-import faulthandler
 import shlex
 import shutil
 import sys
@@ -21,6 +20,7 @@ import click
 from ..election.names import MAX_PRIORITY, check_priority
 from ..errors import ConfigurationError
 from ..http import parse_address
+from ..supervisor.abort import trace_aborts
 from ..supervisor.exits import OnExit
 from ._reach import reach_driver
 from ._run import Failure, Options, Signals, UsageFailure, http_option, run_as
@@ -256,7 +256,7 @@ def run(
     # under systemd (Type=notify): readiness, status and the watchdog's keep-alive
     with Notifier.from_environ() as systemd:
         if systemd.watchdog is not None:
-            faulthandler.enable()  # killed by the watchdog (SIGABRT): the journal shows where
+            trace_aborts()  # killed by the watchdog (SIGABRT): the journal shows where
 
         async def go() -> int | None:
             async with anyio.create_task_group() as tg:

@@ -184,6 +184,10 @@ def test_ready_after_joining_watchdog_while_its_loop_runs(
         wait_until(lambda: not alive(command["pid"]), "COMMAND to end with its supervisor")
         log = (tmp_path / "a.log").read_text()
         assert "Fatal Python error: Aborted" in log, log
+        # taken by the main thread, which dumps the others while they wait (from a worker
+        # thread, the dump raced the running main one and crashed: ha/supervisor/abort.py)
+        current = log.partition("Current thread")[2].partition("\n\n")[0]
+        assert "_run_module_as_main" in current, log
         # systemd's variables are the supervisor's: COMMAND did not inherit them
         assert not {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"} & set(command["env"])
     finally:
