@@ -231,18 +231,17 @@ class TreeSize:
 class Subscription:
     """A registered callback; ``close()`` (or leaving ``with``) removes it. Idempotent."""
 
-    __slots__ = ("_driver", "_key", "_callback", "_closed")
+    __slots__ = ("_driver", "_key", "_closed")
 
-    def __init__(self, driver: Driver, key: str | None, callback: Callback) -> None:
+    def __init__(self, driver: Driver, key: str | None) -> None:
         self._driver = driver
         self._key = key
-        self._callback = callback
         self._closed = False
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._driver._unsubscribe(self._key, self._callback)
+            self._driver._unsubscribe(self._key, self)
 
     def __enter__(self) -> Self:
         return self
@@ -263,7 +262,9 @@ class Driver(ABC):
     capabilities: Capabilities
 
     def __init__(self) -> None:
-        self._subscribers: dict[str | None, list[Callback]] = {}
+        # per path (None: connection events), each subscription's callback in the order they
+        # came: a dict, so that each of 10,000 electors leaves in O(1), not O(n)
+        self._subscribers: dict[str | None, dict[Subscription, Callback]] = {}
         self._session_id: int | None = None
         self._last_contact = -math.inf  # no contact yet
         self._connected = False
@@ -442,18 +443,15 @@ class Driver(ABC):
         if path is not None:
             validate_path(path)
         first = path not in self._subscribers
-        self._subscribers.setdefault(path, []).append(callback)
+        subscription = Subscription(self, path)
+        self._subscribers.setdefault(path, {})[subscription] = callback
         if first and path is not None:
             self._watch_started(path)
-        return Subscription(self, path, callback)
+        return subscription
 
-    def _unsubscribe(self, key: str | None, callback: Callback) -> None:
+    def _unsubscribe(self, key: str | None, subscription: Subscription) -> None:
         callbacks = self._subscribers.get(key)
-        if not callbacks:
-            return
-        try:
-            callbacks.remove(callback)
-        except ValueError:
+        if not callbacks or callbacks.pop(subscription, None) is None:
             return
         if not callbacks:
             del self._subscribers[key]
@@ -472,7 +470,10 @@ class Driver(ABC):
     def _emit(self, event: DriverEvent) -> None:
         """Deliver an event to its subscribers. Drivers call this on the loop's thread."""
         key = event.path if isinstance(event, NodeEvent) else None
-        for callback in tuple(self._subscribers.get(key, ())):
+        callbacks = self._subscribers.get(key)
+        if not callbacks:
+            return
+        for callback in tuple(callbacks.values()):
             try:
                 callback(event)
             except Exception:  # a subscriber's bug must not stop delivery to the others
