@@ -107,6 +107,7 @@ class Elector:
         self._machine = m.Machine(
             self.identity,
             max_retries=self.timing.max_retries,
+            lasting_term=self.timing.lasting_term,
             hold_on_disconnect=self.timing.hold_on_disconnect,
             nonce=lambda: nonce(self._rng.getrandbits(32), self.priority),
         )

@@ -223,11 +223,13 @@ class FenceFailed:
 
 @dataclass(frozen=True, slots=True)
 class ActiveFailed:
-    """``become_active`` raised or timed out: a failure to become active (Hadoop)."""
+    """``become_active`` raised or timed out: a failure to become active (Hadoop), after the
+    work ran ``ran`` seconds."""
 
     session: int
     epoch: int
     error: str
+    ran: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,6 +149,7 @@ class Leadership:
         deadlines.add(scope, span, expire)
         try:
             with scope:
+                began = anyio.current_time()
                 try:
                     await contender.become_active(lease)
                 except BaseException as exc:
@@ -157,7 +158,9 @@ class Leadership:
                     cancelled, failed = _split_cancelled(exc)
                     if failed is not None:
                         log.error("%s: become_active raised", lease.election, exc_info=failed)
-                        self._feed(ev.ActiveFailed(lease.session_id, lease.epoch, repr(failed)))
+                        ran = anyio.current_time() - began
+                        failure = ev.ActiveFailed(lease.session_id, lease.epoch, repr(failed), ran)
+                        self._feed(failure)
                     if cancelled is not None:
                         raise cancelled from None
                     return

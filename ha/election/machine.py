@@ -46,9 +46,12 @@ P8  Any failure on the way to ACTIVE leaves the queue (node, and breadcrumb if t
     and backs off (exponential, capped, jittered by the runner); consecutive failures past
     ``max_retries`` are fatal (Hadoop's ``NUM_RETRIES``). Progress resets the count, except for
     failing ``become_active``: winning again is no progress for it, only a term that ends
-    otherwise resets it; it stays fatal, for it is this contender's own work failing (each
-    try took the lead and started it), which whoever runs the process should hear of while
-    the others lead. A refused fence is never fatal: until a fence works the old active
+    otherwise, or whose work ran ``lasting_term`` (60 s) before failing, resets it; it stays
+    fatal, for it is this contender's own work failing (each try took the lead and started
+    it), which whoever runs the process should hear of while the others lead. A term that
+    lasted is no crash loop: a stream that fails once a week leads again every time, for
+    months (Kubernetes' CrashLoopBackOff and Flink's exponential-delay restarts forget
+    failures after a while of running too; ``ha run`` counts its restarts so). A refused fence is never fatal: until a fence works the old active
     may still act and nobody may lead, and giving up would leave the service headless for as
     long as the fencing device is down (ZKFC tries again for ever). It waits a backoff of its
     own (``WaitBackoff(fencing=True)``: the runner's fence backoff, capped for a STONITH
@@ -110,6 +113,7 @@ from collections.abc import Callable
 from . import events as ev
 from .names import decode_breadcrumb, lower_lives, parse_entry, ticket_for
 from .phases import HANDLED, HELD, LEADING, LEGAL, MOVES, PUBLIC, WAITING, Phase, State
+from .timing import LASTING_TERM
 
 __all__ = (
     "HANDLED",
@@ -136,7 +140,8 @@ class Machine:
     """
 
     __slots__ = (
-        "identity", "max_retries", "hold_on_disconnect", "nonce", "phase", "session",
+        "identity", "max_retries", "lasting_term", "hold_on_disconnect", "nonce", "phase",
+        "session",
         "connected", "reported", "failures", "active_failures", "fence_failures",
         "fence_target", "fenced", "backoff_token", "holder", "epoch", "ticket", "node",
         "token", "below", "crumb", "crumb_gone", "strays", "departed", "to_fence", "to_clear",
@@ -148,11 +153,13 @@ class Machine:
         identity: bytes,
         *,
         max_retries: int = 5,
+        lasting_term: float = LASTING_TERM,
         hold_on_disconnect: bool = False,
         nonce: Callable[[], str] | None = None,
     ) -> None:
         self.identity = identity
         self.max_retries = max_retries
+        self.lasting_term = lasting_term
         self.hold_on_disconnect = hold_on_disconnect
         self.nonce = nonce or _counter()
         self.phase = Phase.IDLE
@@ -161,7 +168,8 @@ class Machine:
         self.reported = State.NEUTRAL  # the public state as last reported
         self.failures = 0  # consecutive failures (P8)
         # consecutive terms whose become_active raised: winning again is no progress for
-        # these, so only a term that ends otherwise resets them (P8)
+        # these, so only a term that ends otherwise, or whose work ran ``lasting_term``
+        # before it failed, resets them (P8)
         self.active_failures = 0
         # consecutive refused fences of one breadcrumb (P8): never fatal, the fence backoff's
         # attempt; a fence of it that works, or another breadcrumb refused, resets the count
@@ -616,6 +624,8 @@ class Machine:
     def _on_ActiveFailed(self, event: ev.ActiveFailed) -> list[ev.Effect]:
         if event.epoch != self.epoch:
             return []  # an older term's report
+        if event.ran >= self.lasting_term:
+            self.active_failures = 0  # the work ran well for a while: no failure in a row
         self.active_failures += 1  # backs off longer each time; fatal past max_retries
         return self._fail(f"become_active failed: {event.error}")
 

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 from ..errors import ConfigurationError
 
-__all__ = ("Backoff", "Timing", "check_deadline", "renewal_slack")
+__all__ = ("LASTING_TERM", "Backoff", "Timing", "check_deadline", "renewal_slack")
+
+# seconds: work that ran this long before it failed was no crash loop (as ``ha run``'s LONG_RUN)
+LASTING_TERM = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,10 @@ class Timing:
     are never fatal (``machine.py``, P8). Its cap, 30 s, is for a STONITH device (a PDU, a
     BMC): asked at most every 15-30 s while it refuses, not hammered, and the service leads
     again within 30 s of the device working again. ``backoff``'s 2 s cap is for the backend.
+    ``max_retries``: failures in a row past this are fatal (``machine.py``, P8); a term whose
+    ``become_active`` ran ``lasting_term`` seconds before it raised starts the count again, so
+    that work failing now and then leads again for ever, and a crash loop ends. ``math.inf``:
+    never (each failure counts until a term ends otherwise).
     """
 
     deadline_ratio: float = 2 / 3
@@ -68,6 +75,7 @@ class Timing:
     backoff: Backoff = Backoff()
     fence_backoff: Backoff = Backoff.for_fences()
     max_retries: int = 5
+    lasting_term: float = LASTING_TERM
     hold_on_disconnect: bool = False
 
     def __post_init__(self) -> None:
@@ -82,6 +90,8 @@ class Timing:
             raise ConfigurationError("op_timeout must be positive")
         if self.max_retries < 0:
             raise ConfigurationError("max_retries must be >= 0")
+        if not self.lasting_term > 0:  # NaN too
+            raise ConfigurationError(f"lasting_term must be positive; got {self.lasting_term}")
 
 
 def renewal_slack(session_timeout: float) -> float:

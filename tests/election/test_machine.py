@@ -429,6 +429,31 @@ def backoffs(mach: Machine, tries: int, *raws: bytes) -> list[int]:
     return attempts
 
 
+@pytest.mark.parametrize("lasted", [59.9, 60.0, 3600.0])
+def test_a_term_whose_work_lasted_starts_the_count_again(lasted: float) -> None:
+    """Failures of terms whose work ran ``lasting_term`` (60 s) are no crash loop: each is the
+    first in a row, for ever; shorter ones still add up to a fatal error."""
+    mach = joined(max_retries=2)
+    attempts: list[int] = []
+    for term in range(6):
+        first(mach)
+        crumbs = () if not term else ((MY_OLD_TICKET, MY_OLD_CRUMB),)
+        assert kinds(mach.handle(ev.CrumbsRead(S1, crumbs)))[0] == "StartActive"
+        ticket = mach.ticket or ""
+        effects = mach.handle(ev.ActiveFailed(S1, TOKEN, "the stream failed", ran=lasted))
+        if kinds(effects)[-1] == "Finish":
+            break
+        backoff = effects[-1]
+        assert isinstance(backoff, ev.WaitBackoff)
+        attempts.append(backoff.attempt)
+        assert mach.handle(ev.Left(S1, ticket)) == []
+        assert kinds(mach.handle(ev.BackoffElapsed(mach.backoff_token))) == ["Join"]
+    if lasted >= 60.0:
+        assert attempts == [1] * 6 and mach.phase is not Phase.FAILED
+    else:
+        assert attempts == [1, 2] and mach.phase is Phase.FAILED
+
+
 def test_refused_fences_back_off_longer_each_time_and_are_never_fatal() -> None:
     """P8: joining again after a refused fence is no progress: the fence backoff grows (a
     real STONITH command is not hammered), and past max_retries it goes on (a fencing device
