@@ -54,6 +54,7 @@ class Leadership:
         "_feed",
         "_scope",
         "_done",
+        "_begun",
         "_returned",
         "expired",
     )
@@ -75,6 +76,7 @@ class Leadership:
         self._feed = feed  # hands the machine an input (the watchdog's, a failure, a fence)
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
+        self._begun: anyio.Event | None = None  # set: the term's task is in become_active
         # the running term (lease, scope, span) once its become_active has returned: the
         # term ends in ``stop`` (its task has ended already)
         self._returned: tuple[Lease, anyio.CancelScope, float] | None = None
@@ -95,8 +97,8 @@ class Leadership:
         if returned is not None:  # (the machine stops a term before it starts the next)
             self._ended(*returned)
         scope = anyio.CancelScope()
-        done = anyio.Event()
-        self._scope, self._done = scope, done
+        done, begun = anyio.Event(), anyio.Event()
+        self._scope, self._done, self._begun = scope, done, begun
         self.expired = None
 
         # the lease is asked from any thread: its deadline is on time.monotonic()
@@ -126,9 +128,17 @@ class Leadership:
         )
         # named here: anyio would otherwise work a name out of the function (on a handover's
         # path)
-        tg.start_soon(self._lead, contender, lease, scope, done, name="ha term")
+        tg.start_soon(self._lead, contender, lease, scope, done, begun, name="ha term")
         driver.show_leader(self._nodes.path, self._identity, epoch)  # information, not awaited
         return lease
+
+    async def begun(self) -> None:
+        """Return once the term started last has entered ``become_active`` (or ended): the
+        elector's writes for the others after a takeover wait for it, not the work for them.
+        Yielding once did not do: trio runs the tasks ready together in a random order."""
+        begun, self._begun = self._begun, None
+        if begun is not None and not begun.is_set():
+            await begun.wait()
 
     def cancel(self) -> None:
         """Begin to stop the running term, if any (``stop`` then waits for it): a quit asked
@@ -156,7 +166,7 @@ class Leadership:
                 log.error(
                     "%s: the active work ignores cancellation; still waiting", self._nodes.path
                 )
-        self._scope = self._done = None
+        self._scope = self._done = self._begun = None
         returned, self._returned = self._returned, None
         if returned is not None:  # its task has ended; the term ends now
             self._ended(*returned)
@@ -167,7 +177,12 @@ class Leadership:
         self._driver.hide_leader(lease.election, lease.epoch)
 
     async def _lead(
-        self, contender: Any, lease: Lease, scope: anyio.CancelScope, done: anyio.Event
+        self,
+        contender: Any,
+        lease: Lease,
+        scope: anyio.CancelScope,
+        done: anyio.Event,
+        begun: anyio.Event,
     ) -> None:
         span, expire = self._watch(lease, scope)
         deadlines_of(self._driver).add(scope, span, expire)
@@ -175,6 +190,7 @@ class Leadership:
         try:
             with scope:
                 try:
+                    begun.set()  # the elector's loop goes on once this task next yields
                     await contender.become_active(lease)
                 except BaseException as exc:
                     # a contender's own task group may raise a group mixing our
@@ -193,6 +209,7 @@ class Leadership:
         finally:
             if not returned:
                 self._ended(lease, scope, span)
+            begun.set()  # (ended before it began: nothing to wait for)
             done.set()
 
     def _watch(self, lease: Lease, scope: anyio.CancelScope) -> tuple[float, Expire]:
