@@ -1,13 +1,14 @@
 """The client's share of a graceful handover, traced at the sockets, on ZooKeeper and etcd.
 
     .venv/bin/python benchmarks/handover_share.py [--rounds 30] [--kinds zk,zk-trio,etcd,etcd-trio]
-        [--ha-root DIR [--ha-root DIR2]]
+        [--ha-root DIR [--ha-root DIR2]] [--steps]
 
 Three ``ha`` contenders per kind (``peers_zookeeper/traced_contender.py``) on one election;
 rounds interleave the kinds (the order rotates). In each round the leader is asked to step
 down and four moments are dated on CLOCK_MONOTONIC:
 
-    quit      the old leader's ``RELEASING`` (just before ``elector.quit()``)
+    quit      the old leader's ``RELEASING`` line written, just before ``elector.quit()``
+              (``QUIT``; ``RELEASING`` itself is dated before that line's write to the pipe)
     written   its leave request is on the socket
     read      the successor reads the event's bytes
     active    the successor's ``become_active`` is entered (``LEADER``)
@@ -21,6 +22,22 @@ session 2 s; ``--ha-root`` imports ``ha`` from another tree (``git archive COMMI
 DIR``); given twice, each kind runs from both trees, interleaved in the same rounds (rows
 ``A:`` and ``B:``, before and after a change). Prints the load average with the table; results
 are not kept.
+
+``--steps`` also dates the steps inside ``ha`` (``peers_zookeeper/traced_steps.py``: each
+wrapped call as it begins, ``>``, and returns, ``<``) and prints, per kind, the p50 of each
+step's first time after ``quit`` (the old leader) and after ``read`` (the successor), in
+microseconds: where the two client parts go. The wrappers add about a microsecond each.
+
+Where they went (issue 31, 12 rounds, load 2-3; each process is cold at a handover, so a step
+costs 3-10 times its warm cost): on etcd the old leader's 0.5 ms were quit() 45 us, the
+loop's task switch 40, the machine 60, stopping a term whose work had returned 40-60 (a
+running one adds its task's unwinding and a switch), the report 25, reaching the leave's
+transaction 80-100 (the op timeout's scope), building it (compares, base64) 115-130, the
+batcher and the gateway 80, then HTTP and the socket; the successor's 0.55-0.7 ms were the
+event's HTTP chunk and JSON 105, the rest of the message and the switch to the elector's
+loop 170-190, the machine 70, the contact check 35, the term's start (scope, events, lease,
+task) 135-155, the report 25-35, then the switch to the term's task and its deadline 60-90.
+On ZooKeeper each side also waits for a thread hop of kazoo's (0.35-0.5 ms, the GIL).
 """
 
 from __future__ import annotations
@@ -58,10 +75,11 @@ def traced_round(election: Election) -> dict[str, float]:
     election._tell_release(old)
     stamps: dict[str, int] = {}
     reads: list[int] = []
+    steps: list[tuple[bool, str, int]] = []  # (the old leader's, label, ns)
     exited = False
-    while not (exited and "LEADER" in stamps and "RELEASING" in stamps):
+    while not (exited and "LEADER" in stamps and "QUIT" in stamps):
         name, word, stamp = election.next_line()
-        if name == old and word in ("RELEASING", "WRITTEN"):
+        if name == old and word in ("RELEASING", "QUIT", "WRITTEN"):
             stamps[word] = stamp
         elif name == old and word == "EXITED":
             exited = True
@@ -69,6 +87,8 @@ def traced_round(election: Election) -> dict[str, float]:
             stamps["LEADER"] = stamp
         elif name != old and word == "READ":
             reads.append(stamp)
+        elif word.startswith("STEP:"):
+            steps.append((name == old, word[5:], stamp))
     time.sleep(0.05)  # the successor's READ lines follow its LEADER at once
     while True:
         try:
@@ -77,6 +97,8 @@ def traced_round(election: Election) -> dict[str, float]:
             break
         if name != old and word == "READ":
             reads.append(stamp)
+        elif word.startswith("STEP:"):
+            steps.append((name == old, word[5:], stamp))
     election.replace(old)
     written = stamps.get("WRITTEN")
     later = [r for r in reads if written is not None and r > written]
@@ -84,12 +106,17 @@ def traced_round(election: Election) -> dict[str, float]:
         raise RuntimeError(f"round not traced: {stamps} reads {reads}")
     read = min(later)
     ms = {
-        "quit->written": (written - stamps["RELEASING"]) / 1e6,
+        "quit->written": (written - stamps["QUIT"]) / 1e6,
         "written->read": (read - written) / 1e6,
         "read->active": (stamps["LEADER"] - read) / 1e6,
         "total": (stamps["LEADER"] - stamps["RELEASING"]) / 1e6,
     }
     ms["share"] = ms["quit->written"] + ms["read->active"]
+    for mine, label, stamp in steps:  # each step's first time in its part, in ms
+        start, end = (stamps["QUIT"], written) if mine else (read, stamps["LEADER"])
+        key = f"{'old' if mine else 'new'} {label}"
+        if start <= stamp <= end and key not in ms:
+            ms[key] = (stamp - start) / 1e6
     return ms
 
 
@@ -101,6 +128,7 @@ def main() -> None:
         "--ha-root", type=Path, action="append", help="import ha from this tree (twice: A and B)"
     )
     parser.add_argument("--session-timeout", type=float, default=2.0)
+    parser.add_argument("--steps", action="store_true", help="date the steps inside ha too")
     args = parser.parse_args()
     roots: list[Path | None] = list(args.ha_root or [None])
     if len(roots) > 2:
@@ -124,6 +152,8 @@ def main() -> None:
             server, loop = KINDS[base]
             root = roots[tags.index(tag + ":") if tag else 0]
             env = {"HA_ROOT": str(root)} if root else {}
+            if args.steps:
+                env["HA_TRACE_STEPS"] = "1"
             hosts = zk.hosts if server == "zk" else etcd.hosts
             command = [sys.executable, str(PEERS / "traced_contender.py"), server]
             election = Election(
@@ -162,11 +192,27 @@ def main() -> None:
         if args.ha_root
         else "this tree"
     )
+    if args.steps:
+        print_steps(results)
     print(
         f"ms, p50 of {args.rounds} rounds (share: per round, then p50); session"
         f" {args.session_timeout:g} s; {tree}; load average"
         f" {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
+
+
+def print_steps(results: dict[str, list[dict[str, float]]]) -> None:
+    """Per kind: each step's p50 time after quit (old) and after read (new), in us."""
+    for kind, rounds in results.items():
+        found: dict[str, list[float]] = {}
+        for round_ in rounds:
+            for key, value in round_.items():
+                if key.startswith(("old ", "new ")):
+                    found.setdefault(key, []).append(value * 1e3)
+        p50 = {key: percentile(values, 0.5) for key, values in found.items()}
+        print(f"{kind}: steps, us after quit (old) / read (new), p50 (rounds seen)")
+        for key in sorted(p50, key=lambda k: (k[:3] == "new", p50[k])):
+            print(f"    {key:<18}{p50[key]:9.1f}  ({len(found[key])})")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,11 @@ bytes of a handover also dated at the socket, for ``benchmarks/handover_share.py
 
 Besides the protocol's lines it prints, all on ``CLOCK_MONOTONIC`` (ns):
 
+- ``QUIT <ns>``: when the ``RELEASING`` line had been written, just before ``elector.quit()``
+  (the line's own write to the pipe is the harness's, not the client's);
 - ``WRITTEN <ns>``: when the first request after ``RELEASING`` (the leave) was on the socket:
-  kazoo's ``_submit`` returned (ZooKeeper), or the gateway connection's ``send`` (etcd);
+  kazoo's ``_submit`` returned (ZooKeeper), or a socket's ``send`` (etcd: the gateway's
+  request; anyio's send then yields to the loop once more before it returns);
 - ``READ <ns>``: when the process read bytes from the server, for every read in the 200 ms
   before ``LEADER`` (kazoo: a watch event, dated when its read began; etcd: any read of the
   gateway connections, dated when it returned), printed after ``LEADER`` so that printing costs
@@ -12,6 +15,9 @@ Besides the protocol's lines it prints, all on ``CLOCK_MONOTONIC`` (ns):
   ``WRITTEN``: the event that told this process.
 
 The hooks wrap methods of kazoo and of ``ha.drivers.etcd.http``; they only take a clock reading.
+With ``HA_TRACE_STEPS=1`` the steps inside ``ha`` are dated too (``traced_steps.py``) and
+printed as ``STEP:<label> <ns>``: the old leader's after ``RELEASING``, at exit; the
+successor's in the 200 ms before ``LEADER``, after it.
 
     traced_contender.py zk|etcd [--backend trio] --hosts ... --path ... --id ...
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 import atexit
 import os
 import runpy
+import socket
 import sys
 import threading
 import time
@@ -31,9 +38,12 @@ REPOSITORY = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.environ.get("HA_ROOT") or REPOSITORY)
 
 import protocol  # noqa: E402
+import traced_steps  # noqa: E402
 from protocol import say  # noqa: E402
+from traced_steps import STEPS  # noqa: E402
 
 RELEASED = threading.Event()
+QUIT: list[int] = []
 WRITTEN: list[int] = []
 READS: list[int] = []  # appended from kazoo's thread or the loop; read after LEADER
 
@@ -68,21 +78,26 @@ def trace_kazoo() -> None:
 
 
 def trace_gateway() -> None:
-    from ha.drivers.etcd.http import Connection
+    # before the loop's library is imported: trio takes the socket's send as it loads
+    send = socket.socket.send
 
-    send, fill = Connection.send, Connection._fill
-
-    async def traced_send(self: Any, *args: Any, **kwargs: Any) -> None:
-        await send(self, *args, **kwargs)
+    def traced_send(self: socket.socket, data: Any, *args: Any) -> int:
+        sent = send(self, data, *args)
         if RELEASED.is_set() and not WRITTEN:
             WRITTEN.append(time.monotonic_ns())
+        return sent
+
+    socket.socket.send = traced_send  # type: ignore[method-assign]
+
+    from ha.drivers.etcd.http import Connection
+
+    fill = Connection._fill
 
     async def traced_fill(self: Any, *args: Any, **kwargs: Any) -> bool:
         result: bool = await fill(self, *args, **kwargs)
         READS.append(time.monotonic_ns())
         return result
 
-    Connection.send = traced_send  # type: ignore[method-assign]
     Connection._fill = traced_fill  # type: ignore[method-assign]
 
 
@@ -91,16 +106,28 @@ def traced_say(word: str) -> None:
     ``RELEASING``; the reads come after ``LEADER`` (printing must not delay it)."""
     if word == "RELEASING":
         RELEASED.set()
+        STEPS.clear()
     say(word)
+    if word == "RELEASING":
+        QUIT.append(time.monotonic_ns())
     if word == "LEADER":
         now = time.monotonic_ns()
         for stamp in [r for r in READS if now - r < 200_000_000]:
             print(f"READ {stamp}", flush=True)
+        steps = [(label, s) for label, s in STEPS if now - s < 200_000_000]
+        STEPS.clear()
+        for label, stamp in steps:
+            print(f"STEP:{label} {stamp}", flush=True)
 
 
 def print_written() -> None:
+    for stamp in QUIT:
+        print(f"QUIT {stamp}", flush=True)
     for stamp in WRITTEN:
         print(f"WRITTEN {stamp}", flush=True)
+    if RELEASED.is_set():
+        for label, stamp in STEPS:
+            print(f"STEP:{label} {stamp}", flush=True)
 
 
 if __name__ == "__main__":
@@ -111,6 +138,8 @@ if __name__ == "__main__":
     else:
         trace_gateway()
         contender = os.path.join(HERE, "..", "peers_etcd", "ha_etcd.py")
+    if os.environ.get("HA_TRACE_STEPS"):
+        traced_steps.install(driver)
     protocol.say = traced_say  # the contender imports it by name when it runs
     atexit.register(print_written)
     sys.argv[0] = contender

@@ -393,12 +393,12 @@ class Elector:
             case ev.ClearCrumbs(session, node, tickets):
                 # after a takeover's fences, as for Announce: the new term's task reaches
                 # become_active before this request is even built
-                await anyio.lowlevel.checkpoint()
+                await self._leadership.begun()
                 await self._quietly("clear breadcrumbs", nodes.clear(driver, node, tickets))
             case ev.Announce(session, node, write):
                 # let the new term's task reach become_active first: the write is for the
                 # contender behind us, the work need not wait for its round trip
-                await anyio.lowlevel.checkpoint()
+                await self._leadership.begun()
                 if write:
                     await self._quietly("announce", driver.set(nodes.node(node), self.identity))
                 if self._term is not None:  # the history, after the takeover: no delay to it

@@ -3,6 +3,10 @@
 The elector starts one term at a time (``StartActive``) and stops it (``StopActive``); ``stop``
 cancels the scope and then awaits the work, so nobody is told of any other state while it may
 still run. A failure of ``become_active`` is reported to the machine as ``ActiveFailed``.
+A ``become_active`` that returns has no work left to stop: its task ends, and the term (its
+lease, its local deadline, the driver's note of it) lasts until ``stop``, which then has
+nothing to cancel or wait for (a handover from such a leader costs no task switch, and an
+idle leader holds no task).
 Each term is also shown to the driver (``Driver.show_leader``/``hide_leader``: who leads, for
 the backend's own tools such as ``kubectl get lease``); those calls only note it, never wait.
 
@@ -50,6 +54,8 @@ class Leadership:
         "_feed",
         "_scope",
         "_done",
+        "_begun",
+        "_returned",
         "expired",
     )
 
@@ -70,6 +76,10 @@ class Leadership:
         self._feed = feed  # hands the machine an input (the watchdog's, a failure, a fence)
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
+        self._begun: anyio.Event | None = None  # set: the term's task is in become_active
+        # the running term (lease, scope, span) once its become_active has returned: the
+        # term ends in ``stop`` (its task has ended already)
+        self._returned: tuple[Lease, anyio.CancelScope, float] | None = None
         # the wall-clock time of the local deadline that stopped the last term (the journal
         # records it: a process frozen past it reports its term's end only when it thaws)
         self.expired: float | None = None
@@ -83,9 +93,12 @@ class Leadership:
         node: str,
     ) -> Lease:
         """Start ``become_active`` in a task of ``tg``; return the lease it is handed."""
+        returned, self._returned = self._returned, None
+        if returned is not None:  # (the machine stops a term before it starts the next)
+            self._ended(*returned)
         scope = anyio.CancelScope()
-        done = anyio.Event()
-        self._scope, self._done = scope, done
+        done, begun = anyio.Event(), anyio.Event()
+        self._scope, self._done, self._begun = scope, done, begun
         self.expired = None
 
         # the lease is asked from any thread: its deadline is on time.monotonic()
@@ -97,7 +110,7 @@ class Leadership:
             return driver.last_contact + span + to_monotonic
 
         def valid() -> bool:
-            return not scope.cancel_called and machine.epoch == epoch
+            return not scope.cancel_called and self._scope is scope and machine.epoch == epoch
 
         def fenced() -> None:
             if valid():
@@ -115,22 +128,37 @@ class Leadership:
         )
         # named here: anyio would otherwise work a name out of the function (on a handover's
         # path)
-        tg.start_soon(self._lead, contender, lease, scope, done, name="ha term")
+        tg.start_soon(self._lead, contender, lease, scope, done, begun, name="ha term")
         driver.show_leader(self._nodes.path, self._identity, epoch)  # information, not awaited
         return lease
 
+    async def begun(self) -> None:
+        """Return once the term started last has entered ``become_active`` (or ended): the
+        elector's writes for the others after a takeover wait for it, not the work for them.
+        Yielding once did not do: trio runs the tasks ready together in a random order."""
+        begun, self._begun = self._begun, None
+        if begun is not None and not begun.is_set():
+            await begun.wait()
+
     def cancel(self) -> None:
         """Begin to stop the running term, if any (``stop`` then waits for it): a quit asked
-        for need not wait for the elector's loop to cancel the work."""
-        if self._scope is not None:
+        for need not wait for the elector's loop to cancel the work. A term whose work has
+        returned has nothing to cancel: its lease is invalid from here."""
+        if self._scope is None:
+            return
+        if self._done is not None and self._done.is_set():
+            self._scope = None  # the lease's valid() reads it (no cancel: anyio's costs)
+        else:
             self._scope.cancel()
 
     async def stop(self, cause: str) -> None:
         """Cancel the running term, if any, and wait until its work has returned."""
         scope, done = self._scope, self._done
-        if scope is None or done is None:
+        if done is None:
             return
-        scope.cancel()
+        if not done.is_set():
+            assert scope is not None
+            scope.cancel()
         while not done.is_set():
             with anyio.move_on_after(self._timing.hook_timeout):
                 await done.wait()
@@ -138,19 +166,32 @@ class Leadership:
                 log.error(
                     "%s: the active work ignores cancellation; still waiting", self._nodes.path
                 )
-        self._scope = self._done = None
+        self._scope = self._done = self._begun = None
+        returned, self._returned = self._returned, None
+        if returned is not None:  # its task has ended; the term ends now
+            self._ended(*returned)
         log.debug("%s: active work stopped (%s)", self._nodes.path, cause)
 
+    def _ended(self, lease: Lease, scope: anyio.CancelScope, span: float) -> None:
+        deadlines_of(self._driver).remove(scope, span)
+        self._driver.hide_leader(lease.election, lease.epoch)
+
     async def _lead(
-        self, contender: Any, lease: Lease, scope: anyio.CancelScope, done: anyio.Event
+        self,
+        contender: Any,
+        lease: Lease,
+        scope: anyio.CancelScope,
+        done: anyio.Event,
+        begun: anyio.Event,
     ) -> None:
-        deadlines = deadlines_of(self._driver)
         span, expire = self._watch(lease, scope)
-        deadlines.add(scope, span, expire)
+        deadlines_of(self._driver).add(scope, span, expire)
+        returned = False
         try:
             with scope:
                 began = anyio.current_time()
                 try:
+                    begun.set()  # the elector's loop goes on once this task next yields
                     await contender.become_active(lease)
                 except BaseException as exc:
                     # a contender's own task group may raise a group mixing our
@@ -164,10 +205,14 @@ class Leadership:
                     if cancelled is not None:
                         raise cancelled from None
                     return
-                await anyio.sleep_forever()  # returned: keep leading until told to stop
+            # returned: keep leading until told to stop, with no task (``stop`` ends the term)
+            returned = self._scope is scope
+            if returned:
+                self._returned = lease, scope, span
         finally:
-            deadlines.remove(scope, span)
-            self._driver.hide_leader(lease.election, lease.epoch)
+            if not returned:
+                self._ended(lease, scope, span)
+            begun.set()  # (ended before it began: nothing to wait for)
             done.set()
 
     def _watch(self, lease: Lease, scope: anyio.CancelScope) -> tuple[float, Expire]:

@@ -152,9 +152,21 @@ class Reporting:
 
     def send(self, report: ev.Report, *, until: float | None = None) -> None:
         """Log, journal, count and hand on one transition; ``until``: leaving active, when
-        the term's local deadline had passed (wall clock), if it passed before now."""
-        ident = self.identity.decode(errors="replace")
+        the term's local deadline had passed (wall clock), if it passed before now. The
+        record is made only if something takes it (a handover's path: leaving, the report
+        comes before the leave)."""
         vacant, self._vacant_since = self._vacant_since, None
+        self.counts[(report.old.value, report.new.value)] += 1
+        logged = log.isEnabledFor(logging.INFO)
+        taken = self.journal is not None or self._listeners or self._watchers or self.followers
+        if logged or taken:
+            self._hand_on(report, until, vacant, logged)
+        self._wake()
+
+    def _hand_on(
+        self, report: ev.Report, until: float | None, vacant: float | None, logged: bool
+    ) -> None:
+        ident = self.identity.decode(errors="replace")
         driver = self.driver
         transition = Transition(
             time.time(),
@@ -170,16 +182,16 @@ class Reporting:
             vacant_since=vacant if report.new is State.ACTIVE else None,
             until=until,
         )
-        self.counts[(report.old.value, report.new.value)] += 1
-        log.info(
-            "%s %s: %s -> %s (%s)",
-            self.path,
-            ident,
-            report.old.value,
-            report.new.value,
-            report.cause,
-            extra=transition.log_fields(),
-        )
+        if logged:
+            log.info(
+                "%s %s: %s -> %s (%s)",
+                self.path,
+                ident,
+                report.old.value,
+                report.new.value,
+                report.cause,
+                extra=transition.log_fields(),
+            )
         if self.journal is not None:
             self.journal.write(transition)
         for listener in self._listeners:
@@ -194,7 +206,6 @@ class Reporting:
                 self._watchers.remove(watcher)
         for follower in list(self.followers):
             follower.push(transition)
-        self._wake()
 
 
 class TransitionStream:

@@ -91,7 +91,9 @@ class Gateway:
             self._tls = ssl.create_default_context(cafile=opts.ca)
             if opts.cert is not None:
                 self._tls.load_cert_chain(opts.cert, opts.key)
-        self._turns = anyio.Semaphore(IN_FLIGHT)
+        # a free turn is taken without a switch of tasks (a quiet driver's request: a
+        # handover's leave); a wait for one is the checkpoint
+        self._turns = anyio.Semaphore(IN_FLIGHT, fast_acquire=True)
         self._authenticating = anyio.Lock()
         self._open = True
 

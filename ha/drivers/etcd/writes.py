@@ -190,12 +190,12 @@ class WriteBatcher(Batcher[_Write]):
 
     async def write(self, body: dict[str, Any]) -> dict[str, Any]:
         """The reply to the transaction ``body``, as if it had been sent alone."""
-        found = footprint(body) if self.accepting else None
-        if found is None:
+        if not self.accepting:
             return await self._send(body)
         if not self.busy and not self.waiting:
             # nothing to merge it with, no batch in flight: sent by its caller, sparing the
-            # switch to a sender and back (a handover's leave); settled as a taken request is
+            # switch to a sender and back (a handover's leave), and the reading of its keys;
+            # settled as a taken request is
             self.busy += 1
             try:
                 with anyio.CancelScope(shield=True):
@@ -204,6 +204,9 @@ class WriteBatcher(Batcher[_Write]):
                 self.busy -= 1
             await anyio.lowlevel.checkpoint_if_cancelled()  # as a taken request's caller
             return reply
+        found = footprint(body)
+        if found is None:  # cannot go with others
+            return await self._send(body)
         request = _Write(body=body, footprint=found)
         self.waiting.put(request)
         return await request.wait()

@@ -302,7 +302,9 @@ class KazooSession:
         self._wake_w.setblocking(False)
         self.client = self._new_client()
         self._clock_offset = loop_minus_monotonic()
-        self._turns = anyio.Semaphore(IN_FLIGHT)
+        # a free turn is taken without a switch of tasks (a quiet driver's request: a
+        # handover's leave); a wait for one is the checkpoint
+        self._turns = anyio.Semaphore(IN_FLIGHT, fast_acquire=True)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         try:
