@@ -39,6 +39,7 @@ from . import events as ev
 from . import machine as m
 from .admission import join_turns
 from .contender import call_hook, check_contender, fence_old_active
+from .departures import departures_of
 from .history import FenceFailure, Term, append_term, record_fence_failure
 from .journal import JournalWriter, Transition
 from .leadership import Leadership
@@ -535,9 +536,9 @@ class Elector:
         A quit while disconnected or while the backend is busy must not leave our node in the
         queue of a session that lives on (``ha run --health`` keeps its session while it stays
         out): if it were first, nobody else could lead. Done once the node is gone, or our
-        session is over: a new session, the driver closed, or no contact for a whole session
-        timeout. Bounded by two session timeouts of failing tries, then said loudly (closing
-        the driver ends it).
+        session is over: a new session, or the driver closed. After two session timeouts of
+        failing tries, or no contact for a whole one, the run returns and the driver's task
+        goes on trying (``departures.py``): the session may still come back.
         """
         session = self._machine.session
         if session is None:
@@ -558,14 +559,12 @@ class Elector:
             if self.driver.session_id != session or self._closed:
                 return
             now = anyio.current_time()
-            if not self.driver.connected and now > self.driver.last_contact + timeout:
-                return  # the backend has expired it (timing assumption, drivers/base.py)
-            if now > give_up:
-                log.error(
-                    "%s: quit, but our node may still be in the queue: close the driver to"
-                    " remove it",
-                    self.path,
-                )
+            if now > give_up or (
+                not self.driver.connected and now > self.driver.last_contact + timeout
+            ):
+                # the backend may have expired the session by now, not must: a backend that
+                # was down resumes its sessions, and our node would stand first for good
+                self._owe(session, owed)
                 return
             if self.driver.connected:
                 for ticket, effect in list(owed.items()):
@@ -576,6 +575,22 @@ class Elector:
             log.info("%s: quit: our node may still be in the queue; trying again", self.path)
             await anyio.sleep(delay)
             delay = min(delay * 2, timeout / 3)
+
+    def _owe(self, session: int, owed: dict[str, ev.Leave | ev.Resign]) -> None:
+        """Hand what we could not leave to the driver's task (``departures.py``): it tries
+        again whenever this session is connected, after our run has returned."""
+        log.warning(
+            "%s: quit, but our node may still be in the queue; leaving it once the backend"
+            " answers (or the session ends)",
+            self.path,
+        )
+        departures = departures_of(self.driver)
+        for ticket, effect in owed.items():
+
+            async def leave(effect: ev.Leave | ev.Resign = effect) -> bool:
+                return await self._leave(effect) is not None
+
+            departures.owe((self.path, ticket), session, self.path, leave)
 
     # --- the contender ------------------------------------------------------------------------
 

@@ -79,6 +79,7 @@ class MemoryCluster:
         self.zxid = 0  # the number of the last transaction that wrote
         self.sequence = 0  # the last suffix a sequential create was given
         self._next_reap = 0.0
+        self._down = False  # ``server_down``: no session ages
 
     @classmethod
     def named(cls, name: str) -> MemoryCluster:
@@ -120,6 +121,21 @@ class MemoryCluster:
         ago = time.monotonic() - session.last_heartbeat
         return SessionLease(ago, session.timeout - ago, session.timeout)
 
+    def server_down(self) -> None:
+        """A fault: the server is down, so nothing expires a session, however long its client is
+        cut off (cut the drivers off too: ``faults(driver).disconnect()``)."""
+        self._down = True
+
+    def server_up(self) -> None:
+        """The server is back and every session's clock starts afresh: a session outlives a
+        silence longer than its timeout, as ZooKeeper's sessions do after the ensemble loads
+        its snapshot, etcd's leases after a leader change, and a Kubernetes Lease whose peers
+        could not reap it while the API server was down."""
+        self._down = False
+        now = time.monotonic()
+        for session in self.sessions.values():
+            session.last_heartbeat = now
+
     def reap(self) -> None:
         """Expire every session not heard from for its timeout (the server's session tracker).
 
@@ -127,7 +143,7 @@ class MemoryCluster:
         of n sessions cost O(n) per operation. Expiry may thus come up to 5 ms late, never early.
         """
         now = time.monotonic()
-        if now < self._next_reap:
+        if self._down or now < self._next_reap:
             return
         self._next_reap = now + 0.005
         for session in list(self.sessions.values()):
