@@ -13,12 +13,16 @@ handover at the wire, with the gateway's own gRPC connection to etcd (etcd 3.4's
 is a gRPC client of its own server, over TCP on the same port) in the middle:
 
     client      RELEASING -> the request written (the old leader's client)
+    sent        the request written -> on the wire (the capture's stamp; about 0, or less)
     gw in       the request on the wire -> the gateway's gRPC request to etcd on the wire
     etcd        -> etcd's first gRPC frame back (the transaction applied: raft, WAL fsync)
     gw out      -> the successor's bytes on the wire (its watch event; the campaign's reply)
     wake        -> the successor has read them (READ): the kernel, the scheduler, its loop
     succ        READ -> LEADER (the successor's client)
     w->r        WRITTEN -> READ: ``handover_share.py``'s "server part"
+    req->r      the request on the wire -> READ: the same, without the in-process stamp's
+                error (on loopback ``send`` runs the receiving side too: the sender can be
+                preempted before it returns, and ``sent`` varies by -0.7..+0.8 ms a round)
     woken       other contender processes that received bytes between the request and READ
     runq        the time the successor's reading thread was runnable but waited for a CPU
                 while that read was pending (``/proc/thread-self/schedstat``, read by the
@@ -35,36 +39,41 @@ process sleep (its loop blocked) for MS once its leave is on the socket, so that
 CPU while the event travels (an experiment: it then reads its reply late); ``--watchers N``
 adds N bystander processes watching every key (``peers_etcd/key_watcher.py``).
 
-What it showed (issue 31; eight runs of 8-12 rounds, load 3-7 from other work on the 2 cores,
-everything under ``nice -n 10``; ms, p50, the range over the runs):
+What it showed (issue 31, 12 rounds a run, load 1.7-5 from other work on the 2 cores, all under
+``nice -n 10``; ms, p50; ``req->r`` of the API in the same run in the last column):
 
-                             gw in      etcd    gw out       wake       w->r   API's w->r
-    ha (asyncio), 3       0.50-0.64  0.75-1.02  0.32-0.48  0.80-1.33  2.16-3.18
-    ha (trio), 3          0.47-0.61  0.84-1.10  0.45-1.01  0.17-1.13  2.33-4.07
-    election API, 3       0.43-0.47  0.86-1.16  0.14-0.22  0.06-0.08  1.66-2.02
-    ha, 3, old held 20 ms      0.52       0.79       0.44       0.61       2.13       1.60
-    ha, 2 contenders           0.61       0.75       0.32       0.33       2.35       1.62
-    ha, 2, old held 20 ms      0.55       0.85       0.27       0.26       1.97       1.80
+                             gw in   etcd  gw out   wake  req->r   API     ratio
+    ha (asyncio), 3           0.64   0.87   0.33   0.77   2.79    1.76    1.59x
+    ha (trio), 3              0.48   0.88   0.84   0.39   2.70            1.53x
+    election API, 3           0.40   0.93   0.17   0.13   1.76
+    ha, 3, old held 20 ms     0.51   0.92   0.42   0.54   2.85    1.80    1.58x
+    ha-trio, 3, old held      0.48   0.80   0.77   0.32   2.21            1.23x
+    ha, 2, old held 20 ms     0.49   0.83   0.23   0.29   2.11    1.90    1.11x
+    ha-trio, 2, old held      0.50   0.82   0.32   0.21   2.05            1.08x
+    ha, 3; 2 bystanders       0.54   0.94   0.50   0.24   2.39    2.39    1.00x
+    API, 3; 2 bystanders      0.45   0.97   0.35   0.19   2.39
 
-On the wire etcd takes the same time for ``ha``'s leave as for the API's resign (``etcd``:
-raft and the WAL's fsync, one write each). The gateway costs ``ha`` a little more both ways:
+Earlier runs at load 3-7 gave the same picture (``ha``: ``wake`` 0.8-1.3 ms, ``w->r`` 2.2-3.2;
+the API: ``wake`` 0.05-0.08, ``w->r`` 1.7-2.0).
+
+Where the difference goes. ``etcd`` (raft and the WAL's fsync, one write each) is the same for
+``ha``'s leave and the API's resign. The gateway costs ``ha`` a little more both ways:
 decoding its 1.1 KB transaction (six compares, two deletes) against the resign's 150 bytes,
-+0.1-0.2 ms (``gw in``), and writing the event to three watch streams and the reply, in no
-fixed order, where the API writes one campaign reply first, +0.15-0.3 ms (``gw out``). The
-rest, 0.7-1.2 ms, is ``wake``: the successor's bytes are on its socket and it waits for a
-CPU (``runq``: 0.5-1.6 ms for ``ha``, 0-0.05 for the API). ``perf sched timehist`` of such
-rounds shows who holds the CPUs then: one core runs other work of the machine; on the other,
-etcd (fanning the write out) and the processes the same write woke: the old leader (its
-reply and its own watch event at once, 0.3-0.7 ms of CPU, cold) and the third contender
-(``ha``'s driver watches its whole prefix, so every contender is sent the leave: 0.4-0.65 ms
-to read and drop it). The API's write wakes the successor alone (the other standby's campaign
-waits on the server), the old leader's reply comes after. Take the old leader off the CPU
-(``--hold-old``) and the third contender away (``--size 2``): ``ha``'s part falls to 1.97 ms
-against the API's 1.80 (1.10x), what is left being the gateway's two differences above and
-asyncio's path from the socket to the read (0.15-0.2 ms, the client share's). Bystanders
-beside the API (``--watchers 2``, cheap blocking readers) moved its ``wake`` from 0.06 to 0.24
-ms. So the server part is not etcd's: it is the CPU of processes woken together on a shared
-two-core machine, which separate hosts (one contender each) would not pay.
++0.1-0.2 ms (``gw in``), and writing the event to every watch stream and the reply, in no fixed
+order, where the API writes one campaign reply first, +0.15-0.6 ms (``gw out``). The rest is
+``wake``: the successor's bytes are on its socket and it waits for a CPU (``runq``). ``perf
+sched timehist`` (``perf sched record -k CLOCK_MONOTONIC``) of such rounds shows who holds the
+CPUs meanwhile: etcd, and the processes the same write woke, the old leader above all (its
+reply and its own watch event at once, then the rest of ``quit`` and the driver's close: 1.0-1.6
+ms of CPU in one run, cold), and the third contender (``ha``'s driver watches its whole prefix,
+so every contender is sent the leave: 0.3-0.65 ms to read and drop it); once even with the
+other core idle (the successor queued on the old leader's CPU). The API's write wakes the
+successor alone (the other standby's campaign waits on the server) and its old leader's
+reply comes after. Take the old leader off the CPU (``--hold-old``) and the third contender
+away (``--size 2``): ``ha``'s part is 1.08-1.11x the API's; give the API the same bystanders
+(``--watchers 2``): 1.00x. So the server part is not etcd's, nor the watch's: it is the CPU of
+the processes one write wakes together on a shared two-core machine, which contenders on
+hosts of their own would not pay.
 """
 
 from __future__ import annotations
@@ -95,7 +104,20 @@ KINDS = {  # name: the contender's command
     "ha-trio": [sys.executable, TRACED, "etcd", "--backend", "trio"],
     "api": [sys.executable, TRACED, "api"],
 }
-COLUMNS = ("client", "gw in", "etcd", "gw out", "wake", "succ", "w->r", "total", "woken", "runq")
+COLUMNS = (
+    "client",
+    "sent",
+    "gw in",
+    "etcd",
+    "gw out",
+    "wake",
+    "succ",
+    "w->r",
+    "req->r",
+    "total",
+    "woken",
+    "runq",
+)
 COLUMNS += ("runq round",)
 
 
@@ -247,12 +269,14 @@ def parts(found: list[Packet], r: Round, offset: int, port: int, api: bool) -> d
     ms = 1e-6
     return {
         "client": (written - r.stamps["RELEASING"]) * ms,
+        "sent": (request - written - offset) * ms,
         "gw in": (grpc_in - request) * ms,
         "etcd": (grpc_out - grpc_in) * ms,
         "gw out": (delivered - grpc_out) * ms,
         "wake": (read + offset - delivered) * ms,
         "succ": (r.stamps["LEADER"] - read) * ms,
         "w->r": (read - written) * ms,
+        "req->r": (read + offset - request) * ms,
         "total": (r.stamps["LEADER"] - r.stamps["RELEASING"]) * ms,
         "woken": float(len(woken)),
         "runq": r.waits.get(read, 0) * ms,
@@ -342,7 +366,8 @@ def main() -> None:
         etcd.remove()
     found = packets(capture)
     kept = [{"kind": kind, **asdict(r)} for kind in kinds for r in results[kind]]
-    (directory / "rounds.json").write_text(json.dumps(kept, indent=1))
+    kept_all = {"offset": offset, "port": etcd.port, "rounds": kept}
+    (directory / "rounds.json").write_text(json.dumps(kept_all, indent=1))
     print(f"{'':<9}" + "".join(f"{c:>11}" for c in COLUMNS) + f"{'rounds':>8}")
     for kind in kinds:
         rows = [
