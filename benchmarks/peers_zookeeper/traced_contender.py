@@ -12,14 +12,22 @@ Besides the protocol's lines it prints, all on ``CLOCK_MONOTONIC`` (ns):
   before ``LEADER`` (kazoo: a watch event, dated when its read began; etcd: any read of the
   gateway connections, dated when it returned), printed after ``LEADER`` so that printing costs
   the measured path nothing. The harness takes the first one after the old leader's
-  ``WRITTEN``: the event that told this process.
+  ``WRITTEN``: the event that told this process. With ``HA_TRACE_WAITS=1`` (etcd, ``api``)
+  each is followed by ``WAITED:<its ns> <ns>``: how long the reading thread was runnable
+  without a CPU while that read was pending (the scheduler's part of its wake-up, and of any
+  other work the thread did meanwhile; read from ``/proc`` before and after the read, about
+  15 us each, outside the dated path).
+
+``api`` runs ``peers_etcd/election_api.py`` (etcd's election API) traced the same way at its
+sockets (``sendall`` and ``recv_into``, what ``http.client`` uses): ``WRITTEN`` is its resign on
+the socket, ``READ`` the successor's campaign reply read (``etcd_server_part.py``).
 
 The hooks wrap methods of kazoo and of ``ha.drivers.etcd.http``; they only take a clock reading.
 With ``HA_TRACE_STEPS=1`` the steps inside ``ha`` are dated too (``traced_steps.py``) and
 printed as ``STEP:<label> <ns>``: the old leader's after ``RELEASING``, at exit; the
 successor's in the 200 ms before ``LEADER``, after it.
 
-    traced_contender.py zk|etcd [--backend trio] --hosts ... --path ... --id ...
+    traced_contender.py zk|etcd|api [--backend trio] --hosts ... --path ... --id ...
 """
 
 from __future__ import annotations
@@ -46,6 +54,22 @@ RELEASED = threading.Event()
 QUIT: list[int] = []
 WRITTEN: list[int] = []
 READS: list[int] = []  # appended from kazoo's thread or the loop; read after LEADER
+# HA_TRACE_HOLD=SECONDS (etcd): the old leader sleeps, its loop blocked, that long after its
+# leave is on the socket (``etcd_server_part.py --hold-old``)
+HOLD = float(os.environ.get("HA_TRACE_HOLD") or 0)
+# HA_TRACE_WAITS=1 (etcd, api): each read's run-queue wait too (``etcd_server_part.py``)
+TRACE_WAITS = bool(os.environ.get("HA_TRACE_WAITS"))
+WAITS: dict[int, int] = {}  # a read's stamp -> its thread's run-queue wait while in it
+
+
+def run_queue_wait() -> int:
+    """How long this thread has been runnable without a CPU, in all (ns): the second field of
+    ``/proc/thread-self/schedstat``."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stats:
+            return int(stats.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def trace_kazoo() -> None:
@@ -85,6 +109,8 @@ def trace_gateway() -> None:
         sent = send(self, data, *args)
         if RELEASED.is_set() and not WRITTEN:
             WRITTEN.append(time.monotonic_ns())
+            if HOLD:  # an experiment: keep this process off the CPU while the event travels
+                time.sleep(HOLD)
         return sent
 
     socket.socket.send = traced_send  # type: ignore[method-assign]
@@ -94,11 +120,35 @@ def trace_gateway() -> None:
     fill = Connection._fill
 
     async def traced_fill(self: Any, *args: Any, **kwargs: Any) -> bool:
+        waited = run_queue_wait() if TRACE_WAITS else 0
         result: bool = await fill(self, *args, **kwargs)
-        READS.append(time.monotonic_ns())
+        READS.append(stamp := time.monotonic_ns())
+        if TRACE_WAITS:
+            WAITS[stamp] = run_queue_wait() - waited
         return result
 
     Connection._fill = traced_fill  # type: ignore[method-assign]
+
+
+def trace_sockets() -> None:
+    """The election API's contender: its requests are ``sendall``, its replies ``recv_into``."""
+    sendall, recv_into = socket.socket.sendall, socket.socket.recv_into
+
+    def traced_sendall(self: socket.socket, data: Any, *args: Any) -> None:
+        sendall(self, data, *args)
+        if RELEASED.is_set() and not WRITTEN:
+            WRITTEN.append(time.monotonic_ns())
+
+    def traced_recv_into(self: socket.socket, buffer: Any, *args: Any) -> int:
+        waited = run_queue_wait() if TRACE_WAITS else 0
+        got = recv_into(self, buffer, *args)
+        READS.append(stamp := time.monotonic_ns())
+        if TRACE_WAITS:
+            WAITS[stamp] = run_queue_wait() - waited
+        return got
+
+    socket.socket.sendall = traced_sendall  # type: ignore[method-assign]
+    socket.socket.recv_into = traced_recv_into  # type: ignore[method-assign]
 
 
 def traced_say(word: str) -> None:
@@ -114,6 +164,8 @@ def traced_say(word: str) -> None:
         now = time.monotonic_ns()
         for stamp in [r for r in READS if now - r < 200_000_000]:
             print(f"READ {stamp}", flush=True)
+            if stamp in WAITS:
+                print(f"WAITED:{stamp} {WAITS[stamp]}", flush=True)
         steps = [(label, s) for label, s in STEPS if now - s < 200_000_000]
         STEPS.clear()
         for label, stamp in steps:
@@ -135,6 +187,9 @@ if __name__ == "__main__":
     if driver == "zk":
         trace_kazoo()
         contender = os.path.join(HERE, "ha_contender.py")
+    elif driver == "api":
+        trace_sockets()
+        contender = os.path.join(HERE, "..", "peers_etcd", "election_api.py")
     else:
         trace_gateway()
         contender = os.path.join(HERE, "..", "peers_etcd", "ha_etcd.py")
