@@ -194,3 +194,13 @@ def test_an_illegal_transition_is_a_violation() -> None:
 
 def test_a_transition_from_a_state_it_was_not_in_is_a_violation() -> None:
     violation(Story().to("a", "standby", "neutral"), "transition from State.STANDBY but was")
+
+
+@pytest.mark.anyio
+async def test_a_scenario_that_breaks_a_property_fails_with_its_history() -> None:
+    """A scenario's violation carries the events that led to it (a rerun seldom shows them)."""
+    from tests.support.harness import cluster
+
+    with pytest.raises(SafetyViolation, match=r"(?s)never won.*last 1:\n.*\"kind\": \"start\""):
+        async with cluster() as c:
+            c.history.add("x", "start", 7)

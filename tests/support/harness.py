@@ -54,7 +54,7 @@ from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.drivers.sqlite.driver import SqliteDriver
 from ha.election.lease import Lease
 from ha.errors import Unavailable
-from ha.testing import History, Recorder, check_history, faults
+from ha.testing import History, Recorder, SafetyViolation, check_history, faults
 
 FAST = ha.Timing(
     backoff=ha.Backoff(initial=0.005, maximum=0.05),
@@ -410,7 +410,14 @@ async def cluster(net: Net | None = None) -> AsyncIterator[Cluster]:
             tg.cancel_scope.cancel()
     finally:
         net.close()
-    check_history(c.history)
+    try:
+        check_history(c.history)
+    except SafetyViolation as exc:  # the events say what happened; a rerun seldom does
+        events = sorted(c.history.events, key=lambda e: e.t)
+        kept = "\n".join(e.to_json() for e in events[-80:])
+        raise SafetyViolation(
+            f"{exc}\nthe history's last {min(80, len(events))}:\n{kept}"
+        ) from None
 
 
 NETS = ("memory", "sqlite", "etcd", "kubernetes")
