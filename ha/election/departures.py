@@ -51,9 +51,6 @@ class Departures:
             self._task = BackgroundTask(self._run, name="ha departures")
             self._task.start()
 
-    def owing(self) -> list[str]:
-        return [what for _, what, _ in self._owed.values()]
-
     async def _run(self) -> None:
         try:
             delay = 0.05

@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -73,41 +75,40 @@ def blocks_abort(pid: int | str, tid: int | str | None = None) -> bool:
     return bool(mask & (1 << (signal.SIGABRT - 1)))
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
-def test_every_thread_but_the_main_one_blocks_sigabrt() -> None:
+@contextmanager
+def running(script: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``script`` in a child Python, with the first line it prints; it ends when stdin closes."""
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD],
+        [sys.executable, "-c", script],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
     )
     try:
-        main = child.stdout.readline().strip()
+        assert child.stdout is not None
+        yield child, child.stdout.readline()
+    finally:
+        child.communicate("", timeout=30)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+def test_every_thread_but_the_main_one_blocks_sigabrt() -> None:
+    with running(CHILD) as (child, line):
+        main = line.strip()
         threads = sorted(os.listdir(f"/proc/{child.pid}/task"))
         assert main in threads and len(threads) >= 4, threads
         assert not blocks_abort(child.pid, main)
         unblocked = [tid for tid in threads if tid != main and not blocks_abort(child.pid, tid)]
         assert unblocked == [], f"threads that may take SIGABRT besides the main one: {unblocked}"
-    finally:
-        child.communicate("", timeout=30)
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
 def test_what_ha_run_starts_blocks_no_signal_of_its_threads() -> None:
-    child = subprocess.Popen(
-        [sys.executable, "-c", SPAWNING],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
-    )
-    try:
-        command, guard, health = child.stdout.readline().split()
+    with running(SPAWNING) as (_, line):
+        command, guard, health = line.split()
         assert command != guard  # COMMAND runs under its guard
         assert [pid for pid in (command, guard, health) if blocks_abort(pid)] == []
-    finally:
-        child.communicate("", timeout=30)
 
 
 def test_only_the_main_thread_may_set_it_up() -> None:
