@@ -28,8 +28,18 @@ TIMEOUT = 0.5
 
 
 class Work:
+    """The contender's own record: when its work began and when it stopped."""
+
+    def __init__(self) -> None:
+        self.began = anyio.Event()
+        self.stopped = anyio.Event()
+
     async def become_active(self, lease: ha.Lease) -> None:
-        await anyio.sleep_forever()
+        self.began.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.stopped.set()
 
 
 async def test_a_quit_during_a_server_outage_leaves_the_queue_once_the_server_is_back() -> None:
@@ -42,10 +52,11 @@ async def test_a_quit_during_a_server_outage_leaves_the_queue_once_the_server_is
         a = ha.Elector(da, "/svc", "a", timing=FAST)
         b = ha.Elector(db, "/svc", "b", timing=FAST)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(a.run, Work())
+            work_a, work_b = Work(), Work()
+            tg.start_soon(a.run, work_a)
             with anyio.fail_after(10):
                 await a.wait_active()
-            tg.start_soon(b.run, Work())
+            tg.start_soon(b.run, work_b)
             with anyio.fail_after(10):
                 await b.wait_state(ha.State.STANDBY)
             session = da.session_id
@@ -59,7 +70,8 @@ async def test_a_quit_during_a_server_outage_leaves_the_queue_once_the_server_is
             faults(da).reconnect()
             cluster.server_up()
 
-            with anyio.fail_after(10):
-                await b.wait_active()
+            with anyio.fail_after(10):  # judged by b's work, not by what its elector says
+                await work_b.began.wait()
+            assert work_a.stopped.is_set()  # a's work had stopped: never two at once
             assert da.session_id == session  # the session lived on: nothing expired a's node
             tg.cancel_scope.cancel()
