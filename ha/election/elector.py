@@ -17,7 +17,6 @@ hooks, timers, the leadership scope and the reports. Where the rest lives:
 from __future__ import annotations
 
 import logging
-import math
 import random
 import time
 from collections import Counter
@@ -26,7 +25,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..drivers.base import (
     ConnectionEvent,
@@ -41,6 +39,7 @@ from .admission import join_turns
 from .contender import call_hook, check_contender, fence_old_active
 from .departures import departures_of
 from .history import FenceFailure, Term, append_term, record_fence_failure
+from .inbox import Inbox
 from .journal import JournalWriter, Transition
 from .leadership import Leadership
 from .lease import Lease
@@ -69,7 +68,7 @@ class Elector:
 
     __slots__ = (
         "driver", "path", "identity", "data", "timing", "nodes",
-        "_journal_spec", "_reporting", "_rng", "_machine", "_state", "_lease", "_send",
+        "_journal_spec", "_reporting", "_rng", "_machine", "_state", "_lease",
         "_leadership", "_backoff_at", "_closed",
         "_quit_pending", "_fencing", "_refusal", "_unresigned", "_watches", "priority", "_term",
         "_fenced", "_inbox",
@@ -114,8 +113,7 @@ class Elector:
         )
         self._state = State.NEUTRAL
         self._lease: Lease | None = None
-        self._send: MemoryObjectSendStream[ev.Input] | None = None
-        self._inbox: MemoryObjectReceiveStream[ev.Input] | None = None
+        self._inbox: Inbox[ev.Input] | None = None  # while a run lasts
         self._leadership = Leadership(
             driver, self.timing, self.nodes, self.identity, self._machine, self._feed
         )
@@ -156,7 +154,7 @@ class Elector:
         breadcrumb with our node once we have led (after a lost contact, once it is back) so
         the next active does not fence us."""
         self._feed(ev.QuitRequested(need_fence))
-        if self._send is not None:
+        if self._inbox is not None:
             # a quit stops the term whatever the machine's phase (P14): begin now, the loop's
             # StopActive then waits for the work (a handover starts one task switch sooner)
             self._leadership.cancel()
@@ -231,12 +229,11 @@ class Elector:
         task_status: anyio.abc.TaskStatus[Elector] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         check_contender(contender)
-        if self._send is not None:
+        if self._inbox is not None:
             raise RuntimeError("this elector is already running")
         if self._machine.phase in (m.Phase.DONE, m.Phase.FAILED):
             raise RuntimeError("this elector has finished; make a new Elector to rejoin")
-        send, receive = anyio.create_memory_object_stream[ev.Input](math.inf)
-        self._send, self._inbox = send, receive
+        inbox = self._inbox = Inbox[ev.Input]()
         error: str | None = None
         quit = False
         spec = self._journal_spec
@@ -246,7 +243,7 @@ class Elector:
             watch_pause(self.driver, self.nodes, lambda: self._machine.session, self._feed),
         ]
         try:
-            with send, receive:
+            try:
                 async with anyio.create_task_group() as tg:
                     sid = self.driver.session_id
                     if sid is not None:  # catch up with the driver's state before joining
@@ -257,11 +254,13 @@ class Elector:
                     if self._quit_pending is not None:
                         self._feed(self._quit_pending)
                     task_status.started(self)
-                    error, unfed = await self._loop(tg, contender, receive)
+                    error, unfed = await self._loop(tg, contender, inbox)
                     quit = error is None
                     if error is None:
                         await self._release_after_quit(unfed)
                     tg.cancel_scope.cancel()
+            finally:
+                inbox.close()  # inputs from now on are dropped: the run is ending
         finally:
             for sub in subs:
                 sub.close()
@@ -270,7 +269,7 @@ class Elector:
                 await self._leadership.stop("elector stopped")
                 if self._machine.phase not in (m.Phase.DONE, m.Phase.FAILED):
                     await self._quit_cancelled(contender)
-            self._send = self._inbox = None
+            self._inbox = None
             if isinstance(spec, str) and journal is not None:
                 journal.close()
             how = "failed" if error is not None else "quit" if quit else "stopped"
@@ -281,14 +280,11 @@ class Elector:
     # --- event intake -------------------------------------------------------------------------
 
     def _feed(self, event: ev.Input) -> None:
-        if self._send is None:
+        if self._inbox is None:
             if isinstance(event, ev.QuitRequested):
                 self._quit_pending = event  # quit before run: run() leaves at once
             return
-        try:
-            self._send.send_nowait(event)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # the run is ending
+        self._inbox.put(event)  # dropped once the run is ending
 
     def _on_connection(self, event: ConnectionEvent) -> None:
         sid = event.session_id
@@ -315,13 +311,13 @@ class Elector:
         self,
         tg: anyio.abc.TaskGroup,
         contender: object,
-        receive: MemoryObjectReceiveStream[ev.Input],
+        inbox: Inbox[ev.Input],
     ) -> tuple[str | None, list[ev.Input]]:
         """Run until the machine finishes; return its fatal error, if any, and the outcomes not
         yet handed to it then (done, it acts on nothing: the release reads them)."""
         outcomes: list[ev.Input] = []  # rarely more than one; a deque costs 600 B each
         while True:
-            event = await self._next_input(receive, outcomes)
+            event = await self._next_input(inbox, outcomes)
             if isinstance(event, ev.BackoffElapsed):
                 self._backoff_at = None
             was = self._machine.phase
@@ -337,14 +333,11 @@ class Elector:
                     if isinstance(outcome, ev.DeadlineExpired):
                         break  # P17: the term never began; its report and writes are void
 
-    async def _next_input(
-        self, receive: MemoryObjectReceiveStream[ev.Input], outcomes: list[ev.Input]
-    ) -> ev.Input:
+    async def _next_input(self, inbox: Inbox[ev.Input], outcomes: list[ev.Input]) -> ev.Input:
         """Driver events first (they may make an outcome stale), then outcomes, then timers."""
-        try:
-            return receive.receive_nowait()
-        except anyio.WouldBlock:
-            pass
+        event = inbox.get_nowait()
+        if event is not None:
+            return event
         if outcomes:
             outcome = outcomes.pop(0)
             if (
@@ -357,10 +350,10 @@ class Elector:
                 outcomes.insert(0, ev.Reconnected(outcome.session))
             return outcome
         if self._backoff_at is None:
-            return await receive.receive()
+            return await inbox.get()
         when, token = self._backoff_at
         with anyio.move_on_after(when - anyio.current_time()):
-            return await receive.receive()
+            return await inbox.get()
         return ev.BackoffElapsed(token)
 
     # --- effects ------------------------------------------------------------------------------
@@ -443,7 +436,7 @@ class Elector:
             gone = driver.session_id != session or self._closed or not driver.connected
             # an input waiting (a quit, an expiry, a watch) is handled first: a refused start
             # makes the machine list the queue, which wins again only on the answer
-            waiting = inbox is not None and inbox.statistics().current_buffer_used > 0
+            waiting = inbox is not None and inbox.waiting() > 0
             if gone or waiting:
                 log.warning(
                     "%s: first in the queue, but no contact with the backend for %.3fs: not"
