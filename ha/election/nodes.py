@@ -29,8 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import quote
+from weakref import WeakSet
 
 import anyio
 
@@ -47,6 +48,13 @@ from .names import (
 )
 
 __all__ = ("ElectionNodes",)
+
+# The drivers whose last join found its election new (no queue yet): their next joins make the
+# election and its folders in the join's own transaction, one round trip where a new election
+# took three or more (the join refused, its folders made, the join again): ten thousand
+# elections started in one process are new but for the first joins. A join that finds its
+# election there after all takes the driver out, and goes the usual way.
+_new_elections: WeakSet[Driver] = WeakSet()
 
 
 # --- the nodes -----------------------------------------------------------------------------------
@@ -214,21 +222,38 @@ class ElectionNodes:
             Create(self.node(f"{ticket}_"), crumb.identity, ephemeral=True, sequential=True),
             Create(self.crumb(ticket), encode_breadcrumb(crumb)),
         ]
+        if driver in _new_elections:
+            made = await self._join_new(driver, ops)
+            if made is not None:
+                return made
         for attempt in range(2):
             try:
                 results = await driver.transaction(ops)
             except TransactionFailed as exc:
                 if isinstance(exc.cause, NoNode) and attempt == 0:
                     # a new election: make its two folders, then try once more
+                    _new_elections.add(driver)
                     await driver.ensure_paths([self.queue, self.crumbs])
                     continue
-                if isinstance(exc.cause, NodeExists):
-                    raise exc.cause from None
-                raise exc.cause from exc
-            created = results[0]
-            assert isinstance(created, str)
-            return created.rsplit("/", 1)[1]
+                _raise_cause(exc)
+            return _name_of(results[0])
         raise AssertionError("unreachable")
+
+    async def _join_new(self, driver: Driver, ops: list[Op]) -> str | None:
+        """``join`` of an election taken for new: the election and its two folders created in
+        the join's transaction, as ``ensure_paths`` makes them (empty, persistent). None when
+        one of them is there already, or the election's parent is missing: the usual way then
+        (which makes the parents)."""
+        made: list[Op] = [Create(self.path), Create(self.queue), Create(self.crumbs)]
+        try:
+            results = await driver.transaction([*made, *ops])
+        except TransactionFailed as exc:
+            if exc.index >= len(made):
+                _raise_cause(exc)
+            if isinstance(exc.cause, NodeExists):
+                _new_elections.discard(driver)  # not new: joins go the usual way again
+            return None
+        return _name_of(results[len(made)])
 
     async def clear(self, driver: Driver, node: str, tickets: Sequence[str]) -> bool:
         """Delete the breadcrumbs of ``tickets`` (fenced, or ours from before) while our node
@@ -286,6 +311,19 @@ class ElectionNodes:
     async def drop_crumb(self, driver: Driver, ticket: str) -> None:
         """Delete a breadcrumb nobody needs to fence (its owner never led, or left cleanly)."""
         await _delete_if_there(driver, self.crumb(ticket))
+
+
+def _name_of(created: str | Stat | None) -> str:
+    """The name of the queue node a join's transaction created."""
+    assert isinstance(created, str)
+    return created.rsplit("/", 1)[1]
+
+
+def _raise_cause(exc: TransactionFailed) -> NoReturn:
+    """A join refused: its cause, ``NodeExists`` (the ticket is taken) on its own."""
+    if isinstance(exc.cause, NodeExists):
+        raise exc.cause from None
+    raise exc.cause from exc
 
 
 async def _delete_if_there(driver: Driver, path: str) -> None:
