@@ -4,9 +4,10 @@
 
 One kazoo client, ``--requests`` async requests of each kind in flight at once (as a thousand
 electors joining at once put them), answered on kazoo's threads; the process's CPU per request.
-An elector's join on ZooKeeper is about seven requests (the join's transaction, two listings
-and two reads beside them, the history read and written), so ten thousand elections in one
-process cost at least ten thousand times seven times this, before any of ``ha``'s own work.
+An elector joining a new election on ZooKeeper makes four requests (the join's transaction,
+which makes the election, its node's read, the history read and written; seven when it lists
+an election that was there), so ten thousand elections in one process cost at least ten
+thousand times four times this, before any of ``ha``'s own work.
 
 Starts its own ZooKeeper (Debian's package, like the tests) unless ``--zookeeper`` gives hosts.
 """
@@ -26,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-JOIN_REQUESTS = 7  # a join's requests on ZooKeeper (ha/election/nodes.py, history.py)
+JOIN_REQUESTS = 4  # a new election's join on ZooKeeper (ha/election/nodes.py, history.py)
 
 
 def measure(client: Any, count: int, issue: Callable[[int], Any]) -> tuple[float, float]:

@@ -218,6 +218,29 @@ class ElectionNodes:
         Returns the node's name. Raises ``NodeExists`` if the ticket is taken (the machine
         joins again with another) and ``DriverError`` for the rest.
         """
+        name, _ = await self._join(driver, ticket, crumb)
+        return name
+
+    async def enter(
+        self, driver: Driver, session: int, ticket: str, crumb: Breadcrumb
+    ) -> Queued | NotQueued:
+        """``join``, then where our node stands (``find``). An election made by our join's
+        transaction held nothing but our node and breadcrumb when it applied: we were first,
+        with nobody to fence, nobody behind and no pause node, as a listing made then would
+        have said; whoever joins later lists after it and finds us first, and a pause made
+        since comes as the pause watch's event. Only our node's token is read then (and
+        whether it still lives), not the queue, the breadcrumbs and the pause."""
+        node, made = await self._join(driver, ticket, crumb)
+        if not made:
+            return await self.find(driver, session, ticket, None, node)
+        stat = await driver.exists(self.node(node))
+        entry = parse_entry(node)
+        if stat is None or entry is None:
+            return NotQueued(session)
+        return Queued(session, node, stat.created, (), entry.identity, False, False, False)
+
+    async def _join(self, driver: Driver, ticket: str, crumb: Breadcrumb) -> tuple[str, bool]:
+        """``join``: the node's name, and whether the transaction made the election."""
         ops: list[Op] = [
             Create(self.node(f"{ticket}_"), crumb.identity, ephemeral=True, sequential=True),
             Create(self.crumb(ticket), encode_breadcrumb(crumb)),
@@ -225,7 +248,7 @@ class ElectionNodes:
         if driver in _new_elections:
             made = await self._join_new(driver, ops)
             if made is not None:
-                return made
+                return made, True
         for attempt in range(2):
             try:
                 results = await driver.transaction(ops)
@@ -236,7 +259,7 @@ class ElectionNodes:
                     await driver.ensure_paths([self.queue, self.crumbs])
                     continue
                 _raise_cause(exc)
-            return _name_of(results[0])
+            return _name_of(results[0]), False
         raise AssertionError("unreachable")
 
     async def _join_new(self, driver: Driver, ops: list[Op]) -> str | None:

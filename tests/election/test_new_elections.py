@@ -2,7 +2,8 @@
 ones are joined in one transaction that makes the election and its two folders with the node and
 its breadcrumb, not in three or more calls (the join refused, the folders made, the join again).
 One process starting ten thousand elections meets ten thousand new ones: on ZooKeeper that way
-was half of each join's requests and of the process's CPU.
+was half of each join's requests and of the process's CPU. An elector that made its election so
+knows where it stands without listing it (``ElectionNodes.enter``): first, nobody to fence.
 
 Run on every backend (the transaction is each driver's own), under asyncio and trio. The calls
 are counted by wrapping the driver's methods in place: the nodes are the backend's.
@@ -14,11 +15,14 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import pytest
 
+import ha
 from ha.drivers.base import Driver
 from ha.election.names import Breadcrumb, parse_entry, ticket_for
 from ha.election.nodes import ElectionNodes
+from ha.testing import History, Recorder, check_history
 
 pytestmark = pytest.mark.anyio
 
@@ -101,3 +105,38 @@ async def test_a_new_election_whose_parents_are_missing_is_joined(backend: Any) 
         ticket, name = await join(driver, "/deep/er/svc", b"me")
         await joined(driver, "/deep/er/svc", ticket, name)
         assert await driver.exists("/deep/er") is not None
+
+
+async def test_an_elector_that_made_its_election_leads_without_listing_and_hands_over(
+    backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The short way's place (first, nobody behind, nobody to fence) is one a listing made
+    then would have given: a contender joining later stands by, watching the leader, and takes
+    over when it resigns, without fencing it."""
+    history = History()
+    async with backend.driver() as driver, backend.driver() as other:
+        async with anyio.create_task_group() as tg:
+            first = ha.Elector(driver, "/first", "a")  # the first new election: the usual way
+            await tg.start(first.run, Recorder("a", History()))
+            with anyio.fail_after(10):
+                await first.wait_active()
+            calls = count_calls(driver, monkeypatch)
+            leader = ha.Elector(driver, "/svc", "a")
+            leader.add_listener(history.transition)
+            await tg.start(leader.run, Recorder("a", history))
+            with anyio.fail_after(10):
+                await leader.wait_active()
+            assert calls["children"] == calls["ensure_paths"] == 0  # no listing, no folders
+            monkeypatch.undo()
+            standby = ha.Elector(other, "/svc", "b")
+            standby.add_listener(history.transition)
+            await tg.start(standby.run, Recorder("b", history))
+            with anyio.fail_after(10):
+                assert await standby.wait_state(ha.State.STANDBY) is ha.State.STANDBY
+            assert standby.statistics().holder == "a"
+            leader.quit()
+            with anyio.fail_after(10):
+                await standby.wait_active()
+            tg.cancel_scope.cancel()
+    assert not [e for e in history.events if e.kind == "fence"]  # it resigned: nobody fenced
+    check_history(history)
