@@ -450,8 +450,7 @@ class Elector:
 
     async def _join(self, effect: ev.Join) -> ev.Input:
         crumb = Breadcrumb(self.identity, None, self.data)
-        node = await self.nodes.join(self.driver, effect.ticket, crumb)
-        found = await self.nodes.find(self.driver, effect.session, effect.ticket, None, node)
+        found = await self.nodes.enter(self.driver, effect.session, effect.ticket, crumb)
         return self._queued(found) or found
 
     def _queued(self, found: ev.Input | None) -> ev.Input | None:

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import quote
+from weakref import WeakSet
 
 import anyio
 
@@ -47,6 +48,13 @@ from .names import (
 )
 
 __all__ = ("ElectionNodes",)
+
+# The drivers whose last join found its election new (no queue yet): their next joins make the
+# election and its folders in the join's own transaction, one round trip where a new election
+# took three or more (the join refused, its folders made, the join again): ten thousand
+# elections started in one process are new but for the first joins. A join that finds its
+# election there after all takes the driver out, and goes the usual way.
+_new_elections: WeakSet[Driver] = WeakSet()
 
 
 # --- the nodes -----------------------------------------------------------------------------------
@@ -210,25 +218,65 @@ class ElectionNodes:
         Returns the node's name. Raises ``NodeExists`` if the ticket is taken (the machine
         joins again with another) and ``DriverError`` for the rest.
         """
+        name, _ = await self._join(driver, ticket, crumb)
+        return name
+
+    async def enter(
+        self, driver: Driver, session: int, ticket: str, crumb: Breadcrumb
+    ) -> Queued | NotQueued:
+        """``join``, then where our node stands (``find``). An election made by our join's
+        transaction held nothing but our node and breadcrumb when it applied: we were first,
+        with nobody to fence, nobody behind and no pause node, as a listing made then would
+        have said; whoever joins later lists after it and finds us first, and a pause made
+        since comes as the pause watch's event. Only our node's token is read then (and
+        whether it still lives), not the queue, the breadcrumbs and the pause."""
+        node, made = await self._join(driver, ticket, crumb)
+        if not made:
+            return await self.find(driver, session, ticket, None, node)
+        stat = await driver.exists(self.node(node))
+        entry = parse_entry(node)
+        if stat is None or entry is None:
+            return NotQueued(session)
+        return Queued(session, node, stat.created, (), entry.identity, False, False, False)
+
+    async def _join(self, driver: Driver, ticket: str, crumb: Breadcrumb) -> tuple[str, bool]:
+        """``join``: the node's name, and whether the transaction made the election."""
         ops: list[Op] = [
             Create(self.node(f"{ticket}_"), crumb.identity, ephemeral=True, sequential=True),
             Create(self.crumb(ticket), encode_breadcrumb(crumb)),
         ]
+        if driver in _new_elections:
+            made = await self._join_new(driver, ops)
+            if made is not None:
+                return made, True
         for attempt in range(2):
             try:
                 results = await driver.transaction(ops)
             except TransactionFailed as exc:
                 if isinstance(exc.cause, NoNode) and attempt == 0:
                     # a new election: make its two folders, then try once more
+                    _new_elections.add(driver)
                     await driver.ensure_paths([self.queue, self.crumbs])
                     continue
-                if isinstance(exc.cause, NodeExists):
-                    raise exc.cause from None
-                raise exc.cause from exc
-            created = results[0]
-            assert isinstance(created, str)
-            return created.rsplit("/", 1)[1]
+                _raise_cause(exc)
+            return _name_of(results[0]), False
         raise AssertionError("unreachable")
+
+    async def _join_new(self, driver: Driver, ops: list[Op]) -> str | None:
+        """``join`` of an election taken for new: the election and its two folders created in
+        the join's transaction, as ``ensure_paths`` makes them (empty, persistent). None when
+        one of them is there already, or the election's parent is missing: the usual way then
+        (which makes the parents)."""
+        made: list[Op] = [Create(self.path), Create(self.queue), Create(self.crumbs)]
+        try:
+            results = await driver.transaction([*made, *ops])
+        except TransactionFailed as exc:
+            if exc.index >= len(made):
+                _raise_cause(exc)
+            if isinstance(exc.cause, NodeExists):
+                _new_elections.discard(driver)  # not new: joins go the usual way again
+            return None
+        return _name_of(results[len(made)])
 
     async def clear(self, driver: Driver, node: str, tickets: Sequence[str]) -> bool:
         """Delete the breadcrumbs of ``tickets`` (fenced, or ours from before) while our node
@@ -286,6 +334,19 @@ class ElectionNodes:
     async def drop_crumb(self, driver: Driver, ticket: str) -> None:
         """Delete a breadcrumb nobody needs to fence (its owner never led, or left cleanly)."""
         await _delete_if_there(driver, self.crumb(ticket))
+
+
+def _name_of(created: str | Stat | None) -> str:
+    """The name of the queue node a join's transaction created."""
+    assert isinstance(created, str)
+    return created.rsplit("/", 1)[1]
+
+
+def _raise_cause(exc: TransactionFailed) -> NoReturn:
+    """A join refused: its cause, ``NodeExists`` (the ticket is taken) on its own."""
+    if isinstance(exc.cause, NodeExists):
+        raise exc.cause from None
+    raise exc.cause from exc
 
 
 async def _delete_if_there(driver: Driver, path: str) -> None:
