@@ -89,8 +89,8 @@ class Reporting:
         self._listeners: list[Callable[[Transition], None]] = []
         self._watchers: list[MemoryObjectSendStream[Transition]] = []
         # the buffers of transitions()' async-for loops, held weakly: a loop left by break or
-        # by an error goes away with its iterator
-        self.followers: weakref.WeakSet[_Follower] = weakref.WeakSet()
+        # by an error goes away with its iterator (made for the first: ~700 B per elector)
+        self.followers: weakref.WeakSet[_Follower] | None = None
         self._waiters: set[anyio.Event] = set()
         # why the run ended (None while it has not): (quit or cancelled, fatal error or None)
         self._ended: tuple[str, str | None] | None = None
@@ -98,6 +98,11 @@ class Reporting:
     def transition_counts(self) -> Mapping[str, int]:
         """A read-only copy of the counts: ``{"neutral->active": n, ...}``."""
         return MappingProxyType({f"{a}->{b}": n for (a, b), n in sorted(self.counts.items())})
+
+    def follow(self, follower: _Follower) -> None:
+        if self.followers is None:
+            self.followers = weakref.WeakSet()
+        self.followers.add(follower)
 
     def add_listener(self, callback: Callable[[Transition], None]) -> None:
         self._listeners.append(callback)
@@ -204,7 +209,7 @@ class Reporting:
                 watcher.send_nowait(transition)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._watchers.remove(watcher)
-        for follower in list(self.followers):
+        for follower in list(self.followers or ()):
             follower.push(transition)
 
 
@@ -243,7 +248,7 @@ class TransitionStream:
 
     def __aiter__(self) -> AsyncIterator[Transition]:
         follower = _Follower()
-        self._reporting.followers.add(follower)
+        self._reporting.follow(follower)
         return follower
 
 
