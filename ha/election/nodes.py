@@ -226,18 +226,19 @@ class ElectionNodes:
     ) -> Queued | NotQueued:
         """``join``, then where our node stands (``find``). An election made by our join's
         transaction held nothing but our node and breadcrumb when it applied: we were first,
-        with nobody to fence, nobody behind and no pause node, as a listing made then would
-        have said; whoever joins later lists after it and finds us first, and a pause made
-        since comes as the pause watch's event. Only our node's token is read then (and
-        whether it still lives), not the queue, the breadcrumbs and the pause."""
+        with nobody to fence and nobody behind, as a listing made then would have said;
+        whoever joins later lists after it and finds us first. Only our node's token is read
+        then (and whether it still lives), not the queue and the breadcrumbs; the pause is read
+        beside it, as the listing read it: a pause written since the join applied must hold us
+        although its event comes later (a poll later on sqlite)."""
         node, made = await self._join(driver, ticket, crumb)
         if not made:
             return await self.find(driver, session, ticket, None, node)
-        stat = await driver.exists(self.node(node))
+        stat, paused = await concurrently(driver.exists(self.node(node)), self._paused(driver))
         entry = parse_entry(node)
         if stat is None or entry is None:
             return NotQueued(session)
-        return Queued(session, node, stat.created, (), entry.identity, False, False, False)
+        return Queued(session, node, stat.created, (), entry.identity, False, paused, False)
 
     async def _join(self, driver: Driver, ticket: str, crumb: Breadcrumb) -> tuple[str, bool]:
         """``join``: the node's name, and whether the transaction made the election."""

@@ -19,7 +19,9 @@ import anyio
 import pytest
 
 import ha
+from ha.admin.pause import Paused, pause_election
 from ha.drivers.base import Driver
+from ha.election.machine import Phase
 from ha.election.names import Breadcrumb, parse_entry, ticket_for
 from ha.election.nodes import ElectionNodes
 from ha.testing import History, Recorder, check_history
@@ -140,3 +142,38 @@ async def test_an_elector_that_made_its_election_leads_without_listing_and_hands
             tg.cancel_scope.cancel()
     assert not [e for e in history.events if e.kind == "fence"]  # it resigned: nobody fenced
     check_history(history)
+
+
+async def test_a_pause_written_once_the_join_made_the_election_holds_the_elector(
+    backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause written after the join's transaction made the election, before the elector knows
+    where it stands, holds it (PAUSED, not ACTIVE), as the listing after a join did: the pause
+    watch's event may come later (sqlite: at the next poll), after the elector took the lead."""
+    async with backend.driver() as driver, backend.driver() as admin:
+        async with anyio.create_task_group() as tg:
+            first = ha.Elector(driver, "/first", "x")  # the first new election: the usual way
+            await tg.start(first.run, Recorder("x", History()))
+            with anyio.fail_after(10):
+                await first.wait_active()
+            transaction = driver.transaction
+            paused: list[Paused] = []
+
+            async def then_pause(ops: Any) -> Any:
+                results = await transaction(ops)
+                if not paused and any(getattr(op, "path", "") == "/svc" for op in ops):
+                    paused.append(await pause_election(admin, "/svc"))
+                return results
+
+            monkeypatch.setattr(driver, "transaction", then_pause)
+            elector = ha.Elector(driver, "/svc", "a")
+            await tg.start(elector.run, Recorder("a", History()))
+            with anyio.fail_after(10):
+                while elector.state is not ha.State.ACTIVE:
+                    if elector._machine.phase is Phase.PAUSED:
+                        break
+                    await anyio.sleep(0.01)
+            phase, state = elector._machine.phase, elector.state
+            tg.cancel_scope.cancel()
+    assert paused  # the join's transaction made the election (its first op created it)
+    assert (phase, state) == (Phase.PAUSED, ha.State.NEUTRAL)
