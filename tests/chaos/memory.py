@@ -47,6 +47,7 @@ class MemoryRound:
     def __init__(self, seed: int, workdir: Path, loop: str, broken: bool = False) -> None:
         self.cluster = f"chaos-{uuid.uuid4().hex[:8]}"
         self.file = workdir / f"witness-memory-{seed}.jsonl"
+        self.file.unlink(missing_ok=True)  # a replay into the same directory starts afresh
         self.result = RoundResult("memory", seed, loop, schedule("memory", seed))
         self.broken = broken
         self.slots = [Slot(name) for name in "abc"]

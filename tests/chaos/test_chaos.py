@@ -27,7 +27,8 @@ from ha.drivers.memory import MemoryCluster, MemoryDriver
 from ha.testing import faults
 from tests.chaos import Fault, RoundResult
 from tests.chaos.envs import SqliteEnv
-from tests.chaos.memory import memory_round
+from tests.chaos.memory import MemoryRound, memory_round
+from tests.chaos.procs import Fleet
 from tests.chaos.reporting import summary_of
 from tests.chaos.runner import BACKENDS, SUPERVISED_BACKENDS, run_backend, server_missing
 from tests.chaos.supervised import Options, Plan, supervised_round
@@ -306,3 +307,20 @@ async def test_supervised_long(
     if not count and "slow" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("the long run: select with -m slow or HA_CHAOS_ROUNDS=N")
     await rounds(backend, int(count or 1000), anyio_backend, tmp_path)
+
+
+@pytest.mark.anyio
+async def test_a_replay_into_the_same_directory_judges_only_its_own_acts(tmp_path: Path) -> None:
+    """A round stopped halfway leaves its witness file; the same seed run again into the same
+    ``--keep`` directory must not read those acts as its own (they are another run's epochs)."""
+    for name, make in (
+        (
+            "witness-etcd-7.jsonl",
+            lambda: Fleet(None, RoundResult("etcd", 7, "trio", []), tmp_path, False),
+        ),  # type: ignore[arg-type]
+        ("witness-memory-7.jsonl", lambda: MemoryRound(7, tmp_path, "trio")),
+    ):
+        stale = tmp_path / name
+        stale.write_text('{"id": "c", "epoch": 422}\n')
+        assert make().file == stale
+        assert not stale.exists()
