@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 
 import ha
@@ -109,6 +110,15 @@ async def test_a_new_election_whose_parents_are_missing_is_joined(backend: Any) 
         assert await driver.exists("/deep/er") is not None
 
 
+async def lead_a_first_election(driver: Any, tg: anyio.abc.TaskGroup, identity: str) -> None:
+    """The driver's first new election, joined the usual way: it marks the driver, whose next
+    new elections are made by the join's transaction."""
+    first = ha.Elector(driver, "/first", identity)
+    await tg.start(first.run, Recorder(identity, History()))
+    with anyio.fail_after(10):
+        await first.wait_active()
+
+
 async def test_an_elector_that_made_its_election_leads_without_listing_and_hands_over(
     backend: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -118,10 +128,7 @@ async def test_an_elector_that_made_its_election_leads_without_listing_and_hands
     history = History()
     async with backend.driver() as driver, backend.driver() as other:
         async with anyio.create_task_group() as tg:
-            first = ha.Elector(driver, "/first", "a")  # the first new election: the usual way
-            await tg.start(first.run, Recorder("a", History()))
-            with anyio.fail_after(10):
-                await first.wait_active()
+            await lead_a_first_election(driver, tg, "a")
             calls = count_calls(driver, monkeypatch)
             leader = ha.Elector(driver, "/svc", "a")
             leader.add_listener(history.transition)
@@ -152,10 +159,7 @@ async def test_a_pause_written_once_the_join_made_the_election_holds_the_elector
     watch's event may come later (sqlite: at the next poll), after the elector took the lead."""
     async with backend.driver() as driver, backend.driver() as admin:
         async with anyio.create_task_group() as tg:
-            first = ha.Elector(driver, "/first", "x")  # the first new election: the usual way
-            await tg.start(first.run, Recorder("x", History()))
-            with anyio.fail_after(10):
-                await first.wait_active()
+            await lead_a_first_election(driver, tg, "x")
             transaction = driver.transaction
             paused: list[Paused] = []
 
