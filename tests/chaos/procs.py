@@ -191,14 +191,22 @@ class Fleet:
             proc.paused = False
         self.r.note(f"resume pid {pid}")
 
-    async def command(self, *args: str) -> None:
-        """An operator's ``ha`` command, as a process; its outcome goes to the log."""
+    async def command(self, *args: str, whole: bool = False) -> None:
+        """An operator's ``ha`` command, as a process; its outcome goes to the log: its last
+        line, or with ``whole`` every line (a liveness miss is read from them afterwards)."""
         argv = [sys.executable, "-m", "ha", "--url", self.env.observer_url(), *args]
         result = await anyio.run_process(
             argv, check=False, env={**os.environ, "PYTHONPATH": str(REPO)}
         )
         out = (result.stdout + result.stderr).decode(errors="replace").strip().splitlines()
-        self.r.note(f"ha {' '.join(args)} -> exit {result.returncode}: {out[-1] if out else ''}")
+        if whole:
+            self.r.note(f"ha {' '.join(args)} -> exit {result.returncode}:")
+            for line in out:
+                self.r.note(f"  | {line}")
+        else:
+            self.r.note(
+                f"ha {' '.join(args)} -> exit {result.returncode}: {out[-1] if out else ''}"
+            )
 
     # --- faults ------------------------------------------------------------------------------
 
@@ -351,7 +359,8 @@ async def process_round(
                     await fleet.restart_dead()  # a process may end on a fatal election error
                     await anyio.sleep(0.05)
             if not any(a["kind"] == "act" and a["begin"] >= healed for a in fleet.tail.read()):
-                await fleet.command("status", ELECTION)  # for the report
+                await fleet.command("status", ELECTION, whole=True)  # for the report
+                await fleet.command("history", ELECTION, "--limit", "5", whole=True)
                 r.note(f"backend: {await env.describe()}")
             await anyio.sleep(0.2)
             await fleet.close()

@@ -428,7 +428,8 @@ async def supervised_round(
                     await fleet.restart_dead()  # a supervisor may end on a fatal error
                     await anyio.sleep(0.05)
             if not any(b["t"] >= healed for b in fleet.tail.read()):
-                await fleet.command("status", ELECTION)  # for the report
+                await fleet.command("status", ELECTION, whole=True)  # for the report
+                await fleet.command("history", ELECTION, "--limit", "5", whole=True)
                 r.note(f"backend: {await env.describe()}")
             await anyio.sleep(0.2)
             ended = fleet.exits()  # before they are stopped

@@ -324,3 +324,20 @@ async def test_a_replay_into_the_same_directory_judges_only_its_own_acts(tmp_pat
         stale.write_text('{"id": "c", "epoch": 422}\n')
         assert make().file == stale
         assert not stale.exists()
+
+
+@pytest.mark.anyio
+async def test_a_command_for_the_report_keeps_every_line(tmp_path: Path) -> None:
+    """A liveness miss is read from ``ha status``: its verdict is on its first lines, not only
+    the last (netns etcd seed 3187 kept "...nobody to fence; `ha history /svc`)" alone)."""
+    url = f"sqlite://{tmp_path / 'ha.db'}"
+    env = type("Env", (), {"observer_url": lambda self: url})()
+    fleet = Fleet(env, RoundResult("sqlite", 7, "trio", []), tmp_path, False)  # type: ignore[arg-type]
+    await fleet.command("format", "/svc")
+    await fleet.command("status", "/svc", whole=True)
+    log = [line.strip().split(" ", 1)[1].strip() for line in fleet.r.log]
+    assert log[0].startswith("ha format /svc -> exit 0:")
+    assert log[1] == "ha status /svc -> exit 3:"
+    assert all(line.startswith("|") for line in log[2:])
+    said = " ".join(log[2:])
+    assert "election /svc" in said and "no active: nobody is in the queue" in said
