@@ -231,12 +231,13 @@ class TreeSize:
 class Subscription:
     """A registered callback; ``close()`` (or leaving ``with``) removes it. Idempotent."""
 
-    __slots__ = ("_driver", "_key", "_closed")
+    __slots__ = ("_driver", "_key", "_closed", "callback")
 
-    def __init__(self, driver: Driver, key: str | None) -> None:
+    def __init__(self, driver: Driver, key: str | None, callback: Callback) -> None:
         self._driver = driver
         self._key = key
         self._closed = False
+        self.callback = callback
 
     def close(self) -> None:
         if not self._closed:
@@ -264,7 +265,9 @@ class Driver(ABC):
     def __init__(self) -> None:
         # per path (None: connection events), each subscription's callback in the order they
         # came: a dict, so that each of 10,000 electors leaves in O(1), not O(n)
-        self._subscribers: dict[str | None, dict[Subscription, Callback]] = {}
+        # per path (None: connection events), its one subscription, or several in order (a
+        # dict as an ordered set): most paths have one, and a dict per path cost ~230 B
+        self._subscribers: dict[str | None, Subscription | dict[Subscription, None]] = {}
         self._session_id: int | None = None
         self._last_contact = -math.inf  # no contact yet
         self._connected = False
@@ -442,21 +445,30 @@ class Driver(ABC):
         """
         if path is not None:
             validate_path(path)
-        first = path not in self._subscribers
-        subscription = Subscription(self, path)
-        self._subscribers.setdefault(path, {})[subscription] = callback
-        if first and path is not None:
-            self._watch_started(path)
+        subscription = Subscription(self, path, callback)
+        held = self._subscribers.get(path)
+        if held is None:
+            self._subscribers[path] = subscription
+            if path is not None:
+                self._watch_started(path)
+        elif isinstance(held, Subscription):
+            self._subscribers[path] = {held: None, subscription: None}
+        else:
+            held[subscription] = None
         return subscription
 
     def _unsubscribe(self, key: str | None, subscription: Subscription) -> None:
-        callbacks = self._subscribers.get(key)
-        if not callbacks or callbacks.pop(subscription, None) is None:
-            return
-        if not callbacks:
+        held = self._subscribers.get(key)
+        if held is subscription:
             del self._subscribers[key]
-            if key is not None:
-                self._watch_stopped(key)
+        elif isinstance(held, dict) and held.pop(subscription, False) is None:
+            if held:
+                return
+            del self._subscribers[key]
+        else:
+            return
+        if key is not None:
+            self._watch_stopped(key)
 
     def _watch_started(self, path: str) -> None:
         """Hook: the first subscriber of ``path`` arrived (set up a backend watch)."""
@@ -470,12 +482,12 @@ class Driver(ABC):
     def _emit(self, event: DriverEvent) -> None:
         """Deliver an event to its subscribers. Drivers call this on the loop's thread."""
         key = event.path if isinstance(event, NodeEvent) else None
-        callbacks = self._subscribers.get(key)
-        if not callbacks:
+        held = self._subscribers.get(key)
+        if held is None:
             return
-        for callback in tuple(callbacks.values()):
+        for subscription in (held,) if isinstance(held, Subscription) else tuple(held):
             try:
-                callback(event)
+                subscription.callback(event)
             except Exception:  # a subscriber's bug must not stop delivery to the others
                 log.exception("event subscriber raised", extra={"event": repr(event)})
 

@@ -83,7 +83,7 @@ def situations(phase: Phase, cls: type[ev.Input]) -> Iterator[tuple[Machine, ev.
                 mach.ticket, mach.node, mach.token = "me_1", MINE, 1
                 mach.below = () if phase in LEADING else below
             if phase is Phase.FENCING:
-                mach.to_fence = [_CRUMBS[2]]
+                mach.to_fence = (_CRUMBS[2],)
             strays, crumb, gone, paused, changed = known
             if mach.below:  # what the watch of the leader's node said
                 mach.strays, mach.crumb, mach.crumb_gone = strays, crumb, gone

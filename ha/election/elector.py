@@ -48,7 +48,7 @@ from .names import Breadcrumb, check_priority, decode_breadcrumb, identity_bytes
 from .nodes import ElectionNodes
 from .reporting import ElectorStatistics, FencingStatistics, Reporting, TransitionStream
 from .timing import Timing, check_deadline
-from .watching import QueueWatches, watch_pause
+from .watching import QueueWatches
 
 __all__ = ("Elector",)
 
@@ -109,7 +109,7 @@ class Elector:
             max_retries=self.timing.max_retries,
             lasting_term=self.timing.lasting_term,
             hold_on_disconnect=self.timing.hold_on_disconnect,
-            nonce=lambda: nonce(self._rng.getrandbits(32), self.priority),
+            nonce=self._nonce,  # a bound method: a lambda and its cell cost ~130 B more
         )
         self._state = State.NEUTRAL
         self._lease: Lease | None = None
@@ -128,9 +128,15 @@ class Elector:
         # a resign that failed (or waited for contact), sent again as one after the quit: the
         # machine, done, holds nothing
         self._unresigned: dict[str, ev.Resign] = {}
-        self._watches = QueueWatches(driver, self.nodes, lambda: self._machine.session, self._feed)
+        self._watches = QueueWatches(driver, self.nodes, self._session, self._feed)
         self._term: Term | None = None  # the term begun, for the history (``history.py``)
-        self._fenced: list[str] = []  # whom this takeover fenced, for the term's cause
+        self._fenced: tuple[str, ...] = ()  # whom this takeover fenced, for the term's cause
+
+    def _nonce(self) -> str:
+        return nonce(self._rng.getrandbits(32), self.priority)
+
+    def _session(self) -> int | None:
+        return self._machine.session
 
     # --- public -------------------------------------------------------------------------------
 
@@ -240,7 +246,7 @@ class Elector:
         journal = self._reporting.journal = JournalWriter(spec) if isinstance(spec, str) else spec
         subs = [
             self.driver.subscribe(None, self._on_connection),
-            watch_pause(self.driver, self.nodes, lambda: self._machine.session, self._feed),
+            self._watches.pause(),
         ]
         try:
             try:
@@ -370,11 +376,11 @@ class Elector:
                 find = nodes.find(driver, session, ticket, token)
                 return self._queued(await self._op("list queue", session, find))
             case ev.Watch(session, node, first):
-                self._fenced = []  # a takeover's fences follow a watch or a read of crumbs
+                self._fenced = ()  # a takeover's fences follow a watch or a read of crumbs
                 self._watches.below(node, first, self._machine.node)
                 return await self._op("watch", session, nodes.watch(driver, session, node, first))
             case ev.ReadCrumbs(session, ticket, token):
-                self._fenced = []
+                self._fenced = ()
                 read = nodes.read_crumbs(driver, session, ticket, token)
                 return await self._op("read breadcrumbs", session, read)
             case ev.FenceOldActive(session, breadcrumb):
@@ -596,7 +602,7 @@ class Elector:
         old = crumb.identity.decode(errors="replace") if crumb else "an unreadable breadcrumb"
         if error is None:
             self._fencing = self._refusal = None
-            self._fenced.append(f"fenced {old!r}" if ran else f"took over from {old!r}")
+            self._fenced += (f"fenced {old!r}" if ran else f"took over from {old!r}",)
             return ev.FenceSucceeded(session)
         self._refusal = (old, error)  # counted by the machine, shown with its backoff
         return ev.FenceFailed(session, error)

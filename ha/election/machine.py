@@ -176,8 +176,9 @@ class Machine:
         self.fence_failures = 0
         self.fence_target: bytes | None = None
         # breadcrumbs fenced while a takeover was held up by another's refusal: not fenced
-        # again on the next try (only those still read are kept)
-        self.fenced: set[bytes] = set()
+        # again on the next try (only those still read are kept); immutable: the empty one
+        # is shared, and most electors never fence
+        self.fenced: frozenset[bytes] = frozenset()
         self.backoff_token = 0
         self.holder = b""  # the leader's identity, as last seen
         self.epoch: int | None = None  # our token while leading
@@ -200,7 +201,7 @@ class Machine:
         # (by ticket: node, keep_crumb; several when joins fail in a row)
         self.unleft: dict[str, tuple[str | None, bool]] = {}
         self.acted = False  # this ticket's term has started: its breadcrumb stays (P8, P9)
-        self.to_fence: list[bytes] = []  # breadcrumbs still to fence before acting
+        self.to_fence: tuple[bytes, ...] = ()  # breadcrumbs still to fence before acting
         self.to_clear: tuple[str, ...] = ()  # their tickets, deleted once active
         # P16: the pause as last read (None: changed since, not known); a read's answer is
         # trusted only if no change of the pause node came after the read was asked for
@@ -258,7 +259,7 @@ class Machine:
         """Our node is gone or given up: the next join starts afresh (P2)."""
         self.ticket = self.node = self.token = None
         self.acted = False
-        self.to_fence, self.to_clear = [], ()  # an earlier takeover's, never carried over
+        self.to_fence, self.to_clear = (), ()  # an earlier takeover's, never carried over
         self._forget_below()
 
     def _forget_below(self) -> None:
@@ -559,7 +560,7 @@ class Machine:
     def _hold(self, cause: str) -> list[ev.Effect]:
         """First in the queue, the election paused (or not known not to be): take no lead."""
         self.below = ()
-        self.to_fence, self.to_clear = [], ()  # read again once resumed
+        self.to_fence, self.to_clear = (), ()  # read again once resumed
         if self.paused is None:
             return self._first(cause)  # a change since our last read: read it again
         return self._go(Phase.PAUSED, "paused: " + cause)
@@ -569,26 +570,26 @@ class Machine:
         on an earlier try of this takeover is done (P8)."""
         self.to_clear = tuple(ticket for ticket, _ in crumbs)
         self.fenced &= {raw for _, raw in crumbs}
-        self.to_fence = []
-        for _, raw in crumbs:
-            crumb = decode_breadcrumb(raw)
-            if (crumb is None or crumb.identity != self.identity) and raw not in self.fenced:
-                self.to_fence.append(raw)
+        self.to_fence = tuple(raw for _, raw in crumbs if self._to_fence(raw))
         return self._next_fence()
+
+    def _to_fence(self, raw: bytes) -> bool:
+        crumb = decode_breadcrumb(raw)
+        return (crumb is None or crumb.identity != self.identity) and raw not in self.fenced
 
     def _next_fence(self) -> list[ev.Effect]:
         if self.paused is not False:
             return self._hold("before fencing")  # P16
         if not self.to_fence:
-            self.fence_target, self.fence_failures, self.fenced = None, 0, set()
+            self.fence_target, self.fence_failures, self.fenced = None, 0, frozenset()
             return self._won("won the election")
         assert self.session is not None
         raw = self.to_fence[0]
         return self._go(Phase.FENCING, "fencing old active", [ev.FenceOldActive(self.session, raw)])
 
     def _on_FenceSucceeded(self, event: ev.FenceSucceeded) -> list[ev.Effect]:
-        raw = self.to_fence.pop(0)
-        self.fenced.add(raw)
+        raw, self.to_fence = self.to_fence[0], self.to_fence[1:]
+        self.fenced |= {raw}
         if raw == self.fence_target:
             self.fence_target, self.fence_failures = None, 0
         return self._next_fence()

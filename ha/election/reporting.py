@@ -86,12 +86,13 @@ class Reporting:
         # when a predecessor that left its breadcrumb was found gone, until the next report
         self._vacant_since: float | None = None
         self.counts: Counter[tuple[str, str]] = Counter()
-        self._listeners: list[Callable[[Transition], None]] = []
-        self._watchers: list[MemoryObjectSendStream[Transition]] = []
+        # tuples, replaced on a change (rare): most electors have none, and () is shared
+        self._listeners: tuple[Callable[[Transition], None], ...] = ()
+        self._watchers: tuple[MemoryObjectSendStream[Transition], ...] = ()
         # the buffers of transitions()' async-for loops, held weakly: a loop left by break or
         # by an error goes away with its iterator (made for the first: ~700 B per elector)
         self.followers: weakref.WeakSet[_Follower] | None = None
-        self._waiters: set[anyio.Event] = set()
+        self._waiters: set[anyio.Event] | None = None  # made for the first waiter
         # why the run ended (None while it has not): (quit or cancelled, fatal error or None)
         self._ended: tuple[str, str | None] | None = None
 
@@ -105,19 +106,21 @@ class Reporting:
         self.followers.add(follower)
 
     def add_listener(self, callback: Callable[[Transition], None]) -> None:
-        self._listeners.append(callback)
+        self._listeners = (*self._listeners, callback)
 
     @asynccontextmanager
     async def stream(self) -> AsyncIterator[MemoryObjectReceiveStream[Transition]]:
         send, receive = anyio.create_memory_object_stream[Transition](math.inf)
-        self._watchers.append(send)
+        self._watchers = (*self._watchers, send)
         try:
             with receive:
                 yield receive
         finally:
-            if send in self._watchers:  # not if send() found the reader closed and dropped it
-                self._watchers.remove(send)
+            self._drop_watcher(send)  # (gone already if send() found the reader closed)
             send.close()
+
+    def _drop_watcher(self, send: MemoryObjectSendStream[Transition]) -> None:
+        self._watchers = tuple(w for w in self._watchers if w is not send)
 
     def end(self, how: str, error: str | None) -> None:
         """The elector's run is over (``how``: "quit", "cancelled", "failed"); wake the waiters."""
@@ -137,16 +140,19 @@ class Reporting:
                     raise ElectionFailed(f"{message}: {error}")
                 raise ElectorStopped(message)
             event = anyio.Event()
-            self._waiters.add(event)
+            if self._waiters is None:
+                self._waiters = set()
+            waiters = self._waiters
+            waiters.add(event)
             try:
                 await event.wait()
             finally:
-                self._waiters.discard(event)
+                waiters.discard(event)
 
     def _wake(self) -> None:
-        for event in self._waiters:
+        waiters, self._waiters = self._waiters, None
+        for event in waiters or ():
             event.set()
-        self._waiters.clear()
 
     def fencing(self) -> None:
         """The elector is about to fence an old active that left no record of leaving: the
@@ -204,11 +210,11 @@ class Reporting:
                 listener(transition)
             except Exception:
                 log.exception("%s: transition listener raised", self.path)
-        for watcher in list(self._watchers):
+        for watcher in self._watchers:
             try:
                 watcher.send_nowait(transition)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self._watchers.remove(watcher)
+                self._drop_watcher(watcher)
         for follower in list(self.followers or ()):
             follower.push(transition)
 
