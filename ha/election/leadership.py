@@ -31,7 +31,7 @@ import anyio.abc
 from .._clock import monotonic_minus_loop
 from ..drivers.base import Driver
 from . import events as ev
-from .deadlines import Expire, deadlines_of
+from .deadlines import deadlines_of
 from .lease import Lease
 from .machine import Machine
 from .nodes import ElectionNodes
@@ -77,9 +77,9 @@ class Leadership:
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | _Finished | None = None
         self._begun: anyio.Event | None = None  # set: the term's task is in become_active
-        # the running term (lease, scope, span) once its become_active has returned: the
-        # term ends in ``stop`` (its task has ended already)
-        self._returned: tuple[Lease, anyio.CancelScope, float] | None = None
+        # the running term once its become_active has returned: the term ends in ``stop``
+        # (its task has ended already)
+        self._returned: _Term | None = None
         # the wall-clock time of the local deadline that stopped the last term (the journal
         # records it: a process frozen past it reports its term's end only when it thaws)
         self.expired: float | None = None
@@ -95,41 +95,27 @@ class Leadership:
         """Start ``become_active`` in a task of ``tg``; return the lease it is handed."""
         returned, self._returned = self._returned, None
         if returned is not None:  # (the machine stops a term before it starts the next)
-            self._ended(*returned)
+            self._ended(returned)
         scope = anyio.CancelScope()
         done, begun = anyio.Event(), anyio.Event()
         self._scope, self._done, self._begun = scope, done, begun
         self.expired = None
-
-        # the lease is asked from any thread: its deadline is on time.monotonic()
-        to_monotonic = monotonic_minus_loop()
         span = self._timing.deadline_ratio * self._driver.session_timeout
-        driver, machine, feed = self._driver, self._machine, self._feed
-
-        def deadline() -> float:
-            return driver.last_contact + span + to_monotonic
-
-        def valid() -> bool:
-            return not scope.cancel_called and self._scope is scope and machine.epoch == epoch
-
-        def fenced() -> None:
-            if valid():
-                feed(ev.Superseded(session, epoch))
-
-        lease = Lease(
+        term = _Term(self, scope, session, epoch, span)
+        lease = term.lease = Lease(
             self._nodes.path,
             self._identity,
             epoch,
             session,
             self._nodes.node(node),
-            valid,
-            fenced,
-            deadline,
+            term.valid,
+            term.fenced,
+            term.deadline,
         )
         # named here: anyio would otherwise work a name out of the function (on a handover's
         # path)
-        tg.start_soon(self._lead, contender, lease, scope, done, begun, name="ha term")
-        driver.show_leader(self._nodes.path, self._identity, epoch)  # information, not awaited
+        tg.start_soon(self._lead, contender, term, done, begun, name="ha term")
+        self._driver.show_leader(self._nodes.path, self._identity, epoch)  # information only
         return lease
 
     async def begun(self) -> None:
@@ -169,23 +155,19 @@ class Leadership:
         self._scope = self._done = self._begun = None
         returned, self._returned = self._returned, None
         if returned is not None:  # its task has ended; the term ends now
-            self._ended(*returned)
+            self._ended(returned)
         log.debug("%s: active work stopped (%s)", self._nodes.path, cause)
 
-    def _ended(self, lease: Lease, scope: anyio.CancelScope, span: float) -> None:
-        deadlines_of(self._driver).remove(scope, span)
-        self._driver.hide_leader(lease.election, lease.epoch)
+    def _ended(self, term: _Term) -> None:
+        deadlines_of(self._driver).remove(term.scope, term.span)
+        self._driver.hide_leader(self._nodes.path, term.epoch)
 
     async def _lead(
-        self,
-        contender: Any,
-        lease: Lease,
-        scope: anyio.CancelScope,
-        done: anyio.Event,
-        begun: anyio.Event,
+        self, contender: Any, term: _Term, done: anyio.Event, begun: anyio.Event
     ) -> None:
-        span, expire = self._watch(lease, scope)
-        deadlines_of(self._driver).add(scope, span, expire)
+        lease, scope = term.lease, term.scope
+        # the local deadline (property 3): one timer for all the driver's terms
+        deadlines_of(self._driver).add(scope, term.span, term.expire)
         returned = False
         try:
             with scope:
@@ -208,10 +190,10 @@ class Leadership:
             # returned: keep leading until told to stop, with no task (``stop`` ends the term)
             returned = self._scope is scope
             if returned:
-                self._returned = lease, scope, span
+                self._returned = term
         finally:
             if not returned:
-                self._ended(lease, scope, span)
+                self._ended(term)
             begun.set()  # (ended before it began: nothing to wait for)
             done.set()
             # an idle leader keeps neither event (~900 B on asyncio): a finished term's are
@@ -221,23 +203,58 @@ class Leadership:
             if self._begun is begun:
                 self._begun = None
 
-    def _watch(self, lease: Lease, scope: anyio.CancelScope) -> tuple[float, Expire]:
-        """What stops the work on the local deadline counted from the last contact (property
-        3): the span and the stop, for the driver's one timer (``deadlines.py``)."""
-        driver = self._driver
-        span = self._timing.deadline_ratio * driver.session_timeout
 
-        def expire(now: float) -> None:
-            log.warning(
-                "%s: no contact with the backend for %.3fs: stopping the active work",
-                lease.election,
-                now - driver.last_contact,
-            )
-            self.expired = time.time() - (now - (driver.last_contact + span))
-            scope.cancel()
-            self._feed(ev.DeadlineExpired(lease.session_id))
+class _Term:
+    """One term: what its lease asks (``valid``, ``fenced``, ``deadline``) and its stop on the
+    local deadline (``expire``), as methods of one object. Four closures and their cells cost
+    about 600 B more per idle leader."""
 
-        return span, expire
+    __slots__ = ("_leadership", "scope", "session", "epoch", "span", "_to_monotonic", "lease")
+
+    def __init__(
+        self,
+        leadership: Leadership,
+        scope: anyio.CancelScope,
+        session: int,
+        epoch: int,
+        span: float,
+    ) -> None:
+        self._leadership = leadership
+        self.scope = scope
+        self.session = session
+        self.epoch = epoch
+        self.span = span  # the local deadline: this long after the driver's last contact
+        # the lease is asked from any thread: its deadline is on time.monotonic()
+        self._to_monotonic = monotonic_minus_loop()
+        self.lease: Lease  # set once made (it holds these methods)
+
+    def deadline(self) -> float:
+        return self._leadership._driver.last_contact + self.span + self._to_monotonic
+
+    def valid(self) -> bool:
+        leadership = self._leadership
+        return (
+            not self.scope.cancel_called
+            and leadership._scope is self.scope
+            and leadership._machine.epoch == self.epoch
+        )
+
+    def fenced(self) -> None:
+        if self.valid():
+            self._leadership._feed(ev.Superseded(self.session, self.epoch))
+
+    def expire(self, now: float) -> None:
+        """Told by the driver's timer that ``now`` is past the local deadline (property 3)."""
+        leadership = self._leadership
+        contact = leadership._driver.last_contact
+        log.warning(
+            "%s: no contact with the backend for %.3fs: stopping the active work",
+            self.lease.election,
+            now - contact,
+        )
+        leadership.expired = time.time() - (now - (contact + self.span))
+        self.scope.cancel()
+        leadership._feed(ev.DeadlineExpired(self.session))
 
 
 class _Finished:
