@@ -323,8 +323,19 @@ class Elector:
         yet handed to it then (done, it acts on nothing: the release reads them)."""
         outcomes: list[ev.Input] = []  # rarely more than one; a deque costs 600 B each
         while True:
-            event = await self._next_input(inbox, outcomes)
-            if isinstance(event, ev.BackoffElapsed):
+            event = self._next_input(inbox, outcomes)
+            if event is None:
+                # wait here, not in a helper: an idle elector sleeps in this chain of frames,
+                # and each coroutine in it costs 200-300 B
+                arrival = inbox.arrival()
+                if self._backoff_at is None:
+                    await arrival.wait()
+                    continue
+                when, token = self._backoff_at
+                with anyio.move_on_after(when - anyio.current_time()):
+                    await arrival.wait()
+                    continue
+                event = ev.BackoffElapsed(token)
                 self._backoff_at = None
             was = self._machine.phase
             effects = self._machine.handle(event)
@@ -339,8 +350,9 @@ class Elector:
                     if isinstance(outcome, ev.DeadlineExpired):
                         break  # P17: the term never began; its report and writes are void
 
-    async def _next_input(self, inbox: Inbox[ev.Input], outcomes: list[ev.Input]) -> ev.Input:
-        """Driver events first (they may make an outcome stale), then outcomes, then timers."""
+    def _next_input(self, inbox: Inbox[ev.Input], outcomes: list[ev.Input]) -> ev.Input | None:
+        """Driver events first (they may make an outcome stale), then outcomes; None: wait
+        for the next input or the backoff's timer."""
         event = inbox.get_nowait()
         if event is not None:
             return event
@@ -355,12 +367,7 @@ class Elector:
                 # first): tell the machine so, or it waits OFFLINE for a reconnection it missed
                 outcomes.insert(0, ev.Reconnected(outcome.session))
             return outcome
-        if self._backoff_at is None:
-            return await inbox.get()
-        when, token = self._backoff_at
-        with anyio.move_on_after(when - anyio.current_time()):
-            return await inbox.get()
-        return ev.BackoffElapsed(token)
+        return None
 
     # --- effects ------------------------------------------------------------------------------
 

@@ -7,7 +7,9 @@ about 4.5 KB per elector: its state, two ends and, while waiting, an event, a re
 the ``WouldBlock`` it awaits inside, with that exception's traceback
 (``benchmarks/elector_memory.py``).
 
-A cancelled ``get`` loses nothing: an input leaves the queue only when ``get`` returns it.
+The reader takes inputs with ``get_nowait`` and, when there is none, waits on ``arrival()``
+itself (an awaited helper would add its frame to every idle elector). A cancelled wait loses
+nothing: an input leaves the queue only when ``get_nowait`` returns it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 from typing import Generic, TypeVar
 
 import anyio
-import anyio.lowlevel
 
 __all__ = ("Inbox",)
 
@@ -62,24 +63,23 @@ class Inbox(Generic[T]):
         self._head = head
         return item
 
-    async def get(self) -> T:
-        """The oldest input, waiting for one; a checkpoint, as a stream's ``receive`` is."""
-        await anyio.lowlevel.checkpoint()
-        while True:
-            item = self.get_nowait()
-            if item is not None:
-                return item
-            if self._closed:
-                raise anyio.EndOfStream
-            waiter = self._waiter = anyio.Event()
-            try:
-                await waiter.wait()
-            finally:
-                if self._waiter is waiter:
-                    self._waiter = None
+    def arrival(self) -> anyio.Event:
+        """An event set by the next ``put`` (set already if an input is queued), or by
+        ``close``. Its ``wait`` is a checkpoint, as a stream's ``receive`` is. Raises
+        ``EndOfStream`` once closed."""
+        if self._closed:
+            raise anyio.EndOfStream
+        if self._head < len(self._items):
+            queued = anyio.Event()
+            queued.set()
+            return queued
+        if self._waiter is None:
+            self._waiter = anyio.Event()
+        return self._waiter
 
     def close(self) -> None:
-        """Drop what is queued and refuse what comes; a waiting ``get`` raises EndOfStream."""
+        """Drop what is queued and refuse what comes; a waiting reader wakes, and its next
+        ``arrival()`` raises EndOfStream."""
         self._closed = True
         self._items.clear()
         self._head = 0

@@ -7,6 +7,7 @@ import gc
 import math
 import tracemalloc
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import anyio
 import pytest
@@ -16,17 +17,28 @@ from ha.election.inbox import Inbox
 
 pytestmark = pytest.mark.anyio
 
+T = TypeVar("T")
+
+
+async def _get(inbox: Inbox[T]) -> T:
+    """What the elector's loop does: take an input, else wait for the next one."""
+    while True:
+        item = inbox.get_nowait()
+        if item is not None:
+            return item
+        await inbox.arrival().wait()
+
 
 async def test_inputs_come_out_in_the_order_they_were_put() -> None:
     inbox = Inbox[int]()
     for n in range(1000):  # a burst far past the compaction point
         inbox.put(n)
-    taken = [await inbox.get() for _ in range(600)]
+    taken = [await _get(inbox) for _ in range(600)]
     for n in range(1000, 1200):
         inbox.put(n)
     assert inbox.waiting() == 600
     while inbox.waiting():
-        taken.append(await inbox.get())
+        taken.append(await _get(inbox))
     assert taken == list(range(1200))
     assert inbox.get_nowait() is None
 
@@ -36,7 +48,7 @@ async def test_a_waiting_reader_is_woken_by_a_put() -> None:
     got: list[str] = []
 
     async def reader() -> None:
-        got.append(await inbox.get())
+        got.append(await _get(inbox))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(reader)
@@ -49,22 +61,24 @@ async def test_a_waiting_reader_is_woken_by_a_put() -> None:
 async def test_a_cancelled_wait_loses_no_input() -> None:
     inbox = Inbox[str]()
     with anyio.move_on_after(0.01):
-        await inbox.get()
+        await _get(inbox)
     inbox.put("first")
     with anyio.CancelScope() as scope:
         scope.cancel()
-        await inbox.get()  # a checkpoint: cancelled before it takes anything
+        await inbox.arrival().wait()  # a checkpoint: cancelled before anything is taken
     assert inbox.waiting() == 1
-    assert await inbox.get() == "first"
+    assert await _get(inbox) == "first"
 
 
-async def test_get_is_a_checkpoint_even_with_an_input_waiting() -> None:
+async def test_the_wait_is_a_checkpoint_even_with_an_input_waiting() -> None:
     inbox = Inbox[int]()
     inbox.put(1)
+    arrival = inbox.arrival()
+    assert arrival.is_set()  # nothing to wait for
     with anyio.CancelScope() as scope:
         scope.cancel()
-        await inbox.get()
-        pytest.fail("get() returned inside a cancelled scope")
+        await arrival.wait()
+        pytest.fail("the wait returned inside a cancelled scope")
 
 
 async def test_after_close_inputs_are_dropped_and_a_waiting_reader_ends() -> None:
@@ -73,7 +87,7 @@ async def test_after_close_inputs_are_dropped_and_a_waiting_reader_ends() -> Non
 
     async def reader() -> None:
         try:
-            await inbox.get()
+            await _get(inbox)
         except anyio.EndOfStream:
             ended.append("end")
 
@@ -92,7 +106,7 @@ async def test_an_idle_wait_holds_little_more_than_a_bare_event() -> None:
     the WouldBlock it waits inside, with its traceback); the inbox adds its list to the Event."""
 
     def inbox() -> Callable[[], Awaitable[object]]:
-        return Inbox[int]().get
+        return Inbox[int]().arrival().wait
 
     def event() -> Callable[[], Awaitable[object]]:
         return anyio.Event().wait
