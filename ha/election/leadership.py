@@ -52,7 +52,7 @@ class Leadership:
         "_identity",
         "_machine",
         "_feed",
-        "_scope",
+        "_term",
         "_done",
         "_begun",
         "_returned",
@@ -74,7 +74,7 @@ class Leadership:
         self._identity = identity
         self._machine = machine  # read for its epoch: a lease is valid while it is ours
         self._feed = feed  # hands the machine an input (the watchdog's, a failure, a fence)
-        self._scope: anyio.CancelScope | None = None
+        self._term: _Term | None = None  # the term started last, until stopped
         self._done: anyio.Event | _Finished | None = None
         self._begun: anyio.Event | None = None  # set: the term's task is in become_active
         # the running term once its become_active has returned: the term ends in ``stop``
@@ -98,10 +98,10 @@ class Leadership:
             self._ended(returned)
         scope = anyio.CancelScope()
         done, begun = anyio.Event(), anyio.Event()
-        self._scope, self._done, self._begun = scope, done, begun
+        self._done, self._begun = done, begun
         self.expired = None
         span = self._timing.deadline_ratio * self._driver.session_timeout
-        term = _Term(self, scope, session, epoch, span)
+        term = self._term = _Term(self, scope, session, epoch, span)
         lease = term.lease = Lease(
             self._nodes.path,
             self._identity,
@@ -114,7 +114,7 @@ class Leadership:
         )
         # named here: anyio would otherwise work a name out of the function (on a handover's
         # path)
-        tg.start_soon(self._lead, contender, term, done, begun, name="ha term")
+        tg.start_soon(self._lead, contender, term, scope, done, begun, name="ha term")
         self._driver.show_leader(self._nodes.path, self._identity, epoch)  # information only
         return lease
 
@@ -130,21 +130,22 @@ class Leadership:
         """Begin to stop the running term, if any (``stop`` then waits for it): a quit asked
         for need not wait for the elector's loop to cancel the work. A term whose work has
         returned has nothing to cancel: its lease is invalid from here."""
-        if self._scope is None:
+        term = self._term
+        if term is None:
             return
         if self._done is not None and self._done.is_set():
-            self._scope = None  # the lease's valid() reads it (no cancel: anyio's costs)
+            self._term = None  # the lease's valid() reads it (no cancel: anyio's costs)
         else:
-            self._scope.cancel()
+            term.stop()
 
     async def stop(self, cause: str) -> None:
         """Cancel the running term, if any, and wait until its work has returned."""
-        scope, done = self._scope, self._done
+        term, done = self._term, self._done
         if done is None:
             return
         if not done.is_set():
-            assert scope is not None
-            scope.cancel()
+            assert term is not None
+            term.stop()
         while not done.is_set():
             with anyio.move_on_after(self._timing.hook_timeout):
                 await done.wait()
@@ -152,22 +153,27 @@ class Leadership:
                 log.error(
                     "%s: the active work ignores cancellation; still waiting", self._nodes.path
                 )
-        self._scope = self._done = self._begun = None
+        self._term = self._done = self._begun = None
         returned, self._returned = self._returned, None
         if returned is not None:  # its task has ended; the term ends now
             self._ended(returned)
         log.debug("%s: active work stopped (%s)", self._nodes.path, cause)
 
     def _ended(self, term: _Term) -> None:
-        deadlines_of(self._driver).remove(term.scope, term.span)
+        deadlines_of(self._driver).remove(term, term.span)
         self._driver.hide_leader(self._nodes.path, term.epoch)
 
     async def _lead(
-        self, contender: Any, term: _Term, done: anyio.Event, begun: anyio.Event
+        self,
+        contender: Any,
+        term: _Term,
+        scope: anyio.CancelScope,
+        done: anyio.Event,
+        begun: anyio.Event,
     ) -> None:
-        lease, scope = term.lease, term.scope
+        lease = term.lease
         # the local deadline (property 3): one timer for all the driver's terms
-        deadlines_of(self._driver).add(scope, term.span, term.expire)
+        deadlines_of(self._driver).add(term, term.span, term.expire)
         returned = False
         try:
             with scope:
@@ -188,9 +194,10 @@ class Leadership:
                         raise cancelled from None
                     return
             # returned: keep leading until told to stop, with no task (``stop`` ends the term)
-            returned = self._scope is scope
+            returned = self._term is term
             if returned:
                 self._returned = term
+                term.scope = None  # nothing left to cancel (~600 B per idle leader)
         finally:
             if not returned:
                 self._ended(term)
@@ -209,7 +216,9 @@ class _Term:
     local deadline (``expire``), as methods of one object. Four closures and their cells cost
     about 600 B more per idle leader."""
 
-    __slots__ = ("_leadership", "scope", "session", "epoch", "span", "_to_monotonic", "lease")
+    __slots__ = (
+        "_leadership", "scope", "session", "epoch", "span", "_to_monotonic", "lease", "stopped",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -220,7 +229,8 @@ class _Term:
         span: float,
     ) -> None:
         self._leadership = leadership
-        self.scope = scope
+        self.scope: anyio.CancelScope | None = scope  # the work's; None once it has returned
+        self.stopped = False  # stop() was called: the lease is invalid
         self.session = session
         self.epoch = epoch
         self.span = span  # the local deadline: this long after the driver's last contact
@@ -234,10 +244,16 @@ class _Term:
     def valid(self) -> bool:
         leadership = self._leadership
         return (
-            not self.scope.cancel_called
-            and leadership._scope is self.scope
+            not self.stopped
+            and leadership._term is self
             and leadership._machine.epoch == self.epoch
         )
+
+    def stop(self) -> None:
+        """Cancel the work (if it still runs); the lease is invalid from here."""
+        self.stopped = True
+        if self.scope is not None:
+            self.scope.cancel()
 
     def fenced(self) -> None:
         if self.valid():
@@ -253,7 +269,7 @@ class _Term:
             now - contact,
         )
         leadership.expired = time.time() - (now - (contact + self.span))
-        self.scope.cancel()
+        self.stop()
         leadership._feed(ev.DeadlineExpired(self.session))
 
 
