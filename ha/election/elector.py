@@ -55,6 +55,7 @@ __all__ = ("Elector",)
 log = logging.getLogger("ha.elector")
 QUICK = 1.0  # seconds for each step of a cancelled run's quit (leaving the queue: best effort)
 _SHARED_RNG = random.Random()
+_DEFAULT_TIMING = Timing()  # frozen: one for every elector not given its own
 
 
 class Elector:
@@ -95,7 +96,7 @@ class Elector:
         self.path = path
         self.identity = identity_bytes(identity)
         self.data = bytes(data)
-        self.timing = timing or Timing()
+        self.timing = timing or _DEFAULT_TIMING
         check_deadline(self.timing, driver.session_timeout, driver.renewal_interval)
         self.priority = check_priority(priority)  # published in each join's ticket
         self.nodes = ElectionNodes(path)
