@@ -333,6 +333,8 @@ async def process_round(
     await env.begin(seed, workdir)
     async with ha.connect(env.observer_url()) as d:
         await prepare(d)
+    # the witness's times are monotonic, the servers' logs wall-clock: one reading of both
+    r.note(f"clock: monotonic {time.monotonic():.3f} is wall {time.time():.3f}")
     fleet = Fleet(env, r, workdir, supervised)
     healed = None
     try:

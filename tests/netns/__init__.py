@@ -139,5 +139,7 @@ async def run_rounds(
                 results.append(r)
                 on_round(r)
         finally:
-            await anyio.to_thread.run_sync(env.close)
+            broken = [r.seed for r in results if r.violations]
+            keep = workdir / f"servers-{backend}-{broken[0]}" if broken else None
+            await anyio.to_thread.run_sync(env.close, keep)
     return results

@@ -412,12 +412,20 @@ class NetEnv:
             self.close()
             raise
 
-    def close(self) -> None:
+    def close(self, keep_logs: Path | None = None) -> None:
+        """Stop the servers and remove their data; ``keep_logs``: copy the servers' logs
+        there first (a round broke: when a member expired a session, say, is in them)."""
         self.clocks.close()
         for member in self.members:
             with contextlib.suppress(Exception):
                 member.kill()
         self.network.close()
+        if keep_logs is not None:
+            for log in self.home.rglob("*.log"):
+                target = keep_logs / log.relative_to(self.home)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(OSError):
+                    shutil.copyfile(log, target)
         shutil.rmtree(self.home, ignore_errors=True)
 
 

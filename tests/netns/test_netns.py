@@ -198,6 +198,23 @@ async def rounds(
     assert not bad, "\n\n".join(r.report() for r in bad)
 
 
+@pytest.mark.timeout(120)
+def test_a_block_that_broke_keeps_its_servers_logs(tmp_path: Path) -> None:
+    """The servers' data goes with their env; with ``keep_logs`` their logs stay (netns
+    ZooKeeper seed 3354: when did the leader expire the session? Its log was gone)."""
+    from tests.netns.envs import ENVS
+
+    env = ENVS["kubernetes"](tmp_path)
+    home = env.home
+    written = sorted(p.relative_to(home) for p in home.rglob("*.log"))
+    env.close(keep_logs=tmp_path / "kept")
+    assert written and not home.exists()
+    assert (
+        sorted(p.relative_to(tmp_path / "kept") for p in (tmp_path / "kept").rglob("*.log"))
+        == written
+    )
+
+
 @pytest.mark.anyio
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("backend", BACKENDS)
