@@ -234,12 +234,15 @@ async def test_granted_session_timeout_is_reported(zookeeper_backend: ZooKeeperB
 @live
 async def test_last_contact_follows_replies(zookeeper_backend: ZooKeeperBackend) -> None:
     # a reply dates the contact (at its request's send time) once a request through the leader
-    # (here a write) is sent at least tick_time after it: its touch then reached the leader
+    # (here a write) is sent at least tick_time after it, and another through the leader is
+    # sent after that one's answer and answered: its touch then reached the leader while the
+    # session lived (ha/drivers/zookeeper/contact.py)
     async with zookeeper_backend.driver(tick_time=0.05) as zk:
         before = anyio.current_time()
         await zk.exists("/")
         await anyio.sleep(0.06)
         await zk.create("/written")
+        await zk.create("/second")
         assert before <= zk.last_contact <= anyio.current_time()
 
 

@@ -14,6 +14,7 @@ bounds, not latencies.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
@@ -29,6 +30,7 @@ from kazoo.protocol.states import KazooState
 import ha
 from ha.drivers.base import ConnectionState
 from ha.drivers.zookeeper import ZooKeeperDriver
+from ha.drivers.zookeeper.contact import ContactDating
 from ha.testing import History, Recorder, check_history
 from tests.support.backends.zookeeper import ZooKeeperBackend, ZooKeeperEnsemble, ZooKeeperServer
 from tests.support.faultproxy import FaultProxy
@@ -182,6 +184,49 @@ async def test_reconnect_is_dated_by_its_connect_request_not_by_a_stalled_loop(
             f"last_contact at the reconnection is {at_reconnect[0] - answered[0]:.3f} s later"
             " than the server's answer to the connect request"
         )
+
+
+def _dating() -> ContactDating:
+    async def sync() -> None:
+        raise AssertionError("not probed here")
+
+    return ContactDating(0.2, timeout=lambda: 1.0, connected=lambda: True, sync=sync)
+
+
+@pytest.mark.anyio
+async def test_a_reply_through_the_leader_dates_the_contact_once_a_later_request_follows_it() -> (
+    None
+):
+    """netns ZooKeeper seed 3354 (one-way partition, the leader's packets to the follower
+    held up, then retransmitted): the follower forwarded the active's sync to the leader, which
+    answered it while the session lived; the answer came down behind the held-up pings, and the
+    touches they asked for reached the leader after it had expired the session. Dated by that
+    answer alone, the active's lease outlived its session by 0.17 s into the next term. A later
+    request, sent after that answer came and answered, is what proves the touches arrived."""
+    dating = _dating()
+    dating.remember(1.69, 1.70)  # a ping the follower answered: its touch waits for a report
+    # the leader answered a sync sent at 1.9 while the session lived; the answer came at 2.0
+    dating.through_leader(1.9, 2.0)
+    assert dating.last_contact == -math.inf  # the touch may still be on its way: not yet
+    # a request sent before that answer came proves nothing more (it may have gone first)
+    dating.through_leader(1.95, 2.05)
+    assert dating.last_contact == -math.inf
+    # one sent after it went up behind the touches; answered, the session lived then
+    dating.through_leader(2.06, 2.07)
+    assert dating.last_contact == 1.69
+
+
+@pytest.mark.anyio
+async def test_a_reconnection_drops_what_the_old_connection_showed() -> None:
+    """The order of touches and requests holds on one follower's link to the leader; after a
+    reconnection (maybe to another follower) an answer on the old link proves nothing."""
+    dating = _dating()
+    dating.remember(1.0, 1.01)
+    dating.through_leader(1.5, 1.6)
+    dating.connect_dated(1.7)
+    assert dating.last_contact == 1.7
+    dating.through_leader(1.8, 1.85)  # no stamp from the old link's answer
+    assert dating.last_contact == 1.7
 
 
 @live

@@ -8,22 +8,33 @@ contact, since only the ZooKeeper leader expires sessions:
   the leader only in its replies to the leader's pings (every tickTime/2). A follower cut off
   from the leader goes on answering until its sync limit runs out (syncLimit x tickTime, 10 s
   stock), long after the leader may have expired the session. So a reply proves nothing by
-  itself. A reply that went through the leader (``sync``, or a write) sent at ``t`` proves that
-  the follower's link to the leader worked after ``t``; a request answered before
-  ``t - tick_time`` was touched at the follower at least ``tick_time`` before that, time enough
-  for a ping reply carrying the touch to go ahead of the forwarded request on the same ordered
-  link. ``last_contact`` is the send time of the latest such request. ``tick_time`` (the
-  ensemble's tickTime in seconds; default a fifth of the session timeout, which covers stock
-  ZooKeeper's 2 s tick for sessions of 10 s and more) must cover the ping interval (tickTime/2)
-  plus the jitter of the leader's pings: give the real tickTime for shorter sessions.
+  itself. It takes two requests through the leader (``sync``, or a write):
+  - the reply to the first, sent at ``t``, came down the leader's link to the follower behind
+    the pings the leader sent before it answered, one of them after ``t - tick_time``; the
+    follower answered each ping with its touches before it passed the reply on. So a request
+    answered before ``t - tick_time`` had its touch sent on to the leader by then;
+  - the second, sent after that reply arrived, went up the same ordered link behind those
+    touches, and the leader answers it only while the session lives. So the leader took the
+    touch while the session lived, and expires it no earlier than a timeout after the touch.
+  A single reply is not enough: with the leader's packets to the follower held up (a one-way
+  partition, retransmissions after it), the follower forwards requests while it has no ping
+  to answer with its touches, and the leader may expire the session before the touches come,
+  after it answered the request (netns ZooKeeper seed 3354: the active acted 0.17 s into the
+  next leader's term). ``last_contact`` is the send time of the latest request so proven.
+  ``tick_time`` (the ensemble's tickTime in seconds; default a fifth of the session timeout,
+  which covers stock ZooKeeper's 2 s tick for sessions of 10 s and more) must cover the ping
+  interval (tickTime/2) plus the jitter of the leader's pings: give the real tickTime for
+  shorter sessions.
 - a (re)connection is dated when kazoo's thread sends the connect request: a follower grants
   it only after the leader has touched (revalidated, or created) the session. The stamp is
   taken on kazoo's thread and converted to the loop's clock, so a stalled loop cannot date it
   late.
 
-A ``sync`` every ``max(tick_time / 2, session_timeout / 12)`` keeps it fresh while nothing
-else is asked: each dates a request answered a ``tick_time`` earlier, so the contact is at most
-about ``1.5 * tick_time`` (by default 0.3 session timeouts) plus a few round trips old.
+A ``sync`` every ``max(tick_time / 4, session_timeout / 24)`` keeps it fresh while nothing
+else is asked: each proves what the one before it showed, a request answered a ``tick_time``
+before that one was sent, so the contact is at most about ``tick_time`` plus two such intervals
+(``1.5 * tick_time``, by default 0.3 session timeouts) plus a few round trips old. (A sync
+every half tick dated the contact as freshly from one reply, which was not sound.)
 """
 
 from __future__ import annotations
@@ -62,6 +73,9 @@ class ContactDating:
         # requests answered by the server: (sent, replied) on the loop's clock, candidates for
         # last_contact once a reply through the leader proves their touch reached the leader
         self._answered: deque[tuple[float, float]] = deque()
+        # what replies through the leader have shown sent on to it: (replied, contact), proven
+        # once a request through the leader sent after ``replied`` is answered (module doc)
+        self._pending: deque[tuple[float, float]] = deque()
         self._probe_now = anyio.Event()
 
     def remember(self, sent: float, replied: float) -> None:
@@ -85,8 +99,13 @@ class ContactDating:
 
     @property
     def renewal_interval(self) -> float:
-        """Each sync dates a request answered a tick earlier: about 1.5 ticks (module doc)."""
-        return 1.5 * self.tick
+        """Each sync proves, for the one before it, a request answered a tick before that one
+        was sent: a tick and two probe intervals (module doc)."""
+        return self.tick + 2 * self.probe_interval
+
+    @property
+    def probe_interval(self) -> float:
+        return max(self.tick / 4, self._timeout() / 24)
 
     @property
     def tick(self) -> float:
@@ -99,14 +118,24 @@ class ContactDating:
         """Answers within one such slice of reply time share an entry (``remember``)."""
         return self.tick / 8
 
-    def through_leader(self, sent: float) -> None:
-        """A request sent at ``sent`` went through the leader: date the contact."""
-        cutoff, answered, proven = sent - self.tick, self._answered, None
-        while answered and answered[0][1] <= cutoff:  # the oldest: their touches are in
-            oldest = answered.popleft()[0]
-            proven = oldest if proven is None else max(proven, oldest)
+    def through_leader(self, sent: float, replied: float) -> None:
+        """A request sent at ``sent`` went through the leader and was answered at ``replied``:
+        it proves what replies before ``sent`` showed sent on, and shows what the next one
+        will prove (module doc)."""
+        pending, proven = self._pending, None
+        while pending and pending[0][0] <= sent:  # it left after their replies came
+            proven = max(pending.popleft()[1], proven or -math.inf)
         if proven is not None:
             self._stamp(proven)
+        cutoff, answered, shown = sent - self.tick, self._answered, None
+        while answered and answered[0][1] <= cutoff:  # the oldest: their touches went on
+            oldest = answered.popleft()[0]
+            shown = oldest if shown is None else max(shown, oldest)
+        if shown is not None:
+            if pending and replied // self._grain == pending[-1][0] // self._grain:
+                # one entry per slice (as ``remember``): later replies, later contacts
+                shown = max(shown, pending.pop()[1])
+            pending.append((replied, shown))
 
     def _stamp(self, contact: float) -> None:
         if contact > self.last_contact:
@@ -116,6 +145,7 @@ class ContactDating:
         """A session was granted to a connect request sent at ``contact`` (see the module's
         doc): it is later than every earlier answer."""
         self._answered.clear()
+        self._pending.clear()  # a new connection, maybe to another follower: its own order
         if contact is not None:
             self._stamp(contact)
 
@@ -126,7 +156,7 @@ class ContactDating:
         """A ``sync`` now and then, to keep ``last_contact`` fresh: each one goes through the
         leader and so dates the latest one answered at least ``tick_time`` before it."""
         while True:
-            with anyio.move_on_after(max(self.tick / 2, self._timeout() / 12)):
+            with anyio.move_on_after(self.probe_interval):
                 await self._probe_now.wait()
             self._probe_now = anyio.Event()
             if self._connected():

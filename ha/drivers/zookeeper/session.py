@@ -253,7 +253,7 @@ class KazooSession:
                     self.contact.remember(sent, replied)
                 raise
         if leader:
-            self.contact.through_leader(sent)
+            self.contact.through_leader(sent, replied)
         self.contact.remember(sent, replied)
         return value
 
