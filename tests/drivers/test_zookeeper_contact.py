@@ -229,6 +229,44 @@ async def test_a_reconnection_drops_what_the_old_connection_showed() -> None:
     assert dating.last_contact == 1.7
 
 
+@pytest.mark.anyio
+async def test_a_request_stamped_at_the_reading_of_an_answer_proves_nothing_of_it() -> None:
+    """Equal readings of the loop clock (a coarse clock): the request may have left first."""
+    dating = _dating()
+    dating.remember(1.0, 1.01)
+    dating.through_leader(1.5, 2.0)
+    dating.through_leader(2.0, 2.1)
+    assert dating.last_contact == -math.inf
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("session", "tick"), [(1.0, None), (10.0, None), (20.0, 2.0), (24.0, 1.01), (60.0, 2.0)]
+)
+async def test_an_idle_session_keeps_its_contact_within_the_renewal_interval(
+    session: float, tick: float | None
+) -> None:
+    """What timing validation is told (``renewal_interval``) bounds how old the contact of an
+    idle session gets, its probe's syncs the only requests: with a real tickTime under a sixth
+    of the session timeout, a tick and two probe intervals was too little (review)."""
+
+    async def sync() -> None:
+        raise AssertionError("not probed here")
+
+    dating = ContactDating(tick, timeout=lambda: session, connected=lambda: True, sync=sync)
+    dating.connect_dated(0.0)
+    round_trip, now, oldest = 0.001, 0.0, 0.0
+    for probe in range(400):
+        sent = now + dating.probe_interval  # probe(): its interval after the last answer
+        replied = sent + round_trip
+        if probe > 50:
+            oldest = max(oldest, replied - dating.last_contact)
+        dating.through_leader(sent, replied)
+        dating.remember(sent, replied)
+        now = replied
+    assert oldest <= dating.renewal_interval + 10 * round_trip, (oldest, dating.renewal_interval)
+
+
 @live
 async def test_an_answer_dates_the_contact_only_once_the_leader_is_heard_a_tick_later(
     zookeeper_backend: ZooKeeperBackend,

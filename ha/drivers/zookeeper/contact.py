@@ -25,6 +25,13 @@ contact, since only the ZooKeeper leader expires sessions:
   which covers stock ZooKeeper's 2 s tick for sessions of 10 s and more) must cover the ping
   interval (tickTime/2) plus the jitter of the leader's pings: give the real tickTime for
   shorter sessions.
+
+  Two limits. Observers served by a follower (``observerMasterPort``, 3.6+) hand their
+  touches to that follower, which passes them on at its next ping: a client of such an
+  observer is not covered by the argument above (connect contenders to voting members). And
+  the leader answers a ``sync`` whose session check failed in the instant between marking
+  the session closing and committing its closeSession (a write gets its error instead); the
+  closeSession closes the connection before a later reply.
 - a (re)connection is dated when kazoo's thread sends the connect request: a follower grants
   it only after the leader has touched (revalidated, or created) the session. The stamp is
   taken on kazoo's thread and converted to the loop's clock, so a stalled loop cannot date it
@@ -99,9 +106,11 @@ class ContactDating:
 
     @property
     def renewal_interval(self) -> float:
-        """Each sync proves, for the one before it, a request answered a tick before that one
-        was sent: a tick and two probe intervals (module doc)."""
-        return self.tick + 2 * self.probe_interval
+        """Each sync proves, for the one before it, the latest sync answered a tick before that
+        one was sent: as old as the tick rounded up to whole probe intervals, then two more
+        intervals until the next proof (module doc)."""
+        probe = self.probe_interval
+        return math.ceil(self.tick / probe - 1e-9) * probe + 2 * probe
 
     @property
     def probe_interval(self) -> float:
@@ -123,7 +132,7 @@ class ContactDating:
         it proves what replies before ``sent`` showed sent on, and shows what the next one
         will prove (module doc)."""
         pending, proven = self._pending, None
-        while pending and pending[0][0] <= sent:  # it left after their replies came
+        while pending and pending[0][0] < sent:  # it left after their replies came
             proven = max(pending.popleft()[1], proven or -math.inf)
         if proven is not None:
             self._stamp(proven)
