@@ -9,6 +9,7 @@ start a path's backend watch with its first subscriber and stop it with its last
 from __future__ import annotations
 
 import anyio
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,10 +56,14 @@ def _event(path: str | None) -> NodeEvent | ConnectionEvent:
     return NodeEvent(path, NodeEventKind.CHANGED)
 
 
+LOOPS = pytest.mark.parametrize("loop", ["asyncio", "trio"])
+
+
+@LOOPS
 @settings(max_examples=150, deadline=None)
 @given(ops=OPS)
 def test_the_registry_delivers_to_the_open_subscriptions_in_order(
-    ops: list[tuple[str, object]],
+    ops: list[tuple[str, object]], loop: str
 ) -> None:
     async def body() -> None:
         driver = Recording()
@@ -96,10 +101,13 @@ def test_the_registry_delivers_to_the_open_subscriptions_in_order(
             {str(made[i][1]) for i in open_ if made[i][1] is not None}
         )
 
-    anyio.run(body)
+    anyio.run(body, backend=loop)
 
 
-def test_a_subscriber_closed_by_an_earlier_one_still_gets_the_event_being_delivered() -> None:
+@LOOPS
+def test_a_subscriber_closed_by_an_earlier_one_still_gets_the_event_being_delivered(
+    loop: str,
+) -> None:
     """Delivery works on the subscribers as they were when the event came (as before)."""
 
     async def body() -> None:
@@ -118,4 +126,4 @@ def test_a_subscriber_closed_by_an_earlier_one_still_gets_the_event_being_delive
         driver._emit(_event("/a"))
         assert got == ["first", "second", "first"]
 
-    anyio.run(body)
+    anyio.run(body, backend=loop)
