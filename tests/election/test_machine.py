@@ -139,6 +139,47 @@ def test_a_leave_is_sent_again_before_every_join_until_its_own_answer_comes() ->
     assert mach.handle(ev.NotQueued(S1)) == [ev.Join(S1, ticket_for(ME, "4"))]
 
 
+def test_a_failed_join_not_found_by_its_leave_is_left_if_it_lands_before_the_next() -> None:
+    """P2: the backend applied the join after the Leave looked for it (etcd commits a proposal
+    held on its way to the leader once the link is back): the next join's listing shows the
+    old node ahead of ours; it is left. Forgotten, it stood first in our own live session."""
+    mach = joined()
+    ticket = mach.ticket or ""
+    mach.handle(ev.OperationFailed(S1, "join", "timed out", True))
+    assert mach.handle(ev.Left(S1, ticket)) == [] and mach.unleft == {}  # not found
+    assert mach.handle(ev.BackoffElapsed(mach.backoff_token)) == [ev.Join(S1, ticket_for(ME, "2"))]
+    ghost = f"{ticket}_0000000002"
+    effects = queued(mach, LEADER, ghost)
+    assert effects == [ev.Leave(S1, ticket, ghost, False), ev.Watch(S1, ghost, False)]
+    assert mach.handle(ev.Left(S1, ticket)) == [] and mach.unleft == {} and mach.landing == ()
+
+
+def test_a_lost_join_listed_as_absent_is_left_if_it_lands_before_the_next() -> None:
+    """P2: the same after a reconnect, whose listing did not find the join yet."""
+    mach = joined()
+    ticket = mach.ticket or ""
+    mach.handle(ev.Disconnected(S1))
+    mach.handle(ev.Reconnected(S1))
+    assert mach.handle(ev.NotQueued(S1)) == [ev.Join(S1, ticket_for(ME, "2"))]
+    ghost = f"{ticket}_0000000002"
+    assert queued(mach, ghost, holder=ME) == [
+        ev.Leave(S1, ticket, ghost, False),
+        ev.Watch(S1, ghost, True),
+    ]
+
+
+def test_a_join_given_up_that_the_next_listing_does_not_show_is_forgotten() -> None:
+    """One lands before the next join or never (it pins the queue's sequence): a listing of
+    the next join without it settles it, and later listings send nothing for it."""
+    mach = joined()
+    ticket = mach.ticket or ""
+    mach.handle(ev.OperationFailed(S1, "join", "timed out", True))
+    mach.handle(ev.Left(S1, ticket))
+    mach.handle(ev.BackoffElapsed(mach.backoff_token))
+    assert queued(mach, LEADER) == [ev.Watch(S1, LEADER, True)]
+    assert mach.landing == () and mach.unleft == {}
+
+
 def test_two_nodes_given_up_in_a_row_are_both_left_again() -> None:
     """Two joins failing in a row on an unreachable backend: the first node is not forgotten."""
     mach = joined()
