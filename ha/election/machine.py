@@ -14,7 +14,14 @@ P1  Every input that names a session other than the current one is stale and dro
 P2  Joining is ONE transaction: our ephemeral sequential node ``n/TICKET_SEQ`` and its
     persistent breadcrumb ``b/TICKET``, under a ticket fresh for every join. A join whose
     reply was lost is looked for by its ticket before anything else (Curator's protected
-    create): never two nodes of ours in the queue.
+    create): never two nodes of ours in the queue. A look that finds nothing does not end it:
+    the backend may still apply the join after it (etcd commits a proposal that a follower
+    forwarded once the link to the leader is back, whatever its client did meanwhile), as long
+    as no other join came first (on etcd a join pins the queue's sequence counter, on
+    Kubernetes the whole tree's version). So the ticket is kept (``landing``) until the
+    listing that queues our next join, which shows the old node if it ever landed; that node
+    is then left too. Forgotten, it stood in the queue in our own live session, ahead of our
+    real node, and once first it blocked the election for good.
 P3  The token is our node's creation order, fixed when we join: it grows from one leader to the
     next and is committed before that leader can act, so taking over writes nothing. A lease's
     fenced writes check that our node lives; it is never created again (the ticket is new),
@@ -145,7 +152,7 @@ class Machine:
         "connected", "reported", "failures", "active_failures", "fence_failures",
         "fence_target", "fenced", "backoff_token", "holder", "epoch", "ticket", "node",
         "token", "below", "crumb", "crumb_gone", "strays", "departed", "to_fence", "to_clear",
-        "acted", "unleft", "paused", "pause_changes", "pause_asked",
+        "acted", "unleft", "landing", "paused", "pause_changes", "pause_asked",
     )  # fmt: skip
 
     def __init__(
@@ -200,6 +207,9 @@ class Machine:
         # stand in the queue while our session lives (first, it would block everyone)
         # (by ticket: node, keep_crumb; several when joins fail in a row)
         self.unleft: dict[str, tuple[str | None, bool]] = {}
+        # P2: tickets of joins given up unseen (a lost reply, then a look that found nothing):
+        # the join may still land, before our next one; that join's listing settles them
+        self.landing: tuple[str, ...] = ()
         self.acted = False  # this ticket's term has started: its breadcrumb stays (P8, P9)
         self.to_fence: tuple[bytes, ...] = ()  # breadcrumbs still to fence before acting
         self.to_clear: tuple[str, ...] = ()  # their tickets, deleted once active
@@ -429,6 +439,7 @@ class Machine:
                 return self._lost("no longer first in the queue")
             return self._go(Phase.ACTIVE, "still first in the queue")
         effects: list[ev.Effect] = []
+        self._settle_landing(event.below)
         if self.unleft and any(
             e is not None and e.ticket in self.unleft for e in map(parse_entry, event.below)
         ):
@@ -453,7 +464,20 @@ class Machine:
     def _on_NotQueued(self, event: ev.NotQueued) -> list[ev.Effect]:
         if self.phase is Phase.VERIFYING:
             return self._lost("our node is gone")
-        return self._join("not in the queue")  # P2: the lost join had not applied
+        if self.node is None and self.ticket is not None:
+            self.landing += (self.ticket,)  # P2: the lost join had not applied yet
+        return self._join("not in the queue")
+
+    def _settle_landing(self, below: tuple[str, ...]) -> None:
+        """P2: the listing that queued our latest join shows every join given up before it
+        that ever landed (one lands before the next join or never): leave those, forget
+        the rest."""
+        if not self.landing:
+            return
+        for entry in map(parse_entry, below):
+            if entry is not None and entry.ticket in self.landing:
+                self.unleft[entry.ticket] = (entry.name, False)  # it never acted
+        self.landing = ()
 
     def _on_Watching(self, event: ev.Watching) -> list[ev.Effect]:
         if not self.below or event.node != self.below[-1]:
@@ -484,7 +508,10 @@ class Machine:
         return []
 
     def _on_Left(self, event: ev.Left) -> list[ev.Effect]:
-        self.unleft.pop(event.ticket, None)
+        given_up = self.unleft.pop(event.ticket, None)
+        if given_up is not None and given_up[0] is None and event.ticket not in self.landing:
+            # P2: looked for by ticket, its join's outcome unknown: it may land after the look
+            self.landing += (event.ticket,)
         return []
 
     def _on_NodeChanged(self, event: ev.NodeChanged) -> list[ev.Effect]:
