@@ -21,7 +21,9 @@ P2  Joining is ONE transaction: our ephemeral sequential node ``n/TICKET_SEQ`` a
     Kubernetes the whole tree's version). So the ticket is kept (``landing``) until the
     listing that queues our next join, which shows the old node if it ever landed; that node
     is then left too. Forgotten, it stood in the queue in our own live session, ahead of our
-    real node, and once first it blocked the election for good.
+    real node, and once first it blocked the election for good. A quit or a fatal error owes
+    each such ticket a Leave instead (looked for by ticket, by the release after a quit too);
+    a join that lands only after that last look is not chased (no join of ours follows it).
 P3  The token is our node's creation order, fixed when we join: it grows from one leader to the
     next and is committed before that leader can act, so taking over writes nothing. A lease's
     fenced writes check that our node lives; it is never created again (the ticket is new),
@@ -329,6 +331,7 @@ class Machine:
     def _fatal(self, error: str, effects: list[ev.Effect] | None = None) -> list[ev.Effect]:
         acted = self.phase in LEADING
         out = self._stop_if_leading(error) if effects is None else list(effects)
+        self._owe_landing()
         out += self._leave(keep_crumb=acted)
         self.epoch = None
         out = self._go(Phase.FAILED, error, out)
@@ -351,6 +354,7 @@ class Machine:
     def _on_QuitRequested(self, event: ev.QuitRequested) -> list[ev.Effect]:
         leading = self.phase in LEADING
         stop = self._stop_if_leading("quit")
+        self._owe_landing()
         leave: list[ev.Effect]
         if not event.need_fence and self.acted and self.session is not None:
             # P13: even out of contact (the runner sends it once contact is back)
@@ -467,6 +471,14 @@ class Machine:
         if self.node is None and self.ticket is not None:
             self.landing += (self.ticket,)  # P2: the lost join had not applied yet
         return self._join("not in the queue")
+
+    def _owe_landing(self) -> None:
+        """P2: finishing, no next join will settle the joins given up unseen: each is owed a
+        Leave by ticket like any node given up (the quit's, the release's), which finds it if
+        it landed by then (``ha run`` may rejoin on the same session)."""
+        for ticket in self.landing:
+            self.unleft.setdefault(ticket, (None, False))  # it never acted
+        self.landing = ()
 
     def _settle_landing(self, below: tuple[str, ...]) -> None:
         """P2: the listing that queued our latest join shows every join given up before it
