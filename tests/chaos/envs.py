@@ -139,6 +139,9 @@ class ZooKeeperEnv:
     async def describe(self) -> str:
         return f"server {'up' if self.server.serving() else 'down'}"
 
+    def logs(self) -> list[Path]:
+        return [self.server.log]
+
     def close(self) -> None:
         self.proxy.close()
         self.server.stop()
@@ -255,6 +258,9 @@ class EnsembleEnv:
     async def describe(self) -> str:
         modes = [await anyio.to_thread.run_sync(self.ensemble.mode, i) for i in range(3)]
         return "servers " + ", ".join(f"{i + 1}: {m or 'down'}" for i, m in enumerate(modes))
+
+    def logs(self) -> list[Path]:
+        return [server.log for server in self.ensemble.servers]
 
     def close(self) -> None:
         self.ensemble.stop_all()

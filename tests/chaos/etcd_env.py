@@ -245,6 +245,9 @@ class EtcdEnv:
             for i, state in enumerate(states)
         )
 
+    def logs(self) -> list[Path]:
+        return [server.log for server in self.cluster.servers]
+
     def close(self) -> None:
         for member in MEMBERS:
             self._resume(member)

@@ -223,6 +223,9 @@ class KubernetesEnv:
     async def describe(self) -> str:
         return f"fake API server {self.state}, namespace {self.namespace}"
 
+    def logs(self) -> list[Path]:
+        return [self.server.log]
+
     def close(self) -> None:
         for proxy in self.proxies.values():
             with contextlib.suppress(RuntimeError):

@@ -7,7 +7,9 @@ judged by the acts of ``command.py``), or ``supervised-<kind>`` for each kind of
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -94,7 +96,24 @@ async def _run_rounds(
             results.append(result)
             on_round(result)
     finally:
+        broken = [r.seed for r in results if r.violations]
+        if broken:  # the servers' logs go with their env: keep them for the first broken round
+            keep_logs(env, workdir / f"servers-{backend}-{broken[0]}")
         close = getattr(env, "close", None)
         if close is not None:
             close()
     return results
+
+
+def keep_logs(env: object, into: Path) -> list[Path]:
+    """Copy the logs ``env.logs()`` names (if it names any) into ``into``; what was copied.
+    (supervised-kubernetes seed 21004: the fake API server did not come back after its
+    restart, and its log was removed with it.)"""
+    kept: list[Path] = []
+    for log in getattr(env, "logs", lambda: [])():
+        target = into / f"{log.parent.name}-{log.name}"
+        with contextlib.suppress(OSError):
+            into.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, target)
+            kept.append(target)
+    return kept

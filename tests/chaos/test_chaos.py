@@ -341,3 +341,22 @@ async def test_a_command_for_the_report_keeps_every_line(tmp_path: Path) -> None
     assert all(line.startswith("|") for line in log[2:])
     said = " ".join(log[2:])
     assert "election /svc" in said and "no active: nobody is in the queue" in said
+
+
+@pytest.mark.timeout(60)
+def test_a_block_that_broke_keeps_the_logs_of_its_servers(tmp_path: Path) -> None:
+    """The servers' logs go with their env; a block with a broken round keeps them first
+    (supervised-kubernetes seed 21004: the fake API server stayed down after its restart, and
+    why went with its directory)."""
+    from tests.chaos.kube_env import KubernetesEnv
+    from tests.chaos.runner import keep_logs
+
+    env = KubernetesEnv(tmp_path)
+    try:
+        kept = keep_logs(env, tmp_path / "servers-kubernetes-7")
+    finally:
+        env.close()
+    assert not env.server.directory.exists()  # the env's own files are gone...
+    assert [p.name for p in kept] == ["kubeapi-kubeapi.log"]  # ...its log is not
+    assert kept[0].read_bytes() != b""
+    assert keep_logs(object(), tmp_path / "none") == []  # an env without servers keeps nothing
