@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -223,6 +224,8 @@ class Child:
             return False
         if deadline == self._renewed:
             return True
+        if not math.isfinite(deadline):  # no deadline at all (the lease's session is gone):
+            deadline = time.monotonic()  # it has passed, and the guard reads only numbers
         try:
             told = self._tell(f"deadline {deadline!r}")
         except BlockingIOError:

@@ -21,6 +21,7 @@ The lease's ``stop_deadline()`` is the same deadline, on ``time.monotonic()``.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -239,7 +240,12 @@ class _Term:
         self.lease: Lease  # set once made (it holds these methods)
 
     def deadline(self) -> float:
-        return self._leadership._driver.last_contact + self.span + self._to_monotonic
+        driver = self._leadership._driver
+        if driver.session_id != self.session:
+            # the driver's contact is a newer session's (it may open one as soon as this one
+            # expired, before the elector has handled the expiry): it says nothing of ours
+            return -math.inf
+        return driver.last_contact + self.span + self._to_monotonic
 
     def valid(self) -> bool:
         leadership = self._leadership

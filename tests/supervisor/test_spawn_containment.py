@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import math
 import os
 import random
 import signal
@@ -119,6 +120,22 @@ async def test_a_renewed_deadline_keeps_command_running() -> None:
             await child.keep_renewed(lambda: time.monotonic() + 0.3, 0.05)
         assert running(token) == [child.pid]
         assert await child.stop(1.0) == -signal.SIGTERM
+    finally:
+        kill_all(token)
+
+
+async def test_no_deadline_at_all_stops_command_as_a_passed_one() -> None:
+    """A lease whose session is gone has no deadline (``-inf``): the guard is told one that
+    has passed (it reads numbers only; ``-inf`` made it crash) and stops COMMAND as usual,
+    SIGTERM first (netns sqlite seed 38027)."""
+    token = str(next(_tokens))
+    try:
+        child = await spawn(["sleep", token], deadline=time.monotonic() + 60, grace=0.2)
+        assert child.renew(-math.inf)
+        with anyio.fail_after(10):
+            code = await child.wait()
+        assert code == -signal.SIGTERM
+        assert running(token) == []
     finally:
         kill_all(token)
 
