@@ -64,7 +64,9 @@ class Lease:
     def stop_deadline(self) -> float:
         """``time.monotonic()`` after which this leader must not act: the last contact with the
         backend plus the elector's deadline (a fraction of the session timeout). It moves later
-        with every contact; a worker about to act should leave itself a margin before it."""
+        with every contact; a worker about to act should leave itself a margin before it.
+        ``-inf`` once the driver's session is not this lease's (a newer session's contact says
+        nothing of it)."""
         return self._deadline()
 
     def fence_ops(self) -> list[Op]:
