@@ -217,6 +217,23 @@ async def test_a_reply_through_the_leader_dates_the_contact_once_a_later_request
 
 
 @pytest.mark.anyio
+async def test_a_contact_gone_old_is_proven_without_waiting_for_the_next_probe() -> None:
+    """Each proof takes two answers through the leader; with slow answers (thousands of
+    requests ahead of each sync, a loaded host) waiting a probe interval between them made an
+    active's contact pass its deadline (test_an_active_holds_with_thousands_of_requests_...,
+    2 of 4 runs in fresh-clone runs of the suite). An answer that shows something while the
+    contact is overdue asks for the proving request at once; a fresh contact does not."""
+    dating = _dating()  # tick 0.2 s, session 1 s: renewal interval 0.3 s
+    dating.connect_dated(1.0)
+    dating.remember(1.0, 1.02)
+    dating.through_leader(1.25, 1.28)  # shows 1.0 while the contact is 0.28 s old: in time
+    assert not dating._probe_now.is_set()
+    dating.remember(1.3, 1.31)
+    dating.through_leader(1.6, 1.9)  # a slow answer: the contact is 0.9 s old by now
+    assert dating._probe_now.is_set()
+
+
+@pytest.mark.anyio
 async def test_a_reconnection_drops_what_the_old_connection_showed() -> None:
     """The order of touches and requests holds on one follower's link to the leader; after a
     reconnection (maybe to another follower) an answer on the old link proves nothing."""

@@ -145,6 +145,10 @@ class ContactDating:
                 # one entry per slice (as ``remember``): later replies, later contacts
                 shown = max(shown, pending.pop()[1])
             pending.append((replied, shown))
+            if replied - self.last_contact > self.renewal_interval:
+                # the contact is older than it should get (slow answers: a backlog, a loaded
+                # host): the request that proves this need not wait for the next probe
+                self.probe_now()
 
     def _stamp(self, contact: float) -> None:
         if contact > self.last_contact:
