@@ -64,8 +64,11 @@ def test_the_overlap_check_can_fail() -> None:
 class Hosts(Supervisors):
     """`ha run` supervisors of /svc whose COMMAND writes heartbeats to ``beats``."""
 
-    def __init__(self, directory: Path, session: float = 2.0) -> None:
-        super().__init__(directory, f"{sqlite_url(directory)}?session_timeout={session:g}")
+    def __init__(self, directory: Path, session: float = 2.0, url: str | None = None) -> None:
+        """``url``: another backend's; sqlite in ``directory`` by default."""
+        url = url or sqlite_url(directory)
+        joint = "&" if "?" in url else "?"
+        super().__init__(directory, f"{url}{joint}session_timeout={session:g}")
         self.script = directory / "heartbeat.py"
         self.script.write_text(HEARTBEAT)
         self.beats = directory / "beats"
@@ -126,14 +129,35 @@ def guard_of(supervisor: int) -> int:
     raise AssertionError(f"no guard under {supervisor}")
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def backend_url(backend: str, request: pytest.FixtureRequest) -> str | None:
+    """The URL of a fresh namespace on ``backend``'s test server (None: sqlite)."""
+    if backend == "sqlite":
+        return None
+    found: str = request.getfixturevalue(f"{backend}_backend").url()
+    return found
+
+
+# sqlite on both loops; each server backend on one loop (the suite's time budget: what differs
+# between the loops is the supervisor, the same code on every backend)
+FROZEN = [
+    pytest.param("sqlite", "asyncio"),
+    pytest.param("sqlite", "trio"),
+    pytest.param("zookeeper", "trio", marks=pytest.mark.zookeeper),
+    pytest.param("etcd", "asyncio"),
+    pytest.param("kubernetes", "trio"),
+]
+
+
+@pytest.mark.parametrize(("backend", "loop"), FROZEN)
 def test_a_frozen_supervisors_command_stops_before_the_standby_starts(
-    tmp_path: Path, loop: str
+    tmp_path: Path, backend: str, loop: str, request: pytest.FixtureRequest
 ) -> None:
-    # SIGSTOP of the active's supervisor process (not its guard, not COMMAND): it can no
-    # longer stop COMMAND nor renew its session; its guard stops COMMAND on the deadline the
-    # supervisor last renewed, before the session runs out and b starts its own
-    with Hosts(tmp_path) as h:
+    # SIGSTOP of the active's supervisor process (not its guard, not COMMAND), frozen past its
+    # session's expiry on the backend: it can no longer stop COMMAND nor renew its session; its
+    # guard stops COMMAND on the deadline the supervisor last renewed, before the session runs
+    # out (the backend's own clock: ZooKeeper's session, etcd's lease, the Lease's
+    # renewTime + duration) and b starts its own
+    with Hosts(tmp_path, url=backend_url(backend, request)) as h:
         h.env["HA_ASYNC_BACKEND"] = loop
         try:
             pid = h.a_active_b_standing_by()
