@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 import pytest
@@ -29,28 +31,29 @@ class Returns:
         pass
 
 
-async def test_a_lease_is_not_valid_on_a_newer_sessions_contact() -> None:
+@asynccontextmanager
+async def leading() -> AsyncIterator[tuple[MemoryDriver, ha.Lease]]:
+    """A driver and the lease of the elector leading on it, whose work has returned."""
     async with MemoryDriver(f"lease-session-{uuid.uuid4()}", session_timeout=2.0) as driver:
         elector = ha.Elector(driver, "/svc", "a", timing=FAST)
         async with anyio.create_task_group() as tg:
             tg.start_soon(elector.run, Returns())
-            lease = await elector.wait_active()
-            assert lease.valid and lease.session_id == driver.session_id
-            # the driver's next session, with fresh contact; the elector has not run since
-            driver._open_session()
-            assert driver.session_id != lease.session_id
-            assert not lease.valid
-            assert lease.stop_deadline() == -math.inf
+            yield driver, await elector.wait_active()
             tg.cancel_scope.cancel()
+
+
+async def test_a_lease_is_not_valid_on_a_newer_sessions_contact() -> None:
+    async with leading() as (driver, lease):
+        assert lease.valid and lease.session_id == driver.session_id
+        # the driver's next session, with fresh contact; the elector has not run since
+        driver._open_session()
+        assert driver.session_id != lease.session_id
+        assert not lease.valid
+        assert lease.stop_deadline() == -math.inf
 
 
 async def test_a_lease_stays_valid_on_its_own_sessions_contact() -> None:
-    async with MemoryDriver(f"lease-session-{uuid.uuid4()}", session_timeout=2.0) as driver:
-        elector = ha.Elector(driver, "/svc", "a", timing=FAST)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(elector.run, Returns())
-            lease = await elector.wait_active()
-            before = lease.stop_deadline()
-            await anyio.sleep(driver.session_timeout / 2)  # renewed meanwhile, same session
-            assert lease.valid and lease.stop_deadline() > before
-            tg.cancel_scope.cancel()
+    async with leading() as (driver, lease):
+        before = lease.stop_deadline()
+        await anyio.sleep(driver.session_timeout / 2)  # renewed meanwhile, same session
+        assert lease.valid and lease.stop_deadline() > before
