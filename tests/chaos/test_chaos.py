@@ -80,6 +80,18 @@ def record(n: int, epoch: int, sent: float) -> dict[str, Any]:
     return {"n": n, "epoch": epoch, "sent": sent, "act": f"x/{n}", "pid": 1}
 
 
+def write(n: int, sent: float, done: float, result: str = "landed") -> dict[str, Any]:
+    return {
+        "kind": "write",
+        "act": f"x/{n}",
+        "epoch": 1,
+        "sent": sent,
+        "done": done,
+        "result": result,
+        "n": n,
+    }
+
+
 def kinds(violations: list[Any]) -> list[str]:
     return sorted({v.kind for v in violations})
 
@@ -130,8 +142,27 @@ def test_a_deposed_write_that_landed() -> None:
 
 def test_lost_writes() -> None:
     assert kinds(verdict([], [record(0, 1, 1.0), record(2, 1, 1.1)])) == ["lost write"]
-    ack = {"kind": "write", "act": "a/1/1", "epoch": 1, "sent": 1.0, "result": "landed", "n": 0}
+    ack = {**write(0, 1.0, 1.1), "act": "a/1/1"}
     assert kinds(verdict([ack], [])) == ["lost write"]
+
+
+def test_a_refused_write_that_landed() -> None:
+    refused = {**write(0, 1.0, 1.1, "refused"), "n": None}
+    assert kinds(verdict([refused], [record(0, 1, 1.0)])) == ["refused write"]
+    assert verdict([refused], []) == []
+
+
+def test_writes_committed_against_real_time() -> None:
+    # write 1 was acknowledged (1.2) before write 0 was sent (1.5): 0 cannot commit first
+    records = [record(0, 1, 1.5), record(1, 1, 1.0)]
+    wrong = [write(0, 1.5, 1.6), write(1, 1.0, 1.2)]
+    assert kinds(verdict(wrong, records)) == ["real-time order"]
+    # overlapping in time: either order is linearizable
+    assert verdict([write(0, 1.5, 1.6), write(1, 1.0, 1.55)], records) == []
+    # an unacknowledged write sent late can still commit before an acknowledged one it
+    # overlaps, but not before one acknowledged before it was sent
+    assert verdict([write(1, 1.0, 1.55)], records) == []
+    assert kinds(verdict([write(1, 1.0, 1.2)], records)) == ["real-time order"]
 
 
 def test_liveness_after_healing() -> None:

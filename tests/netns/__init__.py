@@ -10,7 +10,8 @@ contender's clocks) runs for ``tests.chaos.SPAN`` seconds, then everything heals
 contender must act again. The judge runs outside, in the root namespace, reaching every host
 through the bridge: the witness file (``tests/support/witness.py``: no two actives' acts
 overlap, one identity per epoch) and the history of the fenced writes (every acknowledged
-write present, writes in epoch order, no write of a deposed epoch after a newer one's first).
+write present and no refused one, writes in epoch order, no write of a deposed epoch after a
+newer one's first, commit order agreeing with real time).
 
 Replay a round: ``python -m tests.netns --backend etcd --seed 7 --rounds 1 --loop trio``;
 the soak: ``--rounds 1000`` (or ``HA_NETNS_ROUNDS=1000 pytest -m slow tests/netns``). A seed

@@ -13,13 +13,18 @@ whole or absent) and, for each act, makes one fenced store write:
   the time the transaction was sent. The line says whether it landed (``n``) or was refused.
 
 ``verdict`` checks the file and what landed in the backend, knowing the pauses (SIGSTOP) the
-harness inflicted. It returns violations (empty when all is well).
+harness inflicted. It returns violations (empty when all is well). The fenced writes are a
+compare-and-set register, so their history is linearizable exactly when what landed is
+gap-free, holds every acknowledged write and no refused one, and its commit order agrees with
+real time (a write acknowledged before another was sent commits before it): four linear
+checks, no search, unlike a general checker such as Porcupine.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import math
 import os
 import time
 from collections import defaultdict
@@ -308,6 +313,34 @@ def verdict(
                     "lost write", f"write {w['n']} of {w['act']} was acknowledged and is gone"
                 )
             )
+    # a refused write never lands: Fenced means nothing of the transaction was applied
+    refused = {w["act"] for w in writes if w["result"] == "refused"}
+    for r in records:
+        if r["act"] in refused:
+            out.append(
+                Violation(
+                    "refused write",
+                    f"write {r['n']} of {r['act']} landed, though its writer was told it was"
+                    " refused (fenced)",
+                )
+            )
+
+    # linearizable (a register behind a compare-and-set): the commit order agrees with real
+    # time, so no write was acknowledged before a write numbered below it had been sent
+    done = {w["n"]: w["done"] for w in writes if w["result"] == "landed"}
+    first = None  # of the writes numbered so far, the one sent last
+    for r in records:
+        if first is not None and done.get(r["n"], math.inf) < first["sent"]:
+            out.append(
+                Violation(
+                    "real-time order",
+                    f"write {r['n']} ({r['act']}) was acknowledged at {done[r['n']]:.3f}, before"
+                    f" write {first['n']} ({first['act']}) was sent at {first['sent']:.3f},"
+                    " yet committed after it",
+                )
+            )
+        if first is None or r["sent"] > first["sent"]:
+            first = r
     figures.landed = len(records)
     figures.refused = sum(w["result"] == "refused" for w in writes)
     figures.unknown = sum(w["result"] == "unknown" for w in writes)
