@@ -304,6 +304,8 @@ class Elector:
             return
         if sid is None:
             return
+        if event.state is ConnectionState.EXPIRED:
+            self._leadership.session_ended(sid)
         mapping: dict[ConnectionState, Callable[[int], ev.Input]] = {
             ConnectionState.CONNECTED: ev.Connected,
             ConnectionState.DISCONNECTED: ev.Disconnected,

@@ -139,6 +139,16 @@ class Leadership:
         else:
             term.stop()
 
+    def session_ended(self, session: int) -> None:
+        """The driver says ``session`` has ended (on the loop's thread, as it says so, before
+        it opens the next one): the running term of that session has no deadline left and
+        its work is cancelled now, not once the elector's loop gets to the expiry (by then
+        the driver may have dated a newer session's contact)."""
+        term = self._term
+        if term is not None and term.session == session:
+            term.ended = True
+            term.stop()
+
     async def stop(self, cause: str) -> None:
         """Cancel the running term, if any, and wait until its work has returned."""
         term, done = self._term, self._done
@@ -219,6 +229,7 @@ class _Term:
 
     __slots__ = (
         "_leadership", "scope", "session", "epoch", "span", "_to_monotonic", "lease", "stopped",
+        "ended",
     )  # fmt: skip
 
     def __init__(
@@ -232,6 +243,7 @@ class _Term:
         self._leadership = leadership
         self.scope: anyio.CancelScope | None = scope  # the work's; None once it has returned
         self.stopped = False  # stop() was called: the lease is invalid
+        self.ended = False  # the driver said the session ended: no contact is ours any more
         self.session = session
         self.epoch = epoch
         self.span = span  # the local deadline: this long after the driver's last contact
@@ -241,11 +253,16 @@ class _Term:
 
     def deadline(self) -> float:
         driver = self._leadership._driver
-        if driver.session_id != self.session:
+        # the contact first, the session after: a driver that opens its next session changes
+        # its session id before it dates the new contact, so a reader on another thread that
+        # sees the new contact sees the new session too
+        contact = driver.last_contact
+        if self.ended or driver.session_id != self.session:
             # the driver's contact is a newer session's (it may open one as soon as this one
-            # expired, before the elector has handled the expiry): it says nothing of ours
+            # expired, before the elector has handled the expiry, and a sqlite file made anew
+            # numbers its sessions from 1 again): it says nothing of ours
             return -math.inf
-        return driver.last_contact + self.span + self._to_monotonic
+        return contact + self.span + self._to_monotonic
 
     def valid(self) -> bool:
         leadership = self._leadership

@@ -15,12 +15,15 @@ import math
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import pytest
 
 import ha
+from ha.drivers.base import ConnectionEvent, ConnectionState
 from ha.drivers.memory import MemoryDriver
+from ha.drivers.sqlite import SqliteDriver
 from tests.support.harness import FAST
 
 pytestmark = pytest.mark.anyio
@@ -57,3 +60,61 @@ async def test_a_lease_stays_valid_on_its_own_sessions_contact() -> None:
         before = lease.stop_deadline()
         await anyio.sleep(driver.session_timeout / 2)  # renewed meanwhile, same session
         assert lease.valid and lease.stop_deadline() > before
+
+
+class Acting:
+    """Acts at every turn of the loop without asking its lease (a worker's loop)."""
+
+    def __init__(self) -> None:
+        self.acts = 0
+
+    async def become_active(self, lease: ha.Lease) -> None:
+        while True:
+            await anyio.sleep(0)
+            self.acts += 1
+
+
+async def test_the_work_is_cancelled_as_the_driver_says_its_session_ended() -> None:
+    # the driver's next session opens at once, with fresh contact, in the same breath as the
+    # expiry: the work must not act again, though the elector's loop has not run yet
+    async with MemoryDriver(f"lease-session-{uuid.uuid4()}", session_timeout=2.0) as driver:
+        elector, work = ha.Elector(driver, "/svc", "a", timing=FAST), Acting()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(elector.run, work)
+            lease = await elector.wait_active()
+            while work.acts < 3:
+                await anyio.sleep(0)
+            acts = work.acts
+            driver._learn_expired()  # EXPIRED, then the next session
+            assert driver.session_id != lease.session_id
+            for _ in range(10):
+                await anyio.sleep(0)
+            assert work.acts == acts
+            tg.cancel_scope.cancel()
+
+
+async def test_a_sqlite_file_made_anew_gives_the_lease_no_deadline(tmp_path: Path) -> None:
+    # the file deleted (an operator, a clean-up): the driver makes it anew, whose sessions are
+    # numbered from 1 again, so its next session may carry the lease's own session id; its
+    # contact still says nothing of the lease's session
+    path = tmp_path / "ha.db"
+    seen: list[tuple[int | None, float]] = []
+    async with SqliteDriver(str(path), session_timeout=1.0, poll_interval=0.02) as driver:
+        elector = ha.Elector(driver, "/svc", "a", timing=FAST)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(elector.run, Returns())
+            lease = await elector.wait_active()
+
+            def on_connection(event: ConnectionEvent) -> None:  # as the driver says it
+                if event.state is ConnectionState.CONNECTED:
+                    seen.append((event.session_id, lease.stop_deadline()))
+
+            with driver.subscribe(None, on_connection):
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{path}{suffix}").unlink(missing_ok=True)  # noqa: ASYNC240
+                with anyio.fail_after(10):
+                    while not seen:
+                        await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+    assert seen[0][0] == lease.session_id, "the session id was not reused: no scenario"
+    assert seen[0][1] == -math.inf

@@ -549,6 +549,12 @@ class KazooSession:
                 self.timeout = granted
             self.connected = True
             self._refused_since = None
+            if session != old:
+                # the old session is gone (a new one without LOST first) and said so before the
+                # new one's contact is dated: no reader may take that contact for the old one's
+                self.id = session
+                if old is not None:
+                    self._send_event(ConnectionEvent(ConnectionState.EXPIRED, old))
             # the server answered a connect request sent at ``contact`` (dated on kazoo's
             # thread, not now: the loop may have been stalled since), having had the leader
             # revalidate or create the session; it is later than every earlier answer
@@ -556,9 +562,6 @@ class KazooSession:
             if session == old:
                 self._send_event(ConnectionEvent(ConnectionState.RECONNECTED, session))
             else:
-                if old is not None:  # a new session without LOST first: the old one is gone
-                    self._send_event(ConnectionEvent(ConnectionState.EXPIRED, old))
-                self.id = session
                 self._send_event(ConnectionEvent(ConnectionState.CONNECTED, session))
             self._first_session.set()
             self.contact.probe_now()
