@@ -65,8 +65,8 @@ class Lease:
         """``time.monotonic()`` after which this leader must not act: the last contact with the
         backend plus the elector's deadline (a fraction of the session timeout). It moves later
         with every contact; a worker about to act should leave itself a margin before it.
-        ``-inf`` once the driver's session is not this lease's (a newer session's contact says
-        nothing of it)."""
+        ``-inf`` once the driver's session is not this lease's, or the driver has said it
+        ended (a newer session's contact says nothing of it)."""
         return self._deadline()
 
     def fence_ops(self) -> list[Op]:
