@@ -443,7 +443,7 @@ class Elector:
 
     async def _contact_fresh(self, session: int) -> bool:
         """P17: whether a term may start now: the local deadline, counted from the last
-        contact, has not passed. Contact gone stale (a stalled process woken to a win that
+        contact in ``session``, has not passed. Contact gone stale (a stalled process woken to a win that
         its buffered events told it of) is waited for while the session may still live: a
         renewal in the same session proves our node, hence our place, is still there."""
         driver, inbox = self.driver, self._inbox
@@ -462,7 +462,9 @@ class Elector:
                 )
                 return False
             await anyio.sleep(min(0.01, span / 10))
-        return True
+        # fresh, but whose? A driver opens its next session as soon as one ends, with fresh
+        # contact: a win in the session that ended is no win (its EXPIRED found no term to end)
+        return driver.session_id == session and not self._closed
 
     async def _join(self, effect: ev.Join) -> ev.Input:
         crumb = Breadcrumb(self.identity, None, self.data)

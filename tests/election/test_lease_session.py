@@ -24,6 +24,7 @@ import ha
 from ha.drivers.base import ConnectionEvent, ConnectionState
 from ha.drivers.memory import MemoryDriver
 from ha.drivers.sqlite import SqliteDriver
+from ha.election.elector import Elector
 from tests.support.harness import FAST
 
 pytestmark = pytest.mark.anyio
@@ -118,3 +119,58 @@ async def test_a_sqlite_file_made_anew_gives_the_lease_no_deadline(tmp_path: Pat
             tg.cancel_scope.cancel()
     assert seen[0][0] == lease.session_id, "the session id was not reused: no scenario"
     assert seen[0][1] == -math.inf
+
+
+class Recording:
+    """Records (the lease's session, the driver's session) as each term begins."""
+
+    def __init__(self, driver: MemoryDriver) -> None:
+        self.driver = driver
+        self.began: list[tuple[int, int | None]] = []
+
+    async def become_active(self, lease: ha.Lease) -> None:
+        self.began.append((lease.session_id, self.driver.session_id))
+        await anyio.sleep_forever()
+
+
+async def test_no_term_starts_on_a_session_that_ended_while_it_waited_for_contact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # P17: b, woken from a stall to a win, waits for fresh contact before it starts a term.
+    # Meanwhile its session ends and the driver opens the next one at once: that contact is
+    # fresh, but it is not the session b won in
+    cluster = f"lease-session-{uuid.uuid4()}"
+    waiting, stalled = anyio.Event(), True
+    real = Elector._contact_fresh
+
+    async def contact_fresh(self: Elector, session: int) -> bool:
+        if self.identity == b"b" and stalled:
+            self.driver._last_contact -= 100  # type: ignore[attr-defined]  # b stalled here
+            waiting.set()
+        return await real(self, session)
+
+    monkeypatch.setattr(Elector, "_contact_fresh", contact_fresh)
+    async with (
+        MemoryDriver(cluster, session_timeout=30.0) as da,  # renewals 10 s apart: none here
+        MemoryDriver(cluster, session_timeout=30.0) as db,
+        anyio.create_task_group() as tg,
+    ):
+        a, b = ha.Elector(da, "/svc", "a", timing=FAST), ha.Elector(db, "/svc", "b", timing=FAST)
+        work = Recording(db)
+        tg.start_soon(a.run, Returns())
+        await a.wait_active()
+        tg.start_soon(b.run, work)
+        await b.wait_state(ha.State.STANDBY)
+        a.quit()
+        with anyio.fail_after(10):
+            await waiting.wait()  # b won and waits for contact
+        await anyio.sleep(0.05)
+        assert not work.began
+        db.expire()  # the server ends b's session...
+        db._learn_expired()  # ...and b's driver hears it and opens the next one at once
+        stalled = False
+        with anyio.fail_after(10):  # b leads, in its new session
+            while not work.began:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert all(lease == current for lease, current in work.began), work.began
