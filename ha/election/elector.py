@@ -443,9 +443,9 @@ class Elector:
 
     async def _contact_fresh(self, session: int) -> bool:
         """P17: whether a term may start now: the local deadline, counted from the last
-        contact in ``session``, has not passed. Contact gone stale (a stalled process woken to a win that
-        its buffered events told it of) is waited for while the session may still live: a
-        renewal in the same session proves our node, hence our place, is still there."""
+        contact in ``session``, has not passed. Contact gone stale (a stalled process woken to
+        a win that its buffered events told it of) is waited for while the session may still
+        live: a renewal in the same session proves our node, hence our place, is still there."""
         driver, inbox = self.driver, self._inbox
         span = self.timing.deadline_ratio * driver.session_timeout
         while anyio.current_time() >= driver.last_contact + span:
