@@ -10,11 +10,13 @@ microsecond, so the steps' sum is a little over the plain trace's.
 Labels, in the order of a handover: the old leader's ``quit`` (``Elector.quit``), ``loop``
 (the elector's loop has the input), ``machine`` (``Machine.handle``), ``stop`` (the term
 stopped: ``Leadership.stop``), ``report`` (``Reporting.send``), ``leave`` (``ElectionNodes``'
-exit transaction), ``driver`` (the driver's ``transaction``), ``batcher`` (etcd's write
-batcher), ``gateway`` (etcd's request); the successor's ``event`` (a queue watch's callback),
-``loop``, ``machine``, ``start`` (``Leadership.start``: the term's task spawned),
+exit transaction), ``driver`` (the driver's ``transaction``), ``ops`` (etcd's operations),
+``batcher`` (etcd's write batcher), ``gateway`` (etcd's request), ``http`` (the request's
+bytes go to the stream); the successor's ``deliver`` (etcd's watch hands a message's events
+out), ``event`` (a queue watch's callback), ``inbox`` (the input queued for the elector's
+loop), ``loop``, ``machine``, ``start`` (``Leadership.start``: the term's task spawned),
 ``report``, ``announce`` (the wait for the term's task to begin) and ``term`` (the term's
-task runs).
+task runs). (``inbox`` shows on the old leader too: the quit's input.)
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def _wrap(owner: Any, name: str, label: str, *, until: bool = True) -> None:
 
 def install(backend: str) -> None:
     from ha.election.elector import Elector
+    from ha.election.inbox import Inbox
     from ha.election.leadership import Leadership
     from ha.election.machine import Machine
     from ha.election.nodes import ElectionNodes
@@ -69,6 +72,7 @@ def install(backend: str) -> None:
     _wrap(Leadership, "begun", "announce")
     _wrap(Leadership, "_lead", "term", until=False)
     _wrap(Reporting, "send", "report")
+    _wrap(Inbox, "put", "inbox")
     _wrap(ElectionNodes, "_exit", "leave", until=False)
     _wrap(QueueWatches, "_on_crumb", "event", until=False)
     _wrap(QueueWatches, "_on_node", "event", until=False)
@@ -79,8 +83,14 @@ def install(backend: str) -> None:
     else:
         from ha.drivers.etcd.driver import EtcdDriver
         from ha.drivers.etcd.gateway import Gateway
+        from ha.drivers.etcd.http import Connection
+        from ha.drivers.etcd.operations import Operations
+        from ha.drivers.etcd.watches import Watches
         from ha.drivers.etcd.writes import WriteBatcher
 
         _wrap(EtcdDriver, "transaction", "driver", until=False)
         _wrap(WriteBatcher, "write", "batcher", until=False)
         _wrap(Gateway, "call", "gateway", until=False)
+        _wrap(Operations, "transaction", "ops", until=False)
+        _wrap(Connection, "send", "http", until=False)
+        _wrap(Watches, "_deliver", "deliver")
