@@ -263,10 +263,9 @@ class Driver(ABC):
     capabilities: Capabilities
 
     def __init__(self) -> None:
-        # per path (None: connection events), each subscription's callback in the order they
-        # came: a dict, so that each of 10,000 electors leaves in O(1), not O(n)
         # per path (None: connection events), its one subscription, or several in order (a
-        # dict as an ordered set): most paths have one, and a dict per path cost ~230 B
+        # dict as an ordered set, so that each of 10,000 electors leaves in O(1)): most paths
+        # have one, and a dict per path cost ~230 B
         self._subscribers: dict[str | None, Subscription | dict[Subscription, None]] = {}
         self._session_id: int | None = None
         self._last_contact = -math.inf  # no contact yet
