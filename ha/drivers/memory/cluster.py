@@ -164,6 +164,20 @@ class MemoryCluster:
     def close_session(self, sid: int) -> None:
         self.expire(sid)
 
+    # --- watches ----------------------------------------------------------------------------
+
+    def watch(self, path: str, driver: MemoryDriver) -> None:
+        """Tell ``driver`` of the changes at ``path`` (the server's table of watches, as a
+        ZooKeeper server keeps one: the client's subscriptions are the driver's own)."""
+        self.watchers.setdefault(path, set()).add(driver)
+
+    def unwatch(self, path: str, driver: MemoryDriver) -> None:
+        watchers = self.watchers.get(path)
+        if watchers is not None:
+            watchers.discard(driver)
+            if not watchers:
+                del self.watchers[path]
+
     # --- nodes ------------------------------------------------------------------------------
 
     def _notify(self, path: str, kind: NodeEventKind) -> None:

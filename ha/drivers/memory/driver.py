@@ -178,14 +178,10 @@ class MemoryDriver(Driver):
             self._open_session()
 
     def _watch_started(self, path: str) -> None:
-        self.cluster.watchers.setdefault(path, set()).add(self)
+        self.cluster.watch(path, self)
 
     def _watch_stopped(self, path: str) -> None:
-        watchers = self.cluster.watchers.get(path)
-        if watchers is not None:
-            watchers.discard(self)
-            if not watchers:
-                del self.cluster.watchers[path]
+        self.cluster.unwatch(path, self)
 
     # --- called by the cluster ---------------------------------------------------------------
 
