@@ -123,6 +123,20 @@ async def test_a_started_driver_has_a_session_and_closing_ends_it(backend: Any) 
         assert len(seen.events) == 2
 
 
+async def test_drivers_close_in_the_order_they_were_started(backend: Any) -> None:
+    # Driver's doc: start and aclose "in any order among several drivers" (a process of many
+    # sessions closes them as it likes); the first closed first was a cancel scope exited out
+    # of turn on ZooKeeper, whose session's tasks sat in a task group entered in start()
+    first, second = backend.driver(), backend.driver()
+    await first.start()
+    await second.start()
+    await first.aclose()
+    assert first.session_id is None and second.connected
+    await second.get("/")  # the other one still serves
+    await second.aclose()
+    assert second.session_id is None
+
+
 async def test_the_url_builds_the_driver_and_its_options(backend: Any) -> None:
     url = backend.url()
     assert ha.drivers.driver_class(url) is type(backend.driver())

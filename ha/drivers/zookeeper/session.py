@@ -42,6 +42,7 @@ from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
+from ..._background import BackgroundTask
 from ..._clock import loop_minus_monotonic
 from ...errors import ConfigurationError, ConnectionLost, NodeExists, Unavailable
 from .._faults import FaultGate
@@ -161,7 +162,8 @@ class KazooSession:
         )
         self._granted_timeout: float | None = None  # written by kazoo's thread
         self.client: Any = None
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._tg: anyio.abc.TaskGroup | None = None  # the session's tasks' (``_serve``)
+        self._background: BackgroundTask | None = None
         self._turns: anyio.Semaphore | None = None  # made on the loop, in start()
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._wake_r: socket.socket | None = None
@@ -305,10 +307,15 @@ class KazooSession:
         # a free turn is taken without a switch of tasks (a quiet driver's request: a
         # handover's leave); a wait for one is the checkpoint
         self._turns = anyio.Semaphore(IN_FLIGHT, fast_acquire=True)
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        # the session's tasks live in a task group of their own background task, not in one
+        # entered here: drivers are closed in any order (``Driver``), and a task group left
+        # open in the caller's task made that order the reverse of the starts
+        ready = anyio.Event()
+        self._background = BackgroundTask(self._serve, ready, name=f"ZooKeeper at {self.hosts}")
+        self._background.start()
+        await ready.wait()
         try:
-            self._tg.start_soon(self._pump)
+            assert self._tg is not None
             await anyio.to_thread.run_sync(self.client.start_async)
             with anyio.move_on_after(opts.connect_timeout):
                 await self._first_session.wait()
@@ -329,6 +336,20 @@ class KazooSession:
         except BaseException:
             await self._shutdown(emit=False)
             raise
+
+    async def _serve(self, ready: anyio.Event) -> None:
+        """The session's tasks (the pump, the probe, a swap of clients), until closed."""
+        tg = anyio.create_task_group()
+        try:
+            async with tg:
+                self._tg = tg
+                ready.set()
+                tg.start_soon(self._pump)
+                await anyio.sleep_forever()
+        finally:
+            if self._tg is tg:
+                self._tg = None  # requests fail as on a closed driver
+            ready.set()  # (start() waits for it)
 
     def _new_client(self) -> Any:
         """A kazoo client of our own, with no session and no transaction seen yet."""
@@ -401,11 +422,11 @@ class KazooSession:
                     await anyio.to_thread.run_sync(stop)
             except Exception:
                 log.warning("closing the kazoo client failed", exc_info=True)
-        tg, self._tg = self._tg, None
+        self._tg = None
+        background, self._background = self._background, None
         try:
-            if tg is not None:
-                tg.cancel_scope.cancel()
-                await tg.__aexit__(None, None, None)  # raises if we are being cancelled
+            if background is not None:
+                await background.stop()  # shielded: the tasks have ended when it returns
         finally:
             for sock in (self._wake_r, self._wake_w):
                 if sock is not None:
