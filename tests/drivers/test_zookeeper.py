@@ -208,6 +208,62 @@ async def test_unreachable_server_is_unavailable() -> None:
         await zk.get("/x")
 
 
+def _session_left_running(zk: Any) -> list[str]:
+    """What a closed driver's session still holds: its background task, its kazoo client."""
+    session = zk._session
+    return [name for name in ("_background", "client") if getattr(session, name) is not None]
+
+
+@live
+async def test_a_start_cancelled_at_once_leaves_nothing_running(
+    zookeeper_backend: ZooKeeperBackend,
+) -> None:
+    zk = zookeeper_backend.driver()
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await zk.start()  # cancelled at its first await
+    assert _session_left_running(zk) == []
+    with pytest.raises(ConnectionLost):
+        await zk.get("/")
+
+
+@live
+async def test_a_close_while_starting_ends_the_start() -> None:
+    port = free_port()  # nobody listens: the start waits for its session
+    zk = ZooKeeperDriver.from_url(f"zk://127.0.0.1:{port}/x", connect_timeout=WAIT * 4)
+    failed: list[BaseException] = []
+
+    async def start() -> None:
+        try:
+            await zk.start()
+        except Exception as exc:
+            failed.append(exc)
+
+    with anyio.fail_after(WAIT):  # not the connect timeout: the close ends the wait
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(start)
+            await anyio.sleep(0.3)
+            await zk.aclose()
+    assert [type(exc) for exc in failed] == [ConnectionLost]
+    assert _session_left_running(zk) == []
+
+
+@live
+async def test_close_stops_the_client_after_the_sessions_tasks_died(
+    zookeeper_backend: ZooKeeperBackend,
+) -> None:
+    zk = zookeeper_backend.driver()
+    await zk.start()
+
+    async def bug() -> None:  # a bug in the pump or the probe
+        raise RuntimeError("a session task failed")
+
+    zk._session._tg.start_soon(bug)
+    await anyio.sleep(0.2)
+    await zk.aclose()  # the client is stopped all the same: it kept the session alive
+    assert _session_left_running(zk) == [] and zk.session_id is None
+
+
 @live
 async def test_operations_outside_start_and_close_are_connection_lost(
     zookeeper_backend: ZooKeeperBackend,

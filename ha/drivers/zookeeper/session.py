@@ -296,7 +296,7 @@ class KazooSession:
     # --- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._tg is not None or self.closing:
+        if self._background is not None or self.closing:
             raise RuntimeError("driver already started")
         opts = self.options
         self._wake_r, self._wake_w = socket.socketpair()
@@ -313,12 +313,15 @@ class KazooSession:
         ready = anyio.Event()
         self._background = BackgroundTask(self._serve, ready, name=f"ZooKeeper at {self.hosts}")
         self._background.start()
-        await ready.wait()
         try:
-            assert self._tg is not None
+            await ready.wait()
+            if self._tg is None or self.closing:
+                raise ConnectionLost("the ZooKeeper driver was closed as it started")
             await anyio.to_thread.run_sync(self.client.start_async)
             with anyio.move_on_after(opts.connect_timeout):
-                await self._first_session.wait()
+                await self._first_session.wait()  # (set by a close too)
+            if self.closing:
+                raise ConnectionLost("the ZooKeeper driver was closed as it started")
             if not self._first_session.is_set():
                 raise Unavailable(
                     f"could not reach ZooKeeper at {self.hosts} within"
@@ -398,12 +401,15 @@ class KazooSession:
             pass
 
     async def aclose(self) -> None:
-        if self._tg is None:
+        # started (or starting), or its tasks died: the client is stopped all the same (it
+        # would keep the session, and its ephemeral nodes, alive)
+        if self._background is None and self.client is None:
             return
         await self._shutdown(emit=True)
 
     async def _shutdown(self, *, emit: bool) -> None:
         self.closing = True
+        self._first_session.set()  # a start waiting for its session gives up now
         had_session = self.id is not None
         self.id = None
         self.connected = False
