@@ -144,10 +144,31 @@ class HAServices:
             await self.driver.start()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._subs.append(self.driver.subscribe(None, self._on_connection))
-        if self._membership is not None:  # claims our member node first
-            await self._tg.start(self._membership.run)
+        try:
+            self._subs.append(self.driver.subscribe(None, self._on_connection))
+            if self._membership is not None:  # claims our member node first
+                await self._tg.start(self._membership.run)
+        except BaseException:  # DuplicateIdentity, a lost driver, a cancellation
+            await self._enter_failed()
+            raise
         return self
+
+    async def _enter_failed(self) -> None:
+        """Undo a failed ``__aenter__``: its task group is left (it was entered in the caller's
+        task: left open, the caller's next cancel scope would exit out of turn), the
+        subscriptions closed and an owned driver closed, as ``__aexit__`` would."""
+        tg, self._tg = self._tg, None
+        try:
+            if tg is not None:  # left as if nothing was raised (anyio would group the error)
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+        finally:
+            for sub in self._subs:
+                sub.close()
+            self._subs = []
+            if self._owns_driver:
+                with anyio.CancelScope(shield=True):
+                    await self.driver.aclose()
 
     async def __aexit__(
         self,

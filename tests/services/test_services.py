@@ -413,3 +413,28 @@ async def test_bad_arguments() -> None:
             await svc.leader_election("x").start(object())  # type: ignore[arg-type]
         with pytest.raises(ConfigurationError, match="blob"):
             svc.stores()
+
+
+async def test_a_failed_open_leaves_the_callers_scopes_in_order() -> None:
+    # a second process of one identity with members=True is refused (DuplicateIdentity); its
+    # task group was entered in the caller's task and left open, so the caller's next cancel
+    # scope exited out of turn (asyncio: RuntimeError; trio: the nursery stack corrupted)
+    from ha.drivers.memory import MemoryDriver
+    from ha.membership.members import DuplicateIdentity
+
+    cluster = f"dup-{uuid.uuid4()}"
+
+    def opened() -> HAServices:
+        driver = MemoryDriver(cluster, session_timeout=0.5)
+        return HAServices(driver, "cl", owns_driver=True, identity="same", members=True)
+
+    first = opened()
+    async with first:
+        second = opened()
+        with pytest.raises(DuplicateIdentity):
+            async with second:
+                pass
+        assert second.driver.session_id is None  # the driver it owned is closed
+        with anyio.move_on_after(0.05):
+            await anyio.sleep(1)  # a cancel scope of the caller's, after the failed open
+        assert first.driver.connected
