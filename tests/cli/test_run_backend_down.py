@@ -65,8 +65,13 @@ def late_server(
     if reason:
         pytest.skip(f"needs a local ZooKeeper: {reason}")
     zk = zookeeper.ZooKeeperServer(tmp_path / "zookeeper")
+
+    def start() -> None:  # returns once it serves, as etcd's start does: `ha status` asks at once
+        zk.start()
+        zk.wait_serving()
+
     try:
-        yield zk.port, zk.start
+        yield zk.port, start
     finally:
         zk.stop()
 
