@@ -17,8 +17,9 @@ resident memory adds; ``many_elections.py`` measures that):
 - ``standby``: then one more elector per election, on a second driver, measured once all
   stand by. (The drivers' session timeout is 600 s: a snapshot stalls the loop.)
 
-The memory cluster's own nodes are the server's, not the client's, and are left out (what was
-allocated under ``ha/drivers/memory/cluster.py``). ``--sites N`` prints, for the elector rows,
+The memory cluster's own nodes are the server's, not the client's, and are left out: what was
+allocated under ``ha/drivers/memory/cluster.py``, and what the client allocated and handed to
+it to keep (the paths and data of its nodes: a real server holds copies of its own). ``--sites N`` prints, for the elector rows,
 the N sites whose allocations are held the most (the innermost frame in ``ha``).
 """
 
@@ -34,6 +35,7 @@ import sys
 import tracemalloc
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, os.environ.get("HA_ROOT") or str(ROOT))
@@ -74,6 +76,26 @@ def _client(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, count: in
         if not any(frame.filename.endswith(SERVER) for frame in stat.traceback):
             held += stat.size_diff
     return held / count
+
+
+def _handed_over(cluster: object) -> int:
+    """Bytes the client allocated and handed to the memory cluster, which keeps them: the
+    paths it stores nodes under and the nodes' data (a real server holds its own copies).
+    Counted by the allocation each object came from, when it was traced outside the cluster."""
+    nodes: dict[str, Any] = cluster.nodes  # type: ignore[attr-defined]
+    kept: dict[int, object] = {}
+    for path, node in nodes.items():
+        for held in (path, node.data, *node.children):
+            kept[id(held)] = held
+    for paths in (*cluster.ephemerals.values(), cluster.watchers):  # type: ignore[attr-defined]
+        for held in paths:
+            kept[id(held)] = held
+    size = 0
+    for held in kept.values():
+        traceback = tracemalloc.get_object_traceback(held)
+        if traceback is not None and not any(f.filename.endswith(SERVER) for f in traceback):
+            size += sys.getsizeof(held)
+    return size
 
 
 async def _shapes(kind: str, count: int) -> float:
@@ -145,7 +167,7 @@ async def _electors(kind: str, count: int, sites: int) -> float:
         await anyio.sleep(0.5)
         gc.collect()
         after = tracemalloc.take_snapshot()
-        held = _client(before, after, count)
+        held = _client(before, after, count) - _handed_over(first.cluster) / count
         if sites:
             _sites(before, after, count, sites)
         tg.cancel_scope.cancel()
