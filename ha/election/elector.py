@@ -261,10 +261,28 @@ class Elector:
                     if self._quit_pending is not None:
                         self._feed(self._quit_pending)
                     task_status.started(self)
-                    error, unfed = await self._loop(tg, contender, inbox)
+                    # the loop is here, not in a method of its own: an idle elector sleeps in
+                    # this chain of frames, and each coroutine in it costs 300 B (issue 31)
+                    outcomes: list[ev.Input] = []  # rarely more than one; a deque: 600 B
+                    finished = False
+                    while not finished:
+                        event = self._next_input(inbox, outcomes)
+                        if event is None:
+                            arrival = inbox.arrival()
+                            if self._backoff_at is None:
+                                await arrival.wait()
+                                continue
+                            when, token = self._backoff_at
+                            with anyio.move_on_after(when - anyio.current_time()):
+                                await arrival.wait()
+                                continue
+                            event = ev.BackoffElapsed(token)
+                            self._backoff_at = None
+                        finished, error = await self._handle(event, tg, contender, outcomes)
+                    # done, the machine acts on nothing: the release reads the outcomes left
                     quit = error is None
                     if error is None:
-                        await self._release_after_quit(unfed)
+                        await self._release_after_quit(outcomes)
                     tg.cancel_scope.cancel()
             finally:
                 inbox.close()  # inputs from now on are dropped: the run is ending
@@ -316,42 +334,28 @@ class Elector:
 
     # --- the loop -----------------------------------------------------------------------------
 
-    async def _loop(
+    async def _handle(
         self,
+        event: ev.Input,
         tg: anyio.abc.TaskGroup,
         contender: object,
-        inbox: Inbox[ev.Input],
-    ) -> tuple[str | None, list[ev.Input]]:
-        """Run until the machine finishes; return its fatal error, if any, and the outcomes not
-        yet handed to it then (done, it acts on nothing: the release reads them)."""
-        outcomes: list[ev.Input] = []  # rarely more than one; a deque costs 600 B each
-        while True:
-            event = self._next_input(inbox, outcomes)
-            if event is None:
-                # wait here, not in a helper: an idle elector sleeps in this chain of frames,
-                # and each coroutine in it costs 200-300 B
-                arrival = inbox.arrival()
-                if self._backoff_at is None:
-                    await arrival.wait()
-                    continue
-                when, token = self._backoff_at
-                with anyio.move_on_after(when - anyio.current_time()):
-                    await arrival.wait()
-                    continue
-                event = ev.BackoffElapsed(token)
-                self._backoff_at = None
-            was = self._machine.phase
-            effects = self._machine.handle(event)
-            if self._machine.phase is m.Phase.PAUSED and was is not m.Phase.PAUSED:
-                self._first_while_paused()
-            for effect in effects:
-                if isinstance(effect, ev.Finish):
-                    return effect.error, outcomes
-                outcome = await self._execute(effect, tg, contender)
-                if outcome is not None:
-                    outcomes.append(outcome)
-                    if isinstance(outcome, ev.DeadlineExpired):
-                        break  # P17: the term never began; its report and writes are void
+        outcomes: list[ev.Input],
+    ) -> tuple[bool, str | None]:
+        """Hand ``event`` to the machine and carry out its effects, keeping their outcomes in
+        ``outcomes``; whether the machine finished, and its fatal error, if any."""
+        was = self._machine.phase
+        effects = self._machine.handle(event)
+        if self._machine.phase is m.Phase.PAUSED and was is not m.Phase.PAUSED:
+            self._first_while_paused()
+        for effect in effects:
+            if isinstance(effect, ev.Finish):
+                return True, effect.error
+            outcome = await self._execute(effect, tg, contender)
+            if outcome is not None:
+                outcomes.append(outcome)
+                if isinstance(outcome, ev.DeadlineExpired):
+                    break  # P17: the term never began; its report and writes are void
+        return False, None
 
     def _next_input(self, inbox: Inbox[ev.Input], outcomes: list[ev.Input]) -> ev.Input | None:
         """Driver events first (they may make an outcome stale), then outcomes; None: wait
