@@ -7,6 +7,7 @@ never block, so the extra hop buys nothing and costs a thread switch (0.1-0.3 ms
 GIL) on every reply and every event, and it lets a watch event and a later reply reach the
 loop out of the order the server sent them (two threads). Callbacks marked with ``inline``
 run at once on the thread that has the outcome; kazoo's own and any others keep their queues.
+Its selects wait on kept selectors (``selecting.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kazoo.handlers.threading import SequentialThreadingHandler
+
+from .selecting import KeptSelectors
 
 __all__ = ("InlineHandler", "inline")
 
@@ -55,6 +58,19 @@ class _CompletionQueue(queue.Queue):  # type: ignore[type-arg]
 
 class InlineHandler(SequentialThreadingHandler):  # type: ignore[misc]
     queue_impl = _CompletionQueue
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._selectors = KeptSelectors()
+
+    def select(
+        self, rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: float | None = None
+    ) -> tuple[list[Any], list[Any], list[Any]]:
+        return self._selectors.select(rlist, wlist, xlist, timeout)
+
+    def stop(self) -> None:
+        super().stop()
+        self._selectors.close()
 
     def dispatch_callback(self, callback: Any) -> None:
         if _marked(callback.func):
