@@ -168,3 +168,48 @@ def test_bad_arguments_are_refused_as_kazoo_refuses_them(
     with pytest.raises(TypeError):
         kept.select([object()], [], [], 0)
     kept.close()
+
+
+def test_a_number_reused_by_a_new_socket_is_watched(
+    pairs: list[tuple[socket.socket, socket.socket]],
+) -> None:
+    # a number stays the same from one file to the next: it cannot name a kept selector
+    kept = KeptSelectors()
+    old, old_peer = socket.socketpair()
+    fd = old.fileno()
+    assert kept.select([fd], [], [], 0) == ([], [], [])
+    old.close()
+    old_peer.close()
+    new, new_peer = socket.socketpair()
+    try:
+        if new.fileno() != fd:
+            pytest.skip(f"the new socket did not get descriptor {fd} (got {new.fileno()})")
+        new_peer.send(b"x")
+        assert kept.select([fd], [], [], 1.0) == ([fd], [], [])
+    finally:
+        kept.close()
+        new.close()
+        new_peer.close()
+
+
+def test_selects_after_the_handler_stops_keep_nothing(
+    pairs: list[tuple[socket.socket, socket.socket]],
+) -> None:
+    # kazoo stops its handler, then its connection thread sends the close request and reads
+    # the reply: those selects must not leave epoll descriptors behind
+    handler = InlineHandler()
+    handler.start()
+    (ours, peer), (wake, _) = pairs[0], pairs[1]
+    before = epolls()
+    handler.select([ours, wake], [], [], 0)
+    handler.stop()
+    assert epolls() == before
+    peer.send(b"x")
+    assert handler.select([], [ours], [], 0) == ([], [ours], [])
+    assert handler.select([ours], [], [], 0) == ([ours], [], [])
+    assert epolls() == before
+    handler.start()  # kept again
+    handler.select([ours], [], [], 0)
+    assert epolls() == before + 1
+    handler.stop()
+    assert epolls() == before

@@ -68,6 +68,10 @@ class InlineHandler(SequentialThreadingHandler):  # type: ignore[misc]
     ) -> tuple[list[Any], list[Any], list[Any]]:
         return self._selectors.select(rlist, wlist, xlist, timeout)
 
+    def start(self) -> None:
+        self._selectors.open()
+        super().start()
+
     def stop(self) -> None:
         super().stop()
         self._selectors.close()

@@ -11,9 +11,13 @@ A shape is the objects asked about, each with its descriptor and events. A kept 
 holds its shape's objects, so none of them is freed while kept and no new object takes its
 id. A socket closed and another opened on its descriptor is another object, so another shape
 (the kernel dropped the closed one from the old selector). The last ``KEPT`` shapes are kept,
-since a new connection brings new sockets; the oldest is closed past that, and all of them
-when the handler stops. A selector is taken out while a thread waits on it, so two threads
-never share one.
+since a new connection brings new sockets; the oldest is closed past that. When the handler
+stops, all of them are closed, and so is every selector used until it starts again: kazoo
+stops its handler before its connection thread's last selects (the close request). A selector
+is taken out while a thread waits on it, so two threads never share one. A descriptor given as
+a number, not an object, gets a selector of its own, as kazoo gives it. A file whose descriptor
+is closed or replaced under its object (``os.close``, ``os.dup2``) would not be seen again by a
+kept selector: kazoo closes its sockets through the object, which leaves it no descriptor.
 
 Answers as kazoo's ``selector_select`` does, errors included, and like it reports a socket
 ready to read and to write as readable only.
@@ -26,7 +30,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from kazoo.handlers.utils import fileobj_to_fd
+from kazoo.handlers.utils import fileobj_to_fd, selector_select
 
 __all__ = ("KEPT", "KeptSelectors")
 
@@ -42,6 +46,12 @@ class KeptSelectors:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._kept: OrderedDict[Shape, Kept] = OrderedDict()
+        self._keeping = True  # false from close() to open(): a selector used is closed after
+
+    def open(self) -> None:
+        """Keep selectors again (the handler starts)."""
+        with self._lock:
+            self._keeping = True
 
     def select(
         self, rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: float | None = None
@@ -51,6 +61,10 @@ class KeptSelectors:
                 raise TypeError("timeout must be a number")
             if timeout < 0:
                 raise ValueError("timeout must be non-negative")
+        if any(isinstance(f, int) for f in (*rlist, *wlist)):
+            # a number stays the same when its file is closed and another opened on it: the
+            # kernel dropped the old one from a kept selector, which would never see the new
+            return selector_select(rlist, wlist, xlist, timeout)  # type: ignore[no-any-return]
         events: dict[int, int] = {}
         files: dict[int, list[Any]] = {}
         for event, fileobjs in ((selectors.EVENT_READ, rlist), (selectors.EVENT_WRITE, wlist)):
@@ -79,8 +93,10 @@ class KeptSelectors:
         return readable, writable, []
 
     def close(self) -> None:
-        """Close every kept selector (a select under way keeps its own until it returns)."""
+        """Close every kept selector, and from now on each one used (kazoo stops its handler
+        before its connection thread's last selects), until ``open``."""
         with self._lock:
+            self._keeping = False
             kept, self._kept = list(self._kept.values()), OrderedDict()
         for selector, _ in kept:
             selector.close()
@@ -102,7 +118,10 @@ class KeptSelectors:
             other = self._kept.pop(shape, None)  # another thread's, made meanwhile
             if other is not None:
                 closing.append(other)
-            self._kept[shape] = kept
+            if not self._keeping:
+                closing.append(kept)
+            else:
+                self._kept[shape] = kept
             while len(self._kept) > KEPT:
                 closing.append(self._kept.popitem(last=False)[1])
         for selector, _ in closing:
