@@ -137,6 +137,28 @@ async def test_drivers_close_in_the_order_they_were_started(backend: Any) -> Non
     assert second.session_id is None
 
 
+async def test_a_close_made_while_another_runs_returns_once_the_session_is_over(
+    backend: Any,
+) -> None:
+    # Driver.aclose: "close the session (its ephemeral nodes go at once)". Two closes at once
+    # (a service and its owner closing one driver): the second returned while the first was
+    # still closing (ZooKeeper: stopping kazoo; etcd: revoking the lease), the node still there
+    driver = backend.driver()
+    async with backend.driver() as observer:
+        await driver.start()
+        await driver.create("/held", b"", ephemeral=True)
+        seen: list[tuple[str, bool, int | None]] = []
+
+        async def close(name: str) -> None:
+            await driver.aclose()
+            seen.append((name, await observer.exists("/held") is None, driver.session_id))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(close, "first")
+            tg.start_soon(close, "second")
+        assert sorted(seen) == [("first", True, None), ("second", True, None)]
+
+
 async def test_the_url_builds_the_driver_and_its_options(backend: Any) -> None:
     url = backend.url()
     assert ha.drivers.driver_class(url) is type(backend.driver())

@@ -15,6 +15,7 @@ import anyio
 
 from ..._background import BackgroundTask
 from ...errors import DriverError
+from .._closing import waits_for_a_close
 from .._faults import ClientFaults, FaultHooks
 from .._input import checked_op, node_data
 from .._parts import PartsDriver, SessionState
@@ -92,6 +93,7 @@ class EtcdDriver(PartsDriver):
         self._transport.batching(True)  # before the task runs: the first requests wait for it
         self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._session.lease))
 
+    @waits_for_a_close
     async def aclose(self) -> None:
         task, self._task = self._task, None
         if task is None:

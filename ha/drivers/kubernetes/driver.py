@@ -25,6 +25,7 @@ import anyio
 
 from ..._background import BackgroundTask
 from ...errors import ConfigurationError, ConnectionLost, DriverError, NoNode, TransactionFailed
+from .._closing import waits_for_a_close
 from .._faults import ClientFaults, FaultHooks
 from .._input import checked_op, node_data
 from .._parts import PartsDriver, SessionState
@@ -119,6 +120,7 @@ class KubernetesDriver(PartsDriver):
         self._task.start()
         self._emit(ConnectionEvent(ConnectionState.CONNECTED, self._session.state.id))
 
+    @waits_for_a_close
     async def aclose(self) -> None:
         task, self._task = self._task, None
         if task is None:

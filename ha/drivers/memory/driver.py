@@ -23,6 +23,7 @@ from ...errors import (
     SessionExpired,
     TransactionFailed,
 )
+from .._closing import waits_for_a_close
 from .._faults import FaultGate, FaultHooks
 from .._input import checked_op, node_data
 from .._options import OptionTable
@@ -103,6 +104,7 @@ class MemoryDriver(Driver):
         )
         self._pinger_task.start()
 
+    @waits_for_a_close
     async def aclose(self) -> None:
         if self._pinger_task is None:
             return

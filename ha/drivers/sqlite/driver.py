@@ -71,6 +71,7 @@ from ...errors import (
     SessionExpired,
     Unavailable,
 )
+from .._closing import waits_for_a_close
 from .._faults import FaultHooks
 from .._input import checked_op, node_data
 from .._parts import PartsDriver, SessionState
@@ -178,6 +179,7 @@ class SqliteDriver(PartsDriver):
         # a busy or unreachable file at start is Unavailable; other errors say what is wrong
         return Unavailable(str(exc)) if isinstance(exc, ConnectionLost) else exc
 
+    @waits_for_a_close
     async def aclose(self) -> None:
         files = self._files
         if files.state not in (Lifecycle.STARTED, Lifecycle.ABANDONED):

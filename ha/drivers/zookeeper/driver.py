@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 from ...errors import ConfigurationError, NoNode, NotEmpty, TransactionFailed
+from .._closing import waits_for_a_close
 from .._faults import FaultHooks
 from .._input import checked_op, node_data
 from .._parts import PartsDriver, SessionState
@@ -76,6 +77,7 @@ class ZooKeeperDriver(PartsDriver):
     async def start(self) -> None:
         await self._session.start()
 
+    @waits_for_a_close
     async def aclose(self) -> None:
         await self._session.aclose()
 
