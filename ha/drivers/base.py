@@ -284,7 +284,8 @@ class Driver(ABC):
 
     @abstractmethod
     async def aclose(self) -> None:
-        """Close the session (its ephemeral nodes go at once) and release resources."""
+        """Close the session (its ephemeral nodes go at once) and release resources. A call
+        made while another runs returns once that one has (``_closing.py``)."""
 
     async def __aenter__(self) -> Self:
         await self.start()
